@@ -1,0 +1,1 @@
+"""The batching face."""

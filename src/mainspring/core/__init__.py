@@ -1,0 +1,1 @@
+"""Mechanics every face shares: errors, events, alerts, leases, auth, wake-up loops, settings."""

@@ -1,0 +1,64 @@
+"""Errors as types. Each has a stable ``code``; ``api`` maps them all to problem+json in one place."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class MainspringError(Exception):
+    """Base of every error a client may see. Subclasses set ``status`` and ``code``."""
+
+    status: int = 400
+    code: str = "bad_request"
+    title: str = "Bad request"
+
+    def __init__(self, detail: str | None = None, **extra: Any) -> None:
+        super().__init__(detail or self.title)
+        self.detail = detail or self.title
+        self.extra = extra
+
+    def problem(self) -> dict[str, Any]:
+        return {
+            "type": f"https://mainspring.dev/problems/{self.code}",
+            "title": self.title,
+            "status": self.status,
+            "detail": self.detail,
+            "code": self.code,
+            **self.extra,
+        }
+
+
+class InvalidRequest(MainspringError):
+    status, code, title = 422, "invalid_request", "Invalid request"
+
+
+class NotFound(MainspringError):
+    status, code, title = 404, "not_found", "Not found"
+
+
+class Conflict(MainspringError):
+    status, code, title = 409, "conflict", "Conflict"
+
+
+class LeaseLost(Conflict):
+    code, title = "lease_lost", "The lease is no longer held with this token"
+
+
+class TooLarge(MainspringError):
+    status, code, title = 413, "too_large", "Request body too large"
+
+
+class Unauthenticated(MainspringError):
+    status, code, title = 401, "unauthenticated", "A valid bearer token is required"
+
+
+class Forbidden(MainspringError):
+    status, code, title = 403, "forbidden", "The token's scopes do not allow this"
+
+
+class Unavailable(MainspringError):
+    status, code, title = 503, "unavailable", "The store is not reachable"
+
+
+class AlertNotFound(NotFound):
+    code, title = "alert_not_found", "No such alert"

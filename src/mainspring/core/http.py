@@ -1,0 +1,155 @@
+"""HTTP plumbing shared by every route: problem+json errors, body limits, request metrics."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from prometheus_client import Counter, Histogram
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from mainspring.core.errors import InvalidRequest, MainspringError, TooLarge, Unavailable
+
+log = logging.getLogger("mainspring.http")
+
+PROBLEM = "application/problem+json"
+
+HTTP_REQUESTS = Counter("mainspring_http_requests_total", "HTTP requests answered", ["method", "route", "status"])
+HTTP_LATENCY = Histogram(
+    "mainspring_http_request_seconds",
+    "HTTP request latency",
+    ["method", "route"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+
+_HTTP_CODES = {400: "invalid_request", 404: "not_found", 405: "method_not_allowed", 413: "too_large", 415: "unsupported_media_type"}
+
+
+def problem_response(problem: dict[str, Any], headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(problem, status_code=problem["status"], media_type=PROBLEM, headers=headers)
+
+
+def _clean_errors(errors: Any) -> list[dict[str, Any]]:
+    # Never echo back the offending input: it may be 10 MB, binary, or a secret.
+    return [{"loc": list(e.get("loc", [])), "msg": str(e.get("msg", ""))[:500], "type": e.get("type")} for e in errors]
+
+
+def install_error_handlers(app: FastAPI, is_store_down: Callable[[BaseException], bool]) -> None:
+    @app.exception_handler(MainspringError)
+    async def _mainspring_error(_request: Request, exc: MainspringError) -> JSONResponse:
+        return problem_response(exc.problem())
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        return problem_response(InvalidRequest("the request does not match the schema", errors=_clean_errors(exc.errors())).problem())
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # FastAPI answers a body it cannot parse with 400; the contract says 422 invalid_request.
+        status = 422 if exc.status_code == 400 else exc.status_code
+        code = _HTTP_CODES.get(exc.status_code, "http_error")
+        problem = {"type": f"https://mainspring.dev/problems/{code}", "title": str(exc.detail), "status": status, "detail": str(exc.detail), "code": code}
+        if status == 422:
+            problem["errors"] = [{"loc": ["body"], "msg": str(exc.detail)}]
+        return problem_response(problem, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        if is_store_down(exc):
+            log.warning("store unavailable during %s %s: %s", request.method, request.url.path, exc)
+            return problem_response(Unavailable().problem(), headers={"Retry-After": "1"})
+        log.exception("unexpected error in %s %s", request.method, request.url.path)
+        return problem_response({"type": "about:blank", "title": "Internal error", "status": 500, "detail": "internal error; see the server log", "code": "internal"})
+
+
+class BodyLimitMiddleware:
+    """Refuse bodies over the limit with ``413 too_large`` before a route reads them.
+
+    ``limits`` maps (method, path regex) to a byte limit; everything else gets ``default``.
+    """
+
+    def __init__(self, app: ASGIApp, default: int, limits: list[tuple[str, str, int]] | None = None) -> None:
+        self.app = app
+        self.default = default
+        self.limits = [(m, re.compile(p), n) for m, p, n in (limits or [])]
+
+    def limit_for(self, scope: Scope) -> int:
+        for method, pattern, limit in self.limits:
+            if scope["method"] == method and pattern.fullmatch(scope["path"]):
+                return limit
+        return self.default
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.limit_for(scope)
+        headers = dict(scope.get("headers") or [])
+        declared = headers.get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            await _send_too_large(send, limit)
+            return
+        received = 0
+        started = False
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise TooLarge(f"request body over {limit} bytes")
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, tracking_send)
+        except TooLarge:
+            if not started:
+                await _send_too_large(send, limit)
+
+
+async def _send_too_large(send: Send, limit: int) -> None:
+    body = TooLarge(f"request body over {limit} bytes").problem()
+    payload = json.dumps(body).encode()
+    await send({"type": "http.response.start", "status": 413, "headers": [(b"content-type", PROBLEM.encode()), (b"content-length", str(len(payload)).encode()), (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": payload})
+
+
+class MetricsMiddleware:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def recording_send(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, recording_send)
+        finally:
+            route = scope.get("route")
+            path = getattr(route, "path", "unmatched")
+            HTTP_REQUESTS.labels(scope["method"], path, str(status)).inc()
+            HTTP_LATENCY.labels(scope["method"], path).observe(time.perf_counter() - started)

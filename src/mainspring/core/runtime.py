@@ -1,0 +1,99 @@
+"""What a face hands the server, and what the server hands a face."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import APIRouter, Request
+
+from mainspring.store import Store
+
+log = logging.getLogger("mainspring.runtime")
+
+
+@dataclass
+class Context:
+    """Everything a running face needs: settings, the store, the user's registered code, a stop signal."""
+
+    settings: Any
+    store: Store
+    registry: Any = None
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def now_ms(self) -> int:
+        return self.store.now_ms()
+
+
+@dataclass
+class Face:
+    """One face of Mainspring as the server mounts it."""
+
+    name: str
+    router: APIRouter
+    recover: Callable[[Context], Awaitable[None]] | None = None
+    """Start-up recovery; the same code as normal running, run once before the loops start."""
+    loops: Sequence[Callable[[Context], Awaitable[None]]] = ()
+    """Background loops; each returns when ``ctx.stopping`` is set."""
+    cli: Any = None
+    """An optional typer app mounted as ``mainspring <name>``."""
+
+
+def context_of(request: Request) -> Context:
+    """FastAPI dependency: the server's context."""
+    return request.app.state.context  # type: ignore[no-any-return]
+
+
+async def run_loop(
+    ctx: Context,
+    name: str,
+    step: Callable[[], Awaitable[int | None]],
+    *,
+    channel: str,
+    poll_ms: int | None = None,
+) -> None:
+    """Run ``step`` until the server stops.
+
+    ``step`` does one round of work and answers the epoch ms when it next has something due (or None).
+    Between rounds the loop sleeps until that time, a wake-up on ``channel``, or the poll interval,
+    whichever is first. An error is logged and retried with backoff; it never stops the loop.
+    """
+    poll_s = (poll_ms or ctx.settings.server.poll_interval_ms) / 1000
+    failures = 0
+    while not ctx.stopping.is_set():
+        waiter = ctx.store.notifier.waiter(channel)
+        try:
+            due = await step()
+            failures = 0
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            failures += 1
+            log.exception("background loop %s failed (attempt %d); retrying", name, failures)
+            due = None
+            await _sleep_or_stop(ctx, min(poll_s, 0.05 * 2**failures))
+            continue
+        timeout = poll_s
+        if due is not None:
+            timeout = max(0.0, min(poll_s, (due - ctx.now_ms()) / 1000))
+        if timeout <= 0:
+            await asyncio.sleep(0)
+            continue
+        stop_task = asyncio.ensure_future(ctx.stopping.wait())
+        wait_task = asyncio.ensure_future(waiter.wait(timeout))
+        try:
+            await asyncio.wait({stop_task, wait_task}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop_task.cancel()
+            wait_task.cancel()
+
+
+async def _sleep_or_stop(ctx: Context, seconds: float) -> None:
+    try:
+        await asyncio.wait_for(ctx.stopping.wait(), seconds)
+    except TimeoutError:
+        pass

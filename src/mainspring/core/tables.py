@@ -1,0 +1,41 @@
+"""The core's tables (migration core_0001)."""
+
+from sqlalchemy import BigInteger, Column, String, Table, Text
+
+from mainspring.store.schema import BigId, Json, Millis, metadata
+
+events = Table(
+    "events",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("position", BigInteger, nullable=True, unique=True),
+    Column("type", String(100), nullable=False),
+    Column("at", Millis, nullable=False),
+    Column("subject_kind", String(50), nullable=False),
+    Column("subject_id", String(400), nullable=False),
+    Column("data", Json, nullable=False),
+)
+
+alerts = Table(
+    "alerts",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("at", Millis, nullable=False),
+    Column("severity", String(20), nullable=False),
+    Column("code", String(100), nullable=False),
+    Column("subject_kind", String(50), nullable=False),
+    Column("subject_id", String(400), nullable=False),
+    Column("detail", Text, nullable=False),
+    Column("acked_at", Millis, nullable=True),
+)
+
+api_tokens = Table(
+    "api_tokens",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("name", String(200), nullable=False),
+    Column("token_sha256", String(64), nullable=False, unique=True),
+    Column("scopes", Json, nullable=False),
+    Column("created_at", Millis, nullable=False),
+    Column("revoked_at", Millis, nullable=True),
+)

@@ -1,0 +1,45 @@
+"""Validated field types shared by every face's models."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, Field, StringConstraints
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
+
+# Names in paths and client-chosen ids. Message files are named from them, so the pattern also keeps
+# every path trick ("..", "/", NUL) out.
+Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
+
+MAX_JSON_DEPTH = 64
+
+
+def _check_json(value: Any, depth: int = 0) -> Any:
+    # PostgreSQL cannot store NUL in text or jsonb; refusing it here keeps both engines equal.
+    if depth > MAX_JSON_DEPTH:
+        raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise ValueError("NUL characters are not allowed")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_json(key, depth + 1)
+            _check_json(item, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            _check_json(item, depth + 1)
+    return value
+
+
+# Any JSON value a client stores (data, args, results): free shape, but storable on both engines.
+JsonValue = Annotated[Any, AfterValidator(_check_json)]
+
+# Free text a client stores (errors, details, worker names).
+Text = Annotated[str, StringConstraints(max_length=10_000), AfterValidator(_check_json)]
+ShortText = Annotated[str, StringConstraints(max_length=400), AfterValidator(_check_json)]
+
+# Durations in milliseconds: non-negative, at most about 10 years.
+DurationMs = Annotated[int, Field(ge=0, le=315_360_000_000)]
+PositiveMs = Annotated[int, Field(ge=1, le=315_360_000_000)]
+Limit = Annotated[int, Field(ge=1, le=1000)]

@@ -1,0 +1,57 @@
+"""Alembic migrations, run in-process: idempotent, and safe when several servers start at once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, func, select
+
+from mainspring.store.engine import Store
+from mainspring.store.postgres import lock_key
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+MIGRATION_LOCK = "mainspring:migrations"
+
+
+def alembic_config() -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    config.set_main_option("version_locations", str(MIGRATIONS / "versions"))
+    return config
+
+
+def _upgrade(connection: Connection) -> None:
+    config = alembic_config()
+    config.attributes["connection"] = connection
+    command.upgrade(config, "heads")
+
+
+def _pending(connection: Connection) -> set[str]:
+    heads = set(ScriptDirectory.from_config(alembic_config()).get_heads())
+    current = set(MigrationContext.configure(connection).get_current_heads())
+    return heads - current
+
+
+async def migrate(store: Store) -> None:
+    """Bring the schema to the newest revision of every face; a no-op when it already is."""
+    async with store.writer.connect() as conn:
+        if store.is_postgres:
+            # Session lock: the second server waits, then finds nothing left to do.
+            await conn.execute(select(func.pg_advisory_lock(lock_key(MIGRATION_LOCK))))
+            await conn.commit()
+        try:
+            await conn.run_sync(_upgrade)
+            await conn.commit()
+        finally:
+            if store.is_postgres:
+                await conn.execute(select(func.pg_advisory_unlock(lock_key(MIGRATION_LOCK))))
+                await conn.commit()
+
+
+async def pending_revisions(store: Store) -> set[str]:
+    async with store.reader.connect() as conn:
+        return await conn.run_sync(_pending)

@@ -1,0 +1,214 @@
+"""Fixtures every face's tests use: a fresh database per test on each engine, a manual clock, the app.
+
+Each test gets its own database: SQLite copies a migrated template file; PostgreSQL creates a database
+from a migrated template database (``CREATE DATABASE … TEMPLATE``), and drops it afterwards.
+Set ``MAINSPRING_TEST_ENGINES=sqlite`` (or ``postgres``) to run one engine only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+
+from mainspring.api import create_app
+from mainspring.app import App
+from mainspring.config import Settings, load_settings
+from mainspring.store import ManualClock, Store
+from mainspring.store.migrate import migrate
+
+PG_ADMIN = os.environ.get("MAINSPRING_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+ENGINES = [e for e in os.environ.get("MAINSPRING_TEST_ENGINES", "sqlite,postgres").split(",") if e]
+_counter = itertools.count()
+RUN_ID = f"{os.getpid()}_{uuid.uuid4().hex[:6]}"
+
+
+def pg_url(database: str) -> str:
+    return PG_ADMIN.rsplit("/", 1)[0] + "/" + database
+
+
+async def _pg_admin(*statements: str) -> None:
+    conn = await asyncpg.connect(PG_ADMIN)
+    try:
+        for statement in statements:
+            await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+def _migrate(url: str) -> None:
+    async def run() -> None:
+        store = Store(url)
+        try:
+            await migrate(store)
+        finally:
+            await store.close()
+
+    asyncio.run(run())
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("template") / "template.db"
+    _migrate(f"sqlite:///{path}")
+    return path
+
+
+@pytest.fixture(scope="session")
+def pg_template() -> Iterator[str]:
+    name = f"mst_tpl_{RUN_ID}"
+    asyncio.run(_pg_admin(f'DROP DATABASE IF EXISTS "{name}"', f'CREATE DATABASE "{name}"'))
+    _migrate(pg_url(name))
+    yield name
+    asyncio.run(_pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def database_url(engine: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh, migrated database for this test."""
+    if engine == "sqlite":
+        path = tmp_path / "mainspring.db"
+        shutil.copy(request.getfixturevalue("sqlite_template"), path)
+        yield f"sqlite:///{path}"
+        return
+    template = request.getfixturevalue("pg_template")
+    name = f"mst_{RUN_ID}_{next(_counter)}"
+    asyncio.run(_pg_admin(f'CREATE DATABASE "{name}" TEMPLATE "{template}"'))
+    yield pg_url(name)
+    asyncio.run(_pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def settings(database_url: str, tmp_path: Path) -> Settings:
+    return load_settings(
+        None,
+        server={"database": database_url, "data_dir": tmp_path / "data", "poll_interval_ms": 200, "sqlite_synchronous": "NORMAL"},
+    )
+
+
+@pytest.fixture
+async def store(database_url: str, clock: ManualClock) -> AsyncIterator[Store]:
+    store = Store(database_url, clock=clock, pool_size=5, sqlite_synchronous="NORMAL")
+    await store.start()
+    yield store
+    await store.close()
+
+
+@pytest.fixture
+def registry() -> App:
+    """The user code the test app runs; tests register handlers on it before using ``client``."""
+    return App()
+
+
+@pytest.fixture
+async def app(settings: Settings, store: Store, registry: App) -> AsyncIterator[Any]:
+    application = create_app(settings, store=store, registry=registry)
+    async with application.router.lifespan_context(application):
+        yield application
+
+
+@pytest.fixture
+async def client(app: Any) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://mainspring.test", timeout=30) as c:
+        yield c
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ServerProcess:
+    """A real ``mainspring serve`` in a child process, for multi-server, SIGKILL and SIGTERM tests."""
+
+    def __init__(self, database_url: str, data_dir: Path, env: dict[str, str] | None = None, args: list[str] | None = None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.database_url = database_url
+        self.data_dir = data_dir
+        self.env = {**os.environ, "MAINSPRING_SERVER__POLL_INTERVAL_MS": "200", **(env or {})}
+        self.args = args or []
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = data_dir.parent / f"server-{self.port}.log"
+
+    def start(self, wait: bool = True) -> ServerProcess:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "mainspring.cli", "serve", "--port", str(self.port), "--database", self.database_url, "--data-dir", str(self.data_dir), *self.args],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        if wait:
+            self.wait_ready()
+        return self
+
+    def wait_ready(self, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log_path.read_text()[-3000:]}")
+            try:
+                if httpx.get(self.url + "/readyz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise TimeoutError(f"server on {self.port} not ready:\n{self.log_path.read_text()[-3000:]}")
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def terminate(self) -> int:
+        assert self.proc is not None
+        self.proc.terminate()
+        return self.proc.wait(30)
+
+    def log(self) -> str:
+        return self.log_path.read_text() if self.log_path.exists() else ""
+
+
+@pytest.fixture
+def servers(database_url: str, tmp_path: Path) -> Iterator[Any]:
+    """Start servers with ``servers(n, env=…)``; all are killed at the end of the test."""
+    started: list[ServerProcess] = []
+
+    def start(count: int = 1, env: dict[str, str] | None = None, args: list[str] | None = None, data_dir: Path | None = None) -> list[ServerProcess]:
+        new = [ServerProcess(database_url, data_dir or tmp_path / "data", env, args).start(wait=False) for _ in range(count)]
+        for server in new:
+            server.wait_ready()
+        started.extend(new)
+        return new
+
+    yield start
+    for server in started:
+        server.kill()
