@@ -212,3 +212,18 @@ def servers(database_url: str, tmp_path: Path) -> Iterator[Any]:
     yield start
     for server in started:
         server.kill()
+
+
+@pytest.fixture
+async def live_url(app: Any) -> AsyncIterator[str]:
+    """The test app served by uvicorn on a free port, for what needs a real socket (SSE, streaming)."""
+    import uvicorn
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off", log_config=None))
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    await asyncio.wait_for(task, 10)

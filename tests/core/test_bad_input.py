@@ -1,0 +1,105 @@
+"""Garbage at every endpoint gets a problem+json 4xx with a code, never a 500, and changes nothing.
+
+The routes are read from the app itself, so every face's endpoints are covered as they are added.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import httpx
+from fastapi.routing import APIRoute
+from sqlalchemy import func, select
+
+from mainspring.core import outbox
+from mainspring.core.tables import events
+from mainspring.store import Store
+
+BAD_NAMES = ["bad name", "a" * 200, "-leading-dash", "x%00y", "%2e%2e%2fetc", "ünïcode"]
+
+
+def v1_routes(app: Any) -> list[tuple[str, str, APIRoute]]:
+    found = []
+    for route in app.routes:
+        if isinstance(route, APIRoute) and route.path.startswith("/v1"):
+            for method in sorted(route.methods - {"HEAD", "OPTIONS"}):
+                found.append((method, route.path, route))
+    return found
+
+
+def fill(path: str, value: str = "x1") -> str:
+    return re.sub(r"\{[^}]+\}", value, path)
+
+
+def assert_problem(response: httpx.Response, where: str) -> None:
+    assert 400 <= response.status_code < 500, f"{where}: {response.status_code} {response.text[:300]}"
+    assert response.headers["content-type"].startswith("application/problem+json"), where
+    body = response.json()
+    assert body["status"] == response.status_code and isinstance(body["code"], str) and body["code"], where
+
+
+async def event_count(store: Store) -> int:
+    while await outbox.assign_positions(store):
+        pass
+    async with store.read() as conn:
+        return int((await conn.execute(select(func.count()).select_from(events))).scalar_one())
+
+
+async def test_garbage_bodies_get_problem_4xx_everywhere(app: Any, client: httpx.AsyncClient, store: Store) -> None:
+    before = await event_count(store)
+    bodies = [
+        (b"{not json", "application/json"),
+        (b'{"a":' * 5000 + b"1" + b"}" * 5000, "application/json"),
+        (b'[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]', "application/json"),
+        (b'{"id": 12, "args": {"x": "\\u0000"}, "data": "\\u0000", "worker": 5, "token": [], "max": "many"}', "application/json"),
+        (b"\x00\xff\xfe binary", "application/json"),
+        (b'"just a string"', "application/json"),
+    ]
+    for method, path, route in v1_routes(app):
+        if method not in ("POST", "PUT", "PATCH") or route.body_field is None:
+            continue
+        for body, content_type in bodies:
+            response = await client.request(method, fill(path), content=body, headers={"content-type": content_type})
+            if response.status_code < 400:
+                continue  # a route may accept any JSON (a free "args" body): fine, as long as it is not a 5xx
+            assert_problem(response, f"{method} {path} with {body[:30]!r}")
+    assert await event_count(store) == before
+
+
+async def test_ten_megabyte_json_bodies_are_refused_with_413(app: Any, client: httpx.AsyncClient) -> None:
+    big = b'{"data": "' + b"x" * (10 * 1024 * 1024) + b'"}'
+    for method, path, route in v1_routes(app):
+        if method not in ("POST", "PUT", "PATCH") or "/messages" in path:
+            continue  # exchange message bodies have their own, larger limit (exchange.max_message_bytes)
+        response = await client.request(method, fill(path), content=big, headers={"content-type": "application/json"})
+        assert response.status_code == 413, f"{method} {path}: {response.status_code}"
+        assert_problem(response, f"{method} {path}")
+        assert response.json()["code"] == "too_large"
+
+
+async def test_bad_path_names_get_422_or_404(app: Any, client: httpx.AsyncClient, store: Store) -> None:
+    before = await event_count(store)
+    for method, path, _route in v1_routes(app):
+        if "{" not in path:
+            continue
+        for bad in BAD_NAMES:
+            response = await client.request(method, fill(path, bad), json={})
+            assert_problem(response, f"{method} {path} with {bad!r}")
+    assert await event_count(store) == before
+
+
+async def test_bad_query_values_are_invalid_request(client: httpx.AsyncClient) -> None:
+    for params in ({"limit": "many"}, {"limit": "0"}, {"limit": "100000"}, {"after": "-1"}, {"wait_ms": "forever"}):
+        response = await client.get("/v1/events", params=params)
+        assert_problem(response, str(params))
+        assert response.json()["code"] == "invalid_request"
+        assert response.json()["errors"]
+
+
+async def test_unknown_paths_and_methods_are_problem_json(client: httpx.AsyncClient) -> None:
+    assert_problem(await client.get("/v1/no-such-thing"), "unknown path")
+    assert (await client.get("/v1/no-such-thing")).json()["code"] == "not_found"
+    response = await client.delete("/v1/events")
+    assert_problem(response, "wrong method")
+    assert response.json()["code"] == "method_not_allowed"
