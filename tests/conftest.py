@@ -222,7 +222,7 @@ async def live_url(app: Any) -> AsyncIterator[str]:
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off", log_config=None))
     task = asyncio.create_task(server.serve())
-    while not server.started:
+    while not server.started:  # noqa: ASYNC110 - uvicorn exposes only a flag
         await asyncio.sleep(0.01)
     yield f"http://127.0.0.1:{port}"
     server.should_exit = True

@@ -69,7 +69,7 @@ async def test_garbage_bodies_get_problem_4xx_everywhere(app: Any, client: httpx
 
 async def test_ten_megabyte_json_bodies_are_refused_with_413(app: Any, client: httpx.AsyncClient) -> None:
     big = b'{"data": "' + b"x" * (10 * 1024 * 1024) + b'"}'
-    for method, path, route in v1_routes(app):
+    for method, path, _route in v1_routes(app):
         if method not in ("POST", "PUT", "PATCH") or "/messages" in path:
             continue  # exchange message bodies have their own, larger limit (exchange.max_message_bytes)
         response = await client.request(method, fill(path), content=big, headers={"content-type": "application/json"})
