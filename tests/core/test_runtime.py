@@ -1,0 +1,96 @@
+"""Wake-ups, background loops and fenced lease writes."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from sqlalchemy import Column, Integer, MetaData, String, Table, select
+
+from mainspring.config import Settings
+from mainspring.core.errors import LeaseLost
+from mainspring.core.leases import fenced_update, new_token
+from mainspring.core.runtime import Context, run_loop
+from mainspring.store import ManualClock, Store
+from mainspring.store.notify import Notifier
+
+
+async def test_notify_wakes_a_waiter_on_another_server(store: Store, database_url: str) -> None:
+    other = Store(database_url)
+    await other.start()
+    try:
+        if store.is_postgres:
+            await asyncio.wait_for(other._listener.connected.wait(), 10)  # type: ignore[union-attr]
+        waiter = (other if store.is_postgres else store).notifier.waiter("interactions")
+        async with store.transaction() as tx:
+            tx.notify("interactions:emails")
+        assert await waiter.wait(5)
+    finally:
+        await other.close()
+
+
+async def test_a_waiter_taken_before_the_signal_never_misses_it() -> None:
+    notifier = Notifier()
+    waiter = notifier.waiter("faces:x")
+    notifier.signal("faces:x")
+    assert await waiter.wait(0.01)
+    assert not await notifier.waiter("faces:x").wait(0.01)
+
+
+async def test_loop_sleeps_until_the_step_says_work_is_due(settings: Settings, store: Store, clock: ManualClock) -> None:
+    ctx = Context(settings=settings, store=store)
+    due_at = clock.now_ms() + 60_000
+    rounds: list[int] = []
+
+    async def step() -> int | None:
+        rounds.append(clock.now_ms())
+        return due_at if clock.now_ms() < due_at else None  # the due work is done in the second round
+
+    task = asyncio.create_task(run_loop(ctx, "test", step, channel="test", poll_ms=60_000))
+    await asyncio.sleep(0.1)
+    assert len(rounds) == 1
+    clock.advance(60_000)  # time moves: the loop re-checks at once instead of sleeping a minute
+    await asyncio.sleep(0.1)
+    assert len(rounds) == 2
+    ctx.stopping.set()
+    store.notifier.signal_all()
+    await asyncio.wait_for(task, 5)
+
+
+async def test_loop_survives_a_failing_step(settings: Settings, store: Store) -> None:
+    ctx = Context(settings=settings, store=store)
+    calls = 0
+
+    async def step() -> int | None:
+        nonlocal calls
+        calls += 1
+        if calls < 3:
+            raise RuntimeError("transient")
+        ctx.stopping.set()
+        return None
+
+    await asyncio.wait_for(run_loop(ctx, "test", step, channel="test", poll_ms=50), 5)
+    assert calls == 3
+
+
+@pytest.fixture
+async def leased(store: Store) -> Any:
+    table = Table("lease_test", MetaData(), Column("id", Integer, primary_key=True), Column("lease_token", String(40)), Column("value", Integer))
+    async with store.transaction() as tx:
+        await tx.conn.run_sync(table.metadata.create_all)
+        await tx.execute(table.insert().values(id=1, lease_token="old", value=0))
+    return table
+
+
+async def test_write_with_a_lost_lease_is_refused_and_changes_nothing(store: Store, leased: Table) -> None:
+    token = new_token()
+    async with store.transaction() as tx:
+        await tx.execute(leased.update().values(lease_token=token))  # taken over
+    with pytest.raises(LeaseLost):
+        async with store.transaction() as tx:
+            await fenced_update(tx, leased, leased.c.id == 1, "old", value=1)
+    async with store.transaction() as tx:
+        await fenced_update(tx, leased, leased.c.id == 1, token, value=2)
+    async with store.read() as conn:
+        assert (await conn.execute(select(leased.c.value))).scalar_one() == 2
