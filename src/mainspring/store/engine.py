@@ -106,6 +106,11 @@ class Store:
             self._listener = PostgresListener(plain_dsn(self.url), self.notifier)
             self._listener.start()
 
+    async def listening(self, timeout_s: float = 10) -> None:
+        """Wait until wake-ups from other servers arrive (PostgreSQL's LISTEN is connected)."""
+        if self._listener is not None:
+            await asyncio.wait_for(self._listener.connected.wait(), timeout_s)
+
     async def close(self) -> None:
         if self._listener is not None:
             await self._listener.stop()
