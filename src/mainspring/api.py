@@ -21,6 +21,7 @@ from mainspring.core import outbox
 from mainspring.core.auth import Authenticator, authenticate
 from mainspring.core.errors import Unavailable
 from mainspring.core.http import (
+    COMMON_PROBLEMS,
     BodyLimitMiddleware,
     MetricsMiddleware,
     install_error_handlers,
@@ -140,7 +141,7 @@ def create_app(
         return PlainTextResponse(generate_latest().decode(), media_type=CONTENT_TYPE_LATEST)
 
     # Every /v1 route is behind auth, whatever its own dependencies say.
-    app.include_router(core_router, dependencies=[Depends(authenticate)])
+    app.include_router(core_router, dependencies=[Depends(authenticate)], responses=COMMON_PROBLEMS)
     for face in FACES:
-        app.include_router(face.router, dependencies=[Depends(authenticate)])
+        app.include_router(face.router, dependencies=[Depends(authenticate)], responses=COMMON_PROBLEMS)
     return app

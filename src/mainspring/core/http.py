@@ -13,6 +13,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from prometheus_client import Counter, Histogram
+from pydantic import BaseModel, ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -29,6 +30,30 @@ HTTP_LATENCY = Histogram(
     ["method", "route"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
+
+class Problem(BaseModel):
+    """RFC 9457 problem details; ``code`` is stable and is what clients match on."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    code: str
+
+
+def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` entries for the problems a route may answer."""
+    schema = Problem.model_json_schema()
+    return {
+        status: {"description": "A problem (RFC 9457)", "content": {PROBLEM: {"schema": schema}}}
+        for status in statuses
+    }
+
+
+# Every /v1 route may answer these, whatever else it documents.
+COMMON_PROBLEMS = problem_responses(401, 403, 413, 422, 503)
 
 _HTTP_CODES = {400: "invalid_request", 404: "not_found", 405: "method_not_allowed", 413: "too_large", 415: "unsupported_media_type"}
 

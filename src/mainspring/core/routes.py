@@ -14,6 +14,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from mainspring.core import alerts, outbox
 from mainspring.core.auth import Principal, authenticate
 from mainspring.core.errors import InvalidRequest
+from mainspring.core.http import problem_responses
 from mainspring.core.runtime import Context, context_of
 from mainspring.core.types import Limit, Name
 
@@ -77,7 +78,7 @@ async def list_events(
     """Events after the cursor, oldest first. With ``wait_ms`` it waits for the first one (long poll)."""
     principal.require_any(["admin", "ui"])
     position = _position(after)
-    deadline = asyncio.get_running_loop().time() + wait_ms / 1000
+    deadline = asyncio.get_running_loop().time() + ctx.wait_s(wait_ms)
     while True:
         waiter = ctx.store.notifier.waiter(outbox.EVENTS_CHANNEL)
         items, last = await outbox.read_events(ctx.store, position, limit, _types(types))
@@ -129,7 +130,7 @@ async def list_alerts(
     return {"alerts": items, "next_cursor": next_cursor}
 
 
-@router.post("/alerts/{alert_id}/ack", response_model=AlertOut)
+@router.post("/alerts/{alert_id}/ack", response_model=AlertOut, responses=problem_responses(404))
 async def ack_alert(
     alert_id: Name,
     ctx: Annotated[Context, Depends(context_of)],

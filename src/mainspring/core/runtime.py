@@ -28,6 +28,10 @@ class Context:
     def now_ms(self) -> int:
         return self.store.now_ms()
 
+    def wait_s(self, wait_ms: int) -> float:
+        """A client's long-poll wait in seconds, capped by ``server.max_wait_ms``."""
+        return min(wait_ms, self.settings.server.max_wait_ms) / 1000
+
 
 @dataclass
 class Face:

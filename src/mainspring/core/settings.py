@@ -19,6 +19,8 @@ class ServerSettings(BaseModel):
     """Backstop for wake-ups: no background loop sleeps longer than this."""
     max_json_bytes: int = Field(1 << 20, ge=1024)
     """Largest JSON request body; exchange message bodies have their own limit."""
+    max_wait_ms: int = Field(60_000, ge=0)
+    """Cap on every long poll (``wait_ms``) a client asks for."""
     graceful_shutdown_ms: int = Field(10_000, ge=0)
     log_format: str = Field("text", pattern="^(text|json)$")
     log_level: str = "INFO"
