@@ -169,14 +169,14 @@ class ServerProcess:
             self.wait_ready()
         return self
 
-    def wait_ready(self, timeout: float = 30) -> None:
+    def wait_ready(self, timeout: float = 30, url: str | None = None, verify: Any = True) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             assert self.proc is not None
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log_path.read_text()[-3000:]}")
             try:
-                if httpx.get(self.url + "/readyz", timeout=1).status_code == 200:
+                if httpx.get((url or self.url) + "/readyz", timeout=1, verify=verify).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
@@ -202,10 +202,11 @@ def servers(database_url: str, tmp_path: Path) -> Iterator[Any]:
     """Start servers with ``servers(n, env=…)``; all are killed at the end of the test."""
     started: list[ServerProcess] = []
 
-    def start(count: int = 1, env: dict[str, str] | None = None, args: list[str] | None = None, data_dir: Path | None = None) -> list[ServerProcess]:
+    def start(count: int = 1, env: dict[str, str] | None = None, args: list[str] | None = None, data_dir: Path | None = None, wait: bool = True) -> list[ServerProcess]:
         new = [ServerProcess(database_url, data_dir or tmp_path / "data", env, args).start(wait=False) for _ in range(count)]
         for server in new:
-            server.wait_ready()
+            if wait:
+                server.wait_ready()
         started.extend(new)
         return new
 

@@ -24,6 +24,7 @@ from mainspring.core.http import (
     COMMON_PROBLEMS,
     BodyLimitMiddleware,
     MetricsMiddleware,
+    RateLimitMiddleware,
     install_error_handlers,
     problem_response,
 )
@@ -117,6 +118,8 @@ def create_app(
         default=settings.server.max_json_bytes,
         limits=[("POST", r"/v1/exchange/mailboxes/[^/]+/[^/]+/messages", settings.exchange.max_message_bytes)],
     )
+    if settings.server.rate_limit:
+        app.add_middleware(RateLimitMiddleware, rate=settings.server.rate_limit)
     app.add_middleware(MetricsMiddleware)
 
     @app.get("/healthz", tags=["service"])

@@ -85,6 +85,8 @@ def serve(
         port=settings.server.port,
         log_config=None,
         timeout_graceful_shutdown=max(1, settings.server.graceful_shutdown_ms // 1000),
+        ssl_certfile=settings.server.tls_certfile,
+        ssl_keyfile=settings.server.tls_keyfile,
         access_log=False,
     )
 

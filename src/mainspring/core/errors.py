@@ -48,6 +48,10 @@ class TooLarge(MainspringError):
     status, code, title = 413, "too_large", "Request body too large"
 
 
+class RateLimited(MainspringError):
+    status, code, title = 429, "rate_limited", "Too many requests"
+
+
 class Unauthenticated(MainspringError):
     status, code, title = 401, "unauthenticated", "A valid bearer token is required"
 

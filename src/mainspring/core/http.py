@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -17,7 +18,7 @@ from pydantic import BaseModel, ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from mainspring.core.errors import InvalidRequest, MainspringError, TooLarge, Unavailable
+from mainspring.core.errors import InvalidRequest, MainspringError, RateLimited, TooLarge, Unavailable
 
 log = logging.getLogger("mainspring.http")
 
@@ -53,7 +54,7 @@ def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
 
 
 # Every /v1 route may answer these, whatever else it documents.
-COMMON_PROBLEMS = problem_responses(401, 403, 413, 422, 503)
+COMMON_PROBLEMS = problem_responses(401, 403, 413, 422, 429, 503)
 
 _HTTP_CODES = {400: "invalid_request", 404: "not_found", 405: "method_not_allowed", 413: "too_large", 415: "unsupported_media_type"}
 
@@ -178,3 +179,36 @@ class MetricsMiddleware:
             path = getattr(route, "path", "unmatched")
             HTTP_REQUESTS.labels(scope["method"], path, str(status)).inc()
             HTTP_LATENCY.labels(scope["method"], path).observe(time.perf_counter() - started)
+
+
+class RateLimitMiddleware:
+    """Per-client request rate limit on ``/v1`` (a moving window in this server's memory).
+
+    A client is its bearer token (hashed) or, without one, its address. It protects one server from a
+    flood; limits that must hold across servers (queue rate limits) live in the store instead.
+    """
+
+    def __init__(self, app: ASGIApp, rate: str) -> None:
+        from limits import parse
+        from limits.storage import MemoryStorage
+        from limits.strategies import MovingWindowRateLimiter
+
+        self.app = app
+        self.rate = parse(rate)
+        self.limiter = MovingWindowRateLimiter(MemoryStorage())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith("/v1"):
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        auth = headers.get(b"authorization")
+        client = hashlib.sha256(auth).hexdigest() if auth else str((scope.get("client") or ("?",))[0])
+        if not self.limiter.hit(self.rate, client):
+            reset = self.limiter.get_window_stats(self.rate, client).reset_time
+            retry_after = max(1, int(reset - time.time() + 0.999))
+            body = json.dumps(RateLimited(f"over {self.rate}").problem()).encode()
+            await send({"type": "http.response.start", "status": 429, "headers": [(b"content-type", PROBLEM.encode()), (b"retry-after", str(retry_after).encode()), (b"content-length", str(len(body)).encode())]})
+            await send({"type": "http.response.body", "body": body})
+            return
+        await self.app(scope, receive, send)

@@ -22,6 +22,11 @@ class ServerSettings(BaseModel):
     max_wait_ms: int = Field(60_000, ge=0)
     """Cap on every long poll (``wait_ms``) a client asks for."""
     graceful_shutdown_ms: int = Field(10_000, ge=0)
+    rate_limit: str | None = None
+    """Requests per client (token, or address when open), e.g. ``"200/second"``; over it: ``429 rate_limited``."""
+    tls_certfile: Path | None = None
+    tls_keyfile: Path | None = None
+    """Serve HTTPS with this certificate and key (PEM)."""
     log_format: str = Field("text", pattern="^(text|json)$")
     log_level: str = "INFO"
     events_retention_ms: int | None = Field(None, ge=1000)

@@ -1,0 +1,60 @@
+"""Transport and abuse: TLS serving, request rate limits, injection strings that change nothing."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from mainspring.api import create_app
+from mainspring.config import load_settings
+from mainspring.store import Store
+
+INJECTIONS = ["' OR '1'='1", "1; DROP TABLE events; --", '"); DELETE FROM alerts; --', "%27%20OR%201=1", "$(rm -rf /)", "{{7*7}}"]
+
+
+def make_certificate(folder: Path) -> tuple[Path, Path]:
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1",
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+def test_server_serves_https_with_a_configured_certificate(servers: Any, tmp_path: Path) -> None:
+    cert, key = make_certificate(tmp_path)
+    (server,) = servers(1, env={"MAINSPRING_SERVER__TLS_CERTFILE": str(cert), "MAINSPRING_SERVER__TLS_KEYFILE": str(key)}, wait=False)
+    https = server.url.replace("http://", "https://")
+    server.wait_ready(url=https, verify=str(cert))
+    assert httpx.get(https + "/healthz", verify=str(cert)).json() == {"status": "ok"}
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(https + "/healthz", verify=True)  # self-signed: refused by a default client
+
+
+async def test_a_client_over_the_rate_limit_gets_429_with_retry_after(database_url: str, tmp_path: Path, store: Store) -> None:
+    settings = load_settings(None, server={"database": database_url, "data_dir": tmp_path / "data", "rate_limit": "5/minute"})
+    app = create_app(settings, store=store)
+    async with app.router.lifespan_context(app), httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+        answers = [(await client.get("/v1/alerts")).status_code for _ in range(7)]
+        assert answers[:5] == [200] * 5 and answers[5:] == [429, 429]
+        limited = await client.get("/v1/alerts")
+        assert limited.json()["code"] == "rate_limited"
+        assert int(limited.headers["retry-after"]) >= 1
+        assert (await client.get("/healthz")).status_code == 200  # service endpoints are not limited
+
+
+async def test_injection_strings_in_queries_and_paths_change_nothing(client: httpx.AsyncClient) -> None:
+    for text in INJECTIONS:
+        for response in (
+            await client.get("/v1/events", params={"types": text}),
+            await client.get("/v1/alerts", params={"cursor": text}),
+            await client.post(f"/v1/alerts/{text}/ack"),
+        ):
+            assert response.status_code < 500, (text, response.text)
+    assert (await client.get("/v1/events")).json()["events"] == []
