@@ -169,7 +169,7 @@ class ServerProcess:
             self.wait_ready()
         return self
 
-    def wait_ready(self, timeout: float = 30, url: str | None = None, verify: Any = True) -> None:
+    def wait_ready(self, timeout: float = 120, url: str | None = None, verify: Any = True) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             assert self.proc is not None
