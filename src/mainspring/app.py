@@ -16,6 +16,8 @@ options mean; ``mainspring serve --app module:app`` and ``mainspring worker modu
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -61,6 +63,9 @@ class App:
 def load_app(spec: str) -> App:
     """``package.module:attribute`` → the App it names."""
     module_name, _, attribute = spec.partition(":")
+    # Like uvicorn: the directory the command runs in is importable, so `--app examples.books:app` works.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     module = importlib.import_module(module_name)
     app = getattr(module, attribute or "app")
     if not isinstance(app, App):
