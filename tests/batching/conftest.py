@@ -12,6 +12,8 @@ import httpx
 import pytest
 
 from mainspring.config import Settings, load_settings
+from mainspring.core import outbox
+from mainspring.store import Store
 
 SEED_RULES = {"min_size": 2, "max_size": 6, "linger_ms": 5000, "max_wait_ms": 30000, "group_size": 2,
               "incomplete_group": "reject", "lease_ms": 10000}
@@ -102,3 +104,15 @@ async def events(client: httpx.AsyncClient, types: str) -> list[dict[str, Any]]:
         if not page["events"]:
             return found
         after = page["next_cursor"]
+
+
+@pytest.fixture
+def batch_events(client: httpx.AsyncClient, store: Store) -> Callable[[str], Awaitable[list[dict[str, Any]]]]:
+    """Read events of ``types``; on PostgreSQL the committed ones are numbered first (the sequencer's job)."""
+
+    async def read(types: str) -> list[dict[str, Any]]:
+        while await outbox.assign_positions(store):
+            pass
+        return await events(client, types)
+
+    return read
