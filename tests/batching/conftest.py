@@ -28,9 +28,9 @@ def settings(database_url: str, tmp_path: Path) -> Settings:
     )
 
 
-async def eventually(check: Callable[[], Awaitable[Any]], timeout: float = 10.0, what: str = "condition") -> Any:
+async def eventually(check: Callable[[], Awaitable[Any]], within_s: float = 10.0, what: str = "condition") -> Any:
     """Poll ``check`` (real time: the background loops run on their own) until it answers truthy."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + within_s
     while True:
         value = await check()
         if value:
@@ -79,12 +79,12 @@ async def statuses(client: httpx.AsyncClient, ids: list[str], name: str = "books
 
 
 async def wait_status(client: httpx.AsyncClient, ids: list[str], status: str, name: str = "books",
-                      timeout: float = 10.0) -> list[dict[str, Any]]:
+                      within_s: float = 10.0) -> list[dict[str, Any]]:
     async def check() -> list[dict[str, Any]] | None:
         tasks = [await task(client, i, name) for i in ids]
         return tasks if all(t["status"] == status for t in tasks) else None
 
-    return await eventually(check, timeout, f"{ids} to be {status}")  # type: ignore[no-any-return]
+    return await eventually(check, within_s, f"{ids} to be {status}")  # type: ignore[no-any-return]
 
 
 async def claim(client: httpx.AsyncClient, name: str = "books", worker: str = "w1", **extra: Any) -> dict[str, Any] | None:
