@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import and_, or_, select
 
 from mainspring.batching.errors import PackageNotFound, UnknownTaskResult
 from mainspring.batching.models import DEFAULTS, TaskResult
@@ -296,12 +296,6 @@ async def expire_leases(tx: Transaction, name: str, now: int) -> None:
         )
     if rows:
         tx.notify(cafe_channel(name))
-
-
-async def next_lease_expiry(conn: Any) -> int | None:
-    return (
-        await conn.execute(select(func.min(batch_packages.c.lease_expires_at)).where(batch_packages.c.status == "claimed"))
-    ).scalar()
 
 
 async def get_package(store: Store, package_id: str, authorize: Authorize | None = None) -> dict[str, Any]:

@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 import uuid
 
-from sqlalchemy import select, union
+from sqlalchemy import func, select
 
-from mainspring.batching.cafe import expire_leases, next_lease_expiry
+from mainspring.batching.cafe import expire_leases
 from mainspring.batching.planner import PendingTask, Plan, Rules, TimerState, plan
 from mainspring.batching.service import cafe_channel, task_subject
 from mainspring.batching.tables import batch_packages, batch_tasks, batch_versions, batchers
@@ -33,7 +33,7 @@ def new_package_id() -> str:
     return "pkg_" + uuid.uuid4().hex
 
 
-async def dispatch_batcher(store: Store, name: str) -> int | None:
+async def dispatch_batcher(store: Store, name: str, leases_due: bool = True) -> int | None:
     """One dispatcher round for ``name``; answers when it must look again (epoch ms) or None."""
     async with store.transaction() as tx:
         row = (
@@ -42,7 +42,8 @@ async def dispatch_batcher(store: Store, name: str) -> int | None:
         if row is None:
             return None  # another server is running this round right now
         now = store.now_ms()
-        await expire_leases(tx, name, now)
+        if leases_due:
+            await expire_leases(tx, name, now)
         pending = [
             PendingTask(r.seq, r.id, r.group, r.member, r.version, r.created_at)
             for r in (
@@ -131,29 +132,32 @@ async def apply_plan(tx: Transaction, name: str, decided: Plan, state: TimerStat
         tx.notify(cafe_channel(name))
 
 
-async def batchers_needing_a_round(store: Store) -> list[str]:
+async def batchers_needing_a_round(store: Store) -> tuple[list[str], set[str], int | None]:
+    """(batchers with pending tasks or expired leases, those with expired leases, the next lease expiry)."""
     now = store.now_ms()
-    query = union(
-        select(batch_tasks.c.batcher).where(batch_tasks.c.status == "pending").distinct(),
-        select(batch_packages.c.batcher)
-        .where(batch_packages.c.status == "claimed", batch_packages.c.lease_expires_at <= now)
-        .distinct(),
-    )
     async with store.read() as conn:
-        return sorted(r[0] for r in (await conn.execute(query)).all())
+        pending = (await conn.execute(select(batch_tasks.c.batcher).where(batch_tasks.c.status == "pending").distinct())).all()
+        leases = (
+            await conn.execute(
+                select(batch_packages.c.batcher, func.min(batch_packages.c.lease_expires_at))
+                .where(batch_packages.c.status == "claimed")
+                .group_by(batch_packages.c.batcher)
+            )
+        ).all()
+    expired = {name for name, at in leases if at is not None and at <= now}
+    upcoming = [at for _, at in leases if at is not None and at > now]
+    names = sorted({r[0] for r in pending} | expired)
+    return names, expired, min(upcoming) if upcoming else None
 
 
 async def dispatch_all(store: Store) -> int | None:
     """One round over every batcher with work; answers the earliest next due time."""
-    dues: list[int] = []
-    for name in await batchers_needing_a_round(store):
-        due = await dispatch_batcher(store, name)
+    names, expired, next_lease = await batchers_needing_a_round(store)
+    dues: list[int] = [next_lease] if next_lease is not None else []
+    for name in names:
+        due = await dispatch_batcher(store, name, leases_due=name in expired)
         if due is not None:
             dues.append(due)
-    async with store.read() as conn:
-        lease = await next_lease_expiry(conn)
-    if lease is not None:
-        dues.append(lease)
     # A due time already past (a batcher locked by another server this instant) must not spin the loop.
     return max(min(dues), store.now_ms() + 10) if dues else None
 
