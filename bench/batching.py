@@ -152,14 +152,16 @@ async def bench_engine(engine: str, tasks: int, concurrency: int, lingers: list[
     server = Server(database, tmp / "data")
     try:
         name = "bench"
-        httpx.put(f"{server.url}/v1/batchers/{name}", json={"min_size": 2, "max_size": 6, "linger_ms": 50,
-                                                            "max_wait_ms": 600_000, "group_size": 2,
-                                                            "incomplete_group": "carry"}).raise_for_status()
+        async with httpx.AsyncClient(base_url=server.url, timeout=60) as http:
+            (await http.put(f"/v1/batchers/{name}", json={"min_size": 2, "max_size": 6, "linger_ms": 50,
+                                                          "max_wait_ms": 600_000, "group_size": 2,
+                                                          "incomplete_group": "carry"})).raise_for_status()
         started = time.perf_counter()
         submit_s = await submit_all(server.url, name, tasks // 2, concurrency)
         await wait_packed(server.url, name, tasks)
         packed_s = time.perf_counter() - started
-        packages = httpx.get(f"{server.url}/v1/batchers/{name}").json()["package_counts"]["ready"]
+        async with httpx.AsyncClient(base_url=server.url, timeout=60) as http:
+            packages = (await http.get(f"/v1/batchers/{name}")).json()["package_counts"]["ready"]
         work_s, _ = await work_all(server.url, name, packages, concurrency)
         late = {linger: await lateness(server.url, linger, rounds) for linger in lingers}
         return {

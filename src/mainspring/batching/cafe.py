@@ -150,6 +150,11 @@ async def _locked_package(tx: Transaction, package_id: str, authorize: Authorize
 def _normalize_results(results: Any, task_ids: list[str]) -> dict[str, TaskResult]:
     if results is None:
         outcomes: dict[str, TaskResult] = {}
+    elif not isinstance(results, dict | list):
+        raise UnknownTaskResult(
+            "results must be a list of task outcomes or a map of task id to result",
+            errors=[{"loc": ["body", "results"], "msg": f"got {type(results).__name__}"}],
+        )
     elif isinstance(results, dict):
         outcomes = {tid: TaskResult(task_id=tid, result=value) for tid, value in results.items()}
     else:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from typing import Any
 
 from sqlalchemy import func, select
 
@@ -27,6 +28,11 @@ log = logging.getLogger("mainspring.batching.dispatcher")
 
 class DoubleFlush(RuntimeError):
     """A task was not pending any more when it was being packed: the round is rolled back."""
+
+
+def rowcount(result: Any) -> int:
+    """Rows an UPDATE changed (a CursorResult's count; typed loosely by ``Transaction.execute``)."""
+    return int(result.rowcount or 0)
 
 
 def new_package_id() -> str:
@@ -78,8 +84,8 @@ async def apply_plan(tx: Transaction, name: str, decided: Plan, state: TimerStat
             .where(batch_tasks.c.seq.in_([t.seq for t in tasks]), batch_tasks.c.status == "pending")
             .values(status="packed", package_id=package_id, updated_at=now)
         )
-        if moved.rowcount != len(tasks):
-            raise DoubleFlush(f"batcher {name}: {len(tasks) - moved.rowcount} task(s) were no longer pending")
+        if rowcount(moved) != len(tasks):
+            raise DoubleFlush(f"batcher {name}: {len(tasks) - rowcount(moved)} task(s) were no longer pending")
         events.extend(
             outbox.Event("batch.task.packed", "batch_task", task_subject(name, t.id),
                          {"batcher": name, "id": t.id, "package_id": package_id})
@@ -96,7 +102,7 @@ async def apply_plan(tx: Transaction, name: str, decided: Plan, state: TimerStat
             .where(batch_tasks.c.seq.in_(seqs), batch_tasks.c.status == "pending")
             .values(status="rejected", reason="incomplete_group", updated_at=now)
         )
-        if moved.rowcount != len(seqs):
+        if rowcount(moved) != len(seqs):
             raise DoubleFlush(f"batcher {name}: a rejected task was no longer pending")
         # The version number stays taken in the log; the content is marked as never delivered so the
         # sender may submit it again (it would otherwise count as a duplicate forever).

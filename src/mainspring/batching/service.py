@@ -117,12 +117,12 @@ async def get_batcher(store: Store, name: str) -> dict[str, Any]:
         row = (await conn.execute(select(batchers).where(batchers.c.name == name))).first()
         if row is None:
             raise BatcherNotFound(f"no batcher {name!r}")
-        counts = dict(
+        counts: dict[str, int] = dict(
             (await conn.execute(
                 select(batch_tasks.c.status, func.count()).where(batch_tasks.c.batcher == name).group_by(batch_tasks.c.status)
             )).tuples().all()
         )
-        package_counts = dict(
+        package_counts: dict[str, int] = dict(
             (await conn.execute(
                 select(batch_packages.c.status, func.count())
                 .where(batch_packages.c.batcher == name)
@@ -201,7 +201,7 @@ async def _submit_once(
         }
         # One look at the group's log: the version this content already has, this member's latest, the group's.
         versions = batch_versions.c
-        same, own, top = (
+        found: Any = (
             await tx.execute(
                 select(
                     func.min(case((and_(versions.member == body.member, versions.sha256 == sha,
@@ -211,6 +211,7 @@ async def _submit_once(
                 ).where(versions.batcher == name, versions.group == body.group)
             )
         ).one()
+        same, own, top = found[0], found[1], found[2]
         if same is not None:
             row.update(status="rejected", reason="duplicate", version=same)
             await tx.execute(batch_tasks.insert().values(**row))
