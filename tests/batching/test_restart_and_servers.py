@@ -66,7 +66,7 @@ def _submit_across(servers: list[Any], tasks: list[dict[str, Any]], lanes: int =
         list(pool.map(lambda i: _sync_submit_all(servers[i % len(servers)].url, chunks[i]), range(lanes)))
 
 
-def _wait_drained(url: str, total: int, timeout: float = 60) -> dict[str, Any]:
+def _wait_drained(url: str, total: int, timeout: float = 300) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while True:
         batcher = httpx.get(f"{url}/v1/batchers/books").json()
