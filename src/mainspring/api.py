@@ -27,6 +27,7 @@ from mainspring.core.http import (
     RateLimitMiddleware,
     install_error_handlers,
     problem_response,
+    problems_in_openapi,
 )
 from mainspring.core.routes import router as core_router
 from mainspring.core.runtime import Context, Face, run_loop
@@ -147,4 +148,5 @@ def create_app(
     app.include_router(core_router, dependencies=[Depends(authenticate)], responses=COMMON_PROBLEMS)
     for face in FACES:
         app.include_router(face.router, dependencies=[Depends(authenticate)], responses=COMMON_PROBLEMS)
+    problems_in_openapi(app)
     return app

@@ -73,7 +73,7 @@ async def get_task(name: str = NameParam, task_id: str = Path(pattern=NAME_PATTE
              responses={204: {"description": "no package waiting"}})
 async def claim_package(body: ClaimIn, name: str = NameParam, ctx: Context = Depends(context_of)) -> Any:
     """Claim the oldest waiting package under a lease, waiting up to ``wait_ms`` for one."""
-    wait_ms = min(body.wait_ms or 0, ctx.settings.batching.max_claim_wait_ms)
+    wait_ms = int(ctx.wait_s(body.wait_ms or 0) * 1000)
     package = await cafe.claim(ctx.store, name, body.worker, body.lease_ms, wait_ms, ctx.settings.server.poll_interval_ms)
     if package is None:
         return Response(status_code=204)

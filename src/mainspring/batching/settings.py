@@ -8,7 +8,5 @@ from pydantic import BaseModel, Field
 
 
 class BatchingSettings(BaseModel):
-    max_claim_wait_ms: int = Field(60_000, ge=0)
-    """The longest a claim long-polls, whatever ``wait_ms`` asks."""
     worker_poll_ms: int = Field(1_000, ge=10)
     """How long an in-process ``@app.batcher`` worker long-polls between checks of the stop signal."""

@@ -53,6 +53,27 @@ def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     }
 
 
+def problems_in_openapi(app: FastAPI) -> None:
+    """Every documented 4xx/5xx answer is problem+json, whichever way a route declared it."""
+    original = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = original()
+        schema.setdefault("components", {}).setdefault("schemas", {})["Problem"] = Problem.model_json_schema()
+        for operations in schema.get("paths", {}).values():
+            for operation in operations.values():
+                for status, response in operation.get("responses", {}).items():
+                    if status[0] in "45":
+                        response["content"] = {PROBLEM: {"schema": {"$ref": "#/components/schemas/Problem"}}}
+                        response.setdefault("description", "A problem (RFC 9457)")
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
 # Every /v1 route may answer these, whatever else it documents.
 COMMON_PROBLEMS = problem_responses(401, 403, 413, 422, 429, 503)
 
