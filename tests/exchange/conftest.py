@@ -55,11 +55,52 @@ async def process(client: httpx.AsyncClient, pid: str) -> dict[str, Any]:
 
 
 async def settle(app: Any) -> None:
-    """Run one watchdog round now, so tests need not wait for the loop."""
+    """Run the watchdog now until nothing due is left, so tests need not wait for the loop (which may
+    be running the same work at the same moment; that is allowed and ends the same)."""
+    import asyncio
+
+    from sqlalchemy import func, select
+
+    from mainspring.exchange.tables import exchange_messages as M
+    from mainspring.exchange.tables import exchange_processes as P
     from mainspring.exchange.watchdog import watchdog_step
 
-    await watchdog_step(app.state.context)
+    ctx = app.state.context
+    for _ in range(100):
+        await watchdog_step(ctx)
+        now = ctx.store.now_ms()
+        async with ctx.store.read() as conn:
+            due_files = (await conn.execute(select(func.count()).where(M.c.synced.is_(False), M.c.next_sync_at <= now))).scalar()
+            due_processes = (await conn.execute(select(func.count()).where(
+                P.c.state.in_(("STARTED", "READY_TO_COMMIT")), P.c.deadline <= now))).scalar()
+        if not due_files and not due_processes:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("the watchdog did not settle")
 
 
 def files_under(root: Path) -> set[str]:
     return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()} if root.exists() else set()
+
+
+async def event_types(store: Any, subject_id: str) -> list[str]:
+    """The event types recorded for one subject, in the order they were written."""
+    from sqlalchemy import select
+
+    from mainspring.core.tables import events
+
+    async with store.read() as conn:
+        rows = (await conn.execute(select(events.c.type).where(events.c.subject_id == subject_id).order_by(events.c.id))).all()
+    return [r.type for r in rows]
+
+
+async def open_alerts(store: Any, code: str | None = None) -> list[Any]:
+    from sqlalchemy import select
+
+    from mainspring.core.tables import alerts
+
+    query = select(alerts).where(alerts.c.acked_at.is_(None))
+    if code:
+        query = query.where(alerts.c.code == code)
+    async with store.read() as conn:
+        return list((await conn.execute(query)).all())

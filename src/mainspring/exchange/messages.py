@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import logging
 import secrets
 from types import SimpleNamespace
@@ -30,9 +31,13 @@ CHANNEL = "exchange"
 READABLE_STATES = ("AVAILABLE", "TAKEN", "QUARANTINED")
 
 
+_sequence = itertools.count()
+
+
 def new_id(prefix: str, now_ms: int) -> str:
-    """An id that sorts by creation time and never repeats."""
-    return f"{prefix}{now_ms:012x}{secrets.token_hex(8)}"
+    """An id that sorts by creation time (and within a millisecond by creation order on this server)
+    and never repeats."""
+    return f"{prefix}{now_ms:012x}{next(_sequence) % 0x1000000:06x}{secrets.token_hex(6)}"
 
 
 def disk_of(ctx: Context) -> files.Disk:
