@@ -104,3 +104,38 @@ async def open_alerts(store: Any, code: str | None = None) -> list[Any]:
         query = query.where(alerts.c.code == code)
     async with store.read() as conn:
         return list((await conn.execute(query)).all())
+
+
+class FailingDisk:
+    """Fault injection at the seam in ``mainspring.exchange.files``: chosen disk calls raise EIO.
+
+    Tests run as root, for whom a read-only folder is no obstacle, so the failure is injected instead.
+    """
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from mainspring.exchange import files
+
+        self._monkeypatch = monkeypatch
+        self._files = files
+        self._originals = {name: getattr(files, name) for name in ("_replace", "_unlink", "_fsync")}
+        self.calls = 0
+
+    def fail(self, *names: str) -> None:
+        import errno
+        import os
+
+        def broken(*_args: Any, **_kwargs: Any) -> None:
+            self.calls += 1
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+        for name in names or tuple(self._originals):
+            self._monkeypatch.setattr(self._files, name, broken)
+
+    def heal(self) -> None:
+        for name, original in self._originals.items():
+            self._monkeypatch.setattr(self._files, name, original)
+
+
+@pytest.fixture
+def disk(monkeypatch: pytest.MonkeyPatch) -> FailingDisk:
+    return FailingDisk(monkeypatch)

@@ -58,15 +58,15 @@ def retry_delay(ctx: Context, attempts: int) -> int:
     return int(min(settings.cleanup_retry_max_ms, settings.cleanup_retry_ms * 2 ** min(attempts, 30)))
 
 
-async def sync_files(ctx: Context, *, process_id: str | None = None, due_only: bool = True) -> int:
-    """Do one batch of pending file moves; answers how many rows it handled."""
+async def sync_files(ctx: Context, *, process_id: str | None = None) -> int:
+    """Do one batch of the file moves that are due; answers how many rows it handled."""
     store = ctx.store
-    now = store.now_ms()
-    query = select(M).where(M.c.synced.is_(False)).order_by(M.c.next_sync_at).limit(ctx.settings.exchange.batch_size)
+    query = (
+        select(M).where(M.c.synced.is_(False), M.c.next_sync_at <= store.now_ms())
+        .order_by(M.c.next_sync_at).limit(ctx.settings.exchange.batch_size)
+    )
     if process_id is not None:
         query = query.where(or_(M.c.process_id == process_id, M.c.origin_process_id == process_id))
-    if due_only:
-        query = query.where(M.c.next_sync_at <= now)
     async with store.read() as conn:
         rows = (await conn.execute(query)).all()
     if not rows:
@@ -74,10 +74,33 @@ async def sync_files(ctx: Context, *, process_id: str | None = None, due_only: b
             async with store.transaction() as tx:
                 await finish_cleanups(tx, [process_id])
         return 0
-    outcomes = await asyncio.to_thread(_apply_all, disk_of(ctx), rows)
-    async with store.transaction() as tx:
-        await _record(ctx, tx, outcomes)
+    await _sync_rows(ctx, rows)
     return len(rows)
+
+
+async def sync_all_once(ctx: Context) -> int:
+    """Try every pending file move once, due or not (start-up: the disk may be back)."""
+    store = ctx.store
+    after = ""
+    total = 0
+    while True:
+        query = (
+            select(M).where(M.c.synced.is_(False), M.c.id > after)
+            .order_by(M.c.id).limit(ctx.settings.exchange.batch_size)
+        )
+        async with store.read() as conn:
+            rows = (await conn.execute(query)).all()
+        if not rows:
+            return total
+        await _sync_rows(ctx, rows)
+        total += len(rows)
+        after = rows[-1].id
+
+
+async def _sync_rows(ctx: Context, rows: list[Any]) -> None:
+    outcomes = await asyncio.to_thread(_apply_all, disk_of(ctx), rows)
+    async with ctx.store.transaction() as tx:
+        await _record(ctx, tx, outcomes)
 
 
 async def _record(ctx: Context, tx: Transaction, outcomes: list[Outcome]) -> None:

@@ -140,7 +140,7 @@ async def recover(ctx: Context) -> None:
     started = time.monotonic()
     dropped = await drop_cancelled(ctx)
     doubted = await _drain(doubt_ready, ctx, expired_only=False)
-    moved = await _drain(sync.sync_files, ctx)
+    moved = await sync.sync_all_once(ctx)
     done = await finish_all_cleanups(ctx)
     log.info(
         "exchange recovery: %d cancelled dropped, %d ready-to-commit now in doubt, %d file moves, "
