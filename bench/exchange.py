@@ -68,7 +68,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def worker(client: httpx.AsyncClient, mailbox: int, stop_at: float, counts: list[int]) -> None:
+async def worker(url: str, mailbox: int, stop_at: float, counts: list[int]) -> None:
+    # One connection per worker, never idle in a shared pool (where the server's keep-alive timeout would
+    # close it under the next request).
+    async with httpx.AsyncClient(base_url=url, timeout=300) as client:
+        await cycles_of(client, mailbox, stop_at, counts)
+
+
+async def cycles_of(client: httpx.AsyncClient, mailbox: int, stop_at: float, counts: list[int]) -> None:
     base = f"/v1/exchange/mailboxes/mobile-{mailbox}/erp"
     while time.monotonic() < stop_at:
         ids = []
@@ -96,8 +103,8 @@ async def bench_cycles(engine: str, mailboxes: int, seconds: float) -> None:
         [sys.executable, "-m", "mainspring.cli", "serve", "--port", str(port), "--database", url,
          "--data-dir", str(workdir / "data")], env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        limits = httpx.Limits(max_connections=mailboxes, max_keepalive_connections=mailboxes)
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=120, limits=limits) as client:
+        url = f"http://127.0.0.1:{port}"
+        async with httpx.AsyncClient(base_url=url, timeout=120) as client:
             for _ in range(300):
                 try:
                     if (await client.get("/readyz")).status_code == 200:
@@ -107,8 +114,9 @@ async def bench_cycles(engine: str, mailboxes: int, seconds: float) -> None:
                 await asyncio.sleep(0.1)
             counts = [0]
             started = time.monotonic()
-            await asyncio.gather(*[worker(client, m, started + seconds, counts) for m in range(mailboxes)])
+            await asyncio.gather(*[worker(url, m, started + seconds, counts) for m in range(mailboxes)])
             elapsed = time.monotonic() - started
+        print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
         print(f"cycles engine={engine} mailboxes={mailboxes} seconds={elapsed:.1f} cycles={counts[0]} "
               f"cycles/s={counts[0] / elapsed:.1f} messages/s={10 * counts[0] / elapsed:.1f}")
     finally:
@@ -146,6 +154,7 @@ async def bench_recovery(engine: str, processes: int, mix: str) -> None:
         await recover(ctx)
         elapsed = time.monotonic() - started
         counts = {s: states.count(s) for s in STATES}
+        print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
         print(f"recovery engine={engine} processes={processes} mix={mix} {counts} seconds={elapsed:.2f}")
         again = time.monotonic()
         await recover(ctx)
