@@ -99,7 +99,7 @@ async def bench_cycles(engine: str, mailboxes: int, seconds: float) -> None:
     port = free_port()
     log = (workdir / "server.log").open("wb")
     env = {**os.environ, "MAINSPRING_SERVER__LOG_LEVEL": "WARNING", "MAINSPRING_SERVER__POOL_SIZE": "20"}
-    server = subprocess.Popen(
+    server = subprocess.Popen(  # noqa: ASYNC220 - starting it does not block; it runs beside the loop
         [sys.executable, "-m", "mainspring.cli", "serve", "--port", str(port), "--database", url,
          "--data-dir", str(workdir / "data")], env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
