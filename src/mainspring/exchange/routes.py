@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse
 
 from mainspring.core.auth import Principal, authenticate, requires
 from mainspring.core.errors import InvalidRequest
+from mainspring.core.http import problem_responses
 from mainspring.core.runtime import Context, context_of
 from mainspring.core.types import NAME_PATTERN, Limit
 from mainspring.exchange import messages, service
@@ -53,7 +54,7 @@ def _header(name: str, value: str | None, *, pattern: bool = False) -> str | Non
     response_model=Message,
     status_code=201,
     dependencies=[Depends(requires("exchange:send:{addressee}"))],
-    responses={200: {"model": Message, "description": "already stored with this Message-Id"}},
+    responses={200: {"model": Message, "description": "already stored with this Message-Id"}, **problem_responses(409, 413, 503)},
     openapi_extra={"requestBody": {"content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}},
 )
 async def store_message(
@@ -88,7 +89,7 @@ async def list_messages(
 
 @router.get(MAILBOX + "/messages/{message_id}", response_class=Response,
             dependencies=[Depends(requires("exchange:receive:{addressee}"))],
-            responses={200: {"content": {"application/octet-stream": {}}}})
+            responses={200: {"content": {"application/octet-stream": {}}}, **problem_responses(404)})
 async def read_message(ctx: Ctx, addressee: PathName, database: PathName, message_id: PathName) -> Response:
     """One message's bytes with its content type; ``404 message_not_found`` once committed."""
     message, data = await messages.read_message(ctx, addressee, database, message_id)
@@ -96,7 +97,7 @@ async def read_message(ctx: Ctx, addressee: PathName, database: PathName, messag
                     headers={"X-Message-Sha256": message["sha256"], "X-Message-Id": message["id"]})
 
 
-@router.post(MAILBOX + "/processes", response_model=Process, status_code=201,
+@router.post(MAILBOX + "/processes", response_model=Process, status_code=201, responses=problem_responses(404, 409),
              dependencies=[Depends(requires("exchange:receive:{addressee}"))])
 async def start_process(ctx: Ctx, addressee: PathName, database: PathName, body: StartRequest) -> Any:
     """API_2: start processing all of ``message_ids`` (all or nothing); ``409 busy`` while another
@@ -104,13 +105,13 @@ async def start_process(ctx: Ctx, addressee: PathName, database: PathName, body:
     return await service.start_process(ctx, addressee, database, body.client_id, body.message_ids)
 
 
-@router.post("/processes/{process_id}/heartbeat", response_model=Process)
+@router.post("/processes/{process_id}/heartbeat", response_model=Process, responses=problem_responses(404, 409))
 async def heartbeat(ctx: Ctx, principal: Caller, process_id: PathName) -> Any:
     """Keep a process alive: a new ``deadline``; ``409 cancelled`` once it is not."""
     return await service.heartbeat(ctx, process_id, receiver(principal))
 
 
-@router.post("/processes/{process_id}/ready", response_model=ReadyResponse)
+@router.post("/processes/{process_id}/ready", response_model=ReadyResponse, responses=problem_responses(404, 409))
 async def ready(
     ctx: Ctx, principal: Caller, process_id: PathName, body: Annotated[ReadyRequest | None, Body()] = None
 ) -> Any:
@@ -122,13 +123,13 @@ async def ready(
     return {"status": "OK", "process": process}
 
 
-@router.post("/processes/{process_id}/committed", response_model=Process)
+@router.post("/processes/{process_id}/committed", response_model=Process, responses=problem_responses(404, 409))
 async def committed(ctx: Ctx, principal: Caller, process_id: PathName) -> Any:
     """API_4: the client's database committed. The messages go, the replies appear."""
     return await service.committed(ctx, process_id, receiver(principal))
 
 
-@router.post("/processes/{process_id}/commit-failed", response_model=Process)
+@router.post("/processes/{process_id}/commit-failed", response_model=Process, responses=problem_responses(404, 409))
 async def commit_failed(
     ctx: Ctx, principal: Caller, process_id: PathName,
     body: Annotated[CommitFailedRequest | None, Body()] = None,
@@ -137,14 +138,14 @@ async def commit_failed(
     return await service.commit_failed(ctx, process_id, body.error if body else None, receiver(principal))
 
 
-@router.post("/processes/{process_id}/resolve", response_model=Process,
+@router.post("/processes/{process_id}/resolve", response_model=Process, responses=problem_responses(404, 409),
              dependencies=[Depends(requires("admin"))])
 async def resolve(ctx: Ctx, process_id: PathName, body: ResolveRequest) -> Any:
     """Administrator: resolve an IN_DOUBT process as API_4 (``committed``) or API_5 would."""
     return await service.resolve(ctx, process_id, body.committed)
 
 
-@router.get("/processes/{process_id}", response_model=Process)
+@router.get("/processes/{process_id}", response_model=Process, responses=problem_responses(404, 409))
 async def get_process(ctx: Ctx, principal: Caller, process_id: PathName) -> Any:
     return await service.get_process(ctx, process_id, receiver(principal))
 
