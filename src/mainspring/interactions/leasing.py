@@ -45,6 +45,8 @@ class Leased:
 
     items: list[dict[str, Any]]
     next_due: int | None
+    processing_timeout_ms: int | None = None
+    """The queue's processing timeout as the store has it now (workers apply it at once)."""
 
 
 async def _lock_queue(tx: Transaction, cfg: InteractionsSettings, queue: str) -> Any:
@@ -156,7 +158,7 @@ async def lease(store: Store, cfg: InteractionsSettings, queue: str, worker: str
             next_due = await _next_due(tx, queue)
             if limited_until is not None and (next_due is None or next_due < limited_until):
                 next_due = limited_until
-    return Leased(taken, next_due)
+    return Leased(taken, next_due, q.processing_timeout_ms)
 
 
 async def _next_due(tx: Transaction, queue: str) -> int | None:
