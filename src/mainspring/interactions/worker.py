@@ -118,11 +118,13 @@ class QueueRunner:
     async def _lease_loop(self) -> None:
         poll_s = self.worker.poll_ms / 1000
         failures = 0
+        busy = False
         while self._leasing:
             free = self.options.concurrency - len(self.inflight)
-            if free <= 0:
+            if free <= 0 or (busy and free < min(self.options.batch, self.options.concurrency) // 2):
+                # While the queue is busy, lease in large batches rather than one freed slot at a time.
                 self._slot.clear()
-                await self._until(self._slot.wait(), None)
+                await self._until(self._slot.wait(), None if free <= 0 else 0.005)
                 continue
             waiter = self.store.notifier.waiter(queue_channel(self.name))
             try:
@@ -137,7 +139,8 @@ class QueueRunner:
                 self._timeout_ms = leased.processing_timeout_ms
             for data in leased.items:
                 self._start(Interaction.model_validate(data))
-            if len(leased.items) == min(free, self.options.batch):
+            busy = len(leased.items) == min(free, self.options.batch)
+            if busy:
                 continue
             timeout = poll_s
             if leased.next_due is not None:
