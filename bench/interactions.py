@@ -85,7 +85,7 @@ async def bench_bulk_and_processing(url: str, jobs: int) -> dict[str, float]:
         began = time.perf_counter()
         await worker.start()
         await asyncio.wait_for(done.wait(), 600)
-        while (await service.get_queue(store, CFG, "bench"))["counts"]["completed"] < jobs:
+        while (await service.get_queue(store, CFG, "bench"))["counts"]["completed"] < jobs:  # noqa: ASYNC110 (polls the store)
             await asyncio.sleep(0.01)
         processed = jobs / (time.perf_counter() - began)
         await worker.stop()
@@ -128,6 +128,22 @@ async def bench_idle_latency(url: str, samples: int) -> dict[str, float]:
     return {"idle_latency_p50_ms": statistics.median(latencies), "idle_latency_p95_ms": latencies[int(len(latencies) * 0.95) - 1]}
 
 
+async def commit_floor(pg_admin: str, seconds: float = 3.0) -> dict[str, float]:
+    """The machine's floor right now: one-row INSERT transactions/s from 1 client on raw asyncpg."""
+    conn = await asyncpg.connect(pg_admin)
+    try:
+        await conn.execute("DROP TABLE IF EXISTS msbench_floor; CREATE TABLE msbench_floor (id serial primary key, v int)")
+        count, began = 0, time.perf_counter()
+        while time.perf_counter() - began < seconds:
+            await conn.execute("INSERT INTO msbench_floor (v) VALUES (1)")
+            count += 1
+        tps = count / (time.perf_counter() - began)
+        await conn.execute("DROP TABLE msbench_floor")
+        return {"pg_commit_floor_tps_1_client": tps}
+    finally:
+        await conn.close()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -138,7 +154,7 @@ async def bench_http_creates(url: str, total: int, clients: int, tmp: Path) -> d
     port = free_port()
     log = (tmp / f"serve-{port}.log").open("wb")
     env = {**os.environ, "MAINSPRING_SERVER__LOG_LEVEL": "WARNING", "MAINSPRING_SERVER__SQLITE_SYNCHRONOUS": "NORMAL" if url.startswith("sqlite") else "FULL"}
-    proc = subprocess.Popen(
+    proc = subprocess.Popen(  # noqa: ASYNC220 (starting the server under test)
         [sys.executable, "-m", "mainspring.cli", "serve", "--port", str(port), "--database", url, "--data-dir", str(tmp / "data")],
         env=env,
         stdout=log,
@@ -192,6 +208,9 @@ async def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="msbench-"))
     results: dict[str, Any] = {}
     try:
+        if "postgres" in args.engines:
+            results["machine"] = {k: round(v, 1) for k, v in (await commit_floor(args.pg)).items()}
+            print("machine", results["machine"], flush=True)
         for kind in [e for e in args.engines.split(",") if e]:
             row: dict[str, float] = {}
             for step in ("processing", "latency", "http"):
