@@ -26,6 +26,7 @@ from mainspring.interactions.service import (
     event_data,
     finish,
     finished_channel,
+    fmt,
     locked,
     queue_channel,
     read,
@@ -34,7 +35,7 @@ from mainspring.interactions.service import (
 from mainspring.interactions.settings import InteractionsSettings
 from mainspring.interactions.tables import interaction_queues as queues
 from mainspring.interactions.tables import interactions as items
-from mainspring.store import Store, Transaction, format_time
+from mainspring.store import Store, Transaction
 
 LEASE_EXPIRED = "lease expired"
 
@@ -74,7 +75,7 @@ async def expire_leases(tx: Transaction, q: Any, now: int) -> int:
         await outbox.emit_many(
             tx,
             [
-                outbox.Event("interaction.changed", KIND, str(r.id), {"queue": q.name, "status": "scheduled" if due > now else "ready", "next_processing": format_time(due), "error": LEASE_EXPIRED})
+                outbox.Event("interaction.changed", KIND, str(r.id), {"queue": q.name, "status": "scheduled" if due > now else "ready", "next_processing": fmt(due), "error": LEASE_EXPIRED})
                 for r in retry
             ],
         )
