@@ -39,6 +39,12 @@ from mainspring.store import Store, Transaction
 
 LEASE_EXPIRED = "lease expired"
 
+# What ending or renewing a lease reads: never the payloads, which can be large.
+LEASE_COLUMNS = [
+    items.c[name]
+    for name in ("id", "queue", "parent_id", "state", "next_processing", "attempts", "lease_token", "lease_expires_at", "leased_at", "wake")
+]
+
 
 @dataclass
 class Leased:
@@ -214,7 +220,7 @@ async def heartbeat_many(store: Store, leases: Sequence[tuple[int, str]], lease_
     async with store.transaction() as tx:
         now = store.now_ms()
         ids = [i for i, _ in leases]
-        rows = (await tx.execute(select(items).where(items.c.id.in_(ids)))).all()
+        rows = (await tx.execute(select(*LEASE_COLUMNS).where(items.c.id.in_(ids)))).all()
         tokens = dict(leases)
         held = [r for r in rows if _held(r, tokens[r.id], now)]
         names = {r.queue for r in held}
@@ -251,7 +257,8 @@ async def release_many(store: Store, releases: Sequence[tuple[int, str, outcomes
         return []
     async with store.transaction() as tx:
         ids = sorted({i for i, _, _ in releases})
-        rows = {r.id: r for r in (await tx.execute(tx.store.dialect.for_update(select(items).where(items.c.id.in_(ids))))).all()}
+        query = tx.store.dialect.for_update(select(*LEASE_COLUMNS).where(items.c.id.in_(ids)))
+        rows = {r.id: r for r in (await tx.execute(query)).all()}
         now = store.now_ms()
         answers: list[bool] = []
         plain: list[tuple[Any, Any]] = []
