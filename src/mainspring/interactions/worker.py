@@ -189,11 +189,8 @@ class QueueRunner:
             busy = len(leased.items) == min(free, self.options.batch)
             if busy:
                 continue
-            timeout = poll_s
-            if leased.next_due is not None:
-                timeout = max(0.0, min(timeout, (leased.next_due - self.store.now_ms()) / 1000))
-            if timeout > 0:
-                await self._until(waiter.wait(timeout), timeout)
+            timeout = min(poll_s, leasing.until_next(self.store, leased.next_due))
+            await self._until(waiter.wait(timeout), timeout)
 
     async def _until(self, awaitable: Any, limit_s: float | None) -> None:
         """Wait for ``awaitable`` (at most ``limit_s``), or until leasing stops."""
