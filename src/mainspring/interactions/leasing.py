@@ -54,6 +54,8 @@ class Leased:
     next_due: int | None
     processing_timeout_ms: int | None = None
     """The queue's processing timeout as the store has it now (workers apply it at once)."""
+    lease_ms: int | None = None
+    """How long the leases taken run (heartbeats must come sooner)."""
 
 
 async def _lock_queue(tx: Transaction, cfg: InteractionsSettings, queue: str) -> Any:
@@ -168,7 +170,7 @@ async def lease(store: Store, cfg: InteractionsSettings, queue: str, worker: str
                 next_due = min((t for t in (due, expiry) if t is not None), default=None)
             if limited_until is not None and (next_due is None or next_due < limited_until):
                 next_due = limited_until
-    return Leased(taken, next_due, q.processing_timeout_ms)
+    return Leased(taken, next_due, q.processing_timeout_ms, lease_ms or q.lease_ms)
 
 
 async def _due_and_expiry(tx: Transaction, queue: str) -> tuple[int | None, int | None]:
