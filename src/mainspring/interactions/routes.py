@@ -127,7 +127,7 @@ async def read_interaction(
     """An interaction; with `wait_ms`, answers as soon as it is finished (or when the wait is over)."""
     item = await _check_item_scope(ctx, principal, interaction_id)
     if wait_ms and item["status"] not in service.FINISHED:
-        item = await service.wait_finished(ctx.store, interaction_id, min(wait_ms, ctx.settings.interactions.max_wait_ms))
+        item = await service.wait_finished(ctx.store, interaction_id, int(ctx.wait_s(wait_ms) * 1000))
     return item
 
 
@@ -191,7 +191,7 @@ async def schedule(interaction_id: str, body: ScheduleIn, ctx: Context = Depends
 async def lease(queue: QueueName, body: LeaseIn, ctx: Context = Depends(context_of)) -> Any:
     """Lease up to `max` due interactions within the queue's limits; `wait_ms` long-polls."""
     cfg = ctx.settings.interactions
-    wait_ms = min(body.wait_ms, cfg.max_wait_ms)
+    wait_ms = int(ctx.wait_s(body.wait_ms) * 1000)
     taken = await leasing.lease_wait(ctx.store, cfg, queue, body.worker, body.max, body.lease_ms, wait_ms, ctx.settings.server.poll_interval_ms)
     return {"interactions": taken.items, "next_cursor": None}
 

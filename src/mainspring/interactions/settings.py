@@ -10,8 +10,6 @@ class InteractionsSettings(BaseModel):
     max_attempts: int = Field(10, ge=1)
     processing_timeout_ms: int | None = Field(None, ge=1)
     retention_ms: int | None = Field(None, ge=0)
-    max_wait_ms: int = Field(60_000, ge=0)
-    """Longest long-poll a lease or a read may ask for."""
     retention_interval_ms: int = Field(60_000, ge=10)
     retention_batch: int = Field(500, ge=1)
     expiry_interval_ms: int = Field(1_000, ge=10)
