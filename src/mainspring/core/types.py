@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, StringConstraints
@@ -16,12 +17,20 @@ MAX_JSON_DEPTH = 64
 
 
 def _check_json(value: Any, depth: int = 0) -> Any:
-    # PostgreSQL cannot store NUL in text or jsonb; refusing it here keeps both engines equal.
+    # PostgreSQL cannot store NUL, lone surrogates or NaN in text or jsonb; refusing them here keeps
+    # both engines equal and turns what would be a 500 into a 422.
     if depth > MAX_JSON_DEPTH:
         raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
-    if isinstance(value, str):
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError("NaN and Infinity are not JSON")
+    elif isinstance(value, str):
         if "\x00" in value:
             raise ValueError("NUL characters are not allowed")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError("strings must be valid Unicode (no lone surrogates)") from exc
     elif isinstance(value, dict):
         for key, item in value.items():
             _check_json(key, depth + 1)
