@@ -103,3 +103,21 @@ async def test_unknown_paths_and_methods_are_problem_json(client: httpx.AsyncCli
     response = await client.delete("/v1/events")
     assert_problem(response, "wrong method")
     assert response.json()["code"] == "method_not_allowed"
+
+
+def test_json_values_refuse_what_postgresql_cannot_store() -> None:
+    import pytest
+    from pydantic import TypeAdapter, ValidationError
+
+    from mainspring.core.types import JsonValue
+
+    adapter = TypeAdapter(JsonValue)
+    for bad in ({"x": float("nan")}, [float("inf")], "a\x00b", {"k": "\ud800"}, {"a\x00": 1}):
+        with pytest.raises(ValidationError):
+            adapter.validate_python(bad)
+    nested: object = 1
+    for _ in range(100):
+        nested = [nested]
+    with pytest.raises(ValidationError):
+        adapter.validate_python(nested)
+    assert adapter.validate_python({"ok": [1, 2.5, "ü", None]}) == {"ok": [1, 2.5, "ü", None]}
