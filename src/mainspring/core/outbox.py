@@ -100,23 +100,23 @@ async def read_events(
     """Events after position ``after``, oldest first, and the cursor to continue from."""
     query = select(events).where(events.c.position > after).order_by(events.c.position).limit(limit)
     wanted = [t for t in (types or []) if t]
-    if wanted:
-        exact = [t for t in wanted if not t.endswith("*")]
-        prefixes = [t[:-1] for t in wanted if t.endswith("*")]
-        clauses = []
-        if exact:
-            clauses.append(events.c.type.in_(exact))
-        clauses.extend(events.c.type.startswith(p, autoescape=True) for p in prefixes)
-        query = query.where(or_(*clauses))
+    if not wanted:
+        async with store.read() as conn:
+            rows = (await conn.execute(query)).all()
+        return [event_to_api(r) for r in rows], (rows[-1].position if rows else after)
+    exact = [t for t in wanted if not t.endswith("*")]
+    prefixes = [t[:-1] for t in wanted if t.endswith("*")]
+    clauses = [events.c.type.in_(exact)] if exact else []
+    clauses.extend(events.c.type.startswith(p, autoescape=True) for p in prefixes)
     async with store.read() as conn:
-        rows = (await conn.execute(query)).all()
-        if rows:
-            return [event_to_api(r) for r in rows], rows[-1].position
-        # With a type filter nothing may match; move the cursor past what was scanned anyway.
-        if wanted:
-            top = (await conn.execute(select(func.coalesce(func.max(events.c.position), after)))).scalar_one()
-            return [], max(after, top)
-        return [], after
+        # The top is read first and bounds the scan: under READ COMMITTED each statement has its own
+        # snapshot, and an event numbered between the two reads must not be jumped over.
+        top = (await conn.execute(select(func.coalesce(func.max(events.c.position), after)))).scalar_one()
+        rows = (await conn.execute(query.where(or_(*clauses), events.c.position <= top))).all()
+    if len(rows) == limit:
+        return [event_to_api(r) for r in rows], rows[-1].position
+    # Fewer than asked: everything up to the top was scanned, so the cursor may move past it.
+    return [event_to_api(r) for r in rows], max(after, top)
 
 
 async def delete_events_before(store: Store, before_ms: int, batch: int = 1000) -> int:
