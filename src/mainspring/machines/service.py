@@ -134,7 +134,7 @@ async def start_machine(ctx: Context, namespace: str, machine_id: str, args: Any
                 await tx.execute(
                     machines.insert()
                     .values(
-                        namespace=namespace, id=machine_id, status="working", version=1, last_event_id=0,
+                        namespace=namespace, id=machine_id, status="working", version=1, last_event_id=len(answer.events),
                         aux_state=None if answer.aux_state is UNSET else answer.aux_state,
                         timer_at=timer_at, notify_at=None, wake_at=timer_at, retry_attempt=0, created_at=now, updated_at=now,
                     )
@@ -143,7 +143,7 @@ async def start_machine(ctx: Context, namespace: str, machine_id: str, args: Any
             ).scalar_one()
             row = (await tx.execute(select(machines).where(machines.c.uid == uid))).one()
             await outbox.emit(tx, "machine.created", SUBJECT, subject_id(row), {"namespace": namespace, "id": machine_id})
-            await append_history(tx, row, answer.events, now)
+            await append_history(tx, row, answer.events, now, 1)
             if answer.remove:
                 await remove_machine_rows(tx, row)
             elif timer_at is not None:

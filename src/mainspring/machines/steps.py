@@ -68,10 +68,10 @@ async def save_operation(tx: Transaction, namespace: str, machine_id: str, key: 
     )
 
 
-async def append_history(tx: Transaction, row: Any, events: list[Any], now: int) -> None:
+async def append_history(tx: Transaction, row: Any, events: list[Any], now: int, first: int) -> None:
+    """Insert ``events`` as ids ``first``, ``first+1``… — the (machine, id) key refuses a duplicate."""
     if not events:
         return
-    first = row.last_event_id + 1
     await tx.execute(
         history.insert(),
         [{"machine_uid": row.uid, "event_id": first + i, "created_at": now, "data": data} for i, data in enumerate(events)],
@@ -117,7 +117,7 @@ async def apply_answer(
     result = await tx.execute(machines.update().where(machines.c.uid == row.uid, machines.c.version == row.version).values(**values))
     if not result.rowcount:
         return False
-    await append_history(tx, row, answer.events, now)
+    await append_history(tx, row, answer.events, now, row.last_event_id + 1)
     if delivered_notification is not None:
         await tx.execute(delete(notifications).where(notifications.c.seq == delivered_notification))
         await refresh_notify_at(tx, row.uid)
