@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import uvicorn
 
+from mainspring.api import create_app
 from mainspring.app import App, Registration
 from mainspring.config import Settings, load_settings
 from mainspring.machines.host import processor_app
+from mainspring.store import Clock, Store
 from tests.conftest import free_port
 
 NS = "orders"
@@ -72,14 +76,8 @@ def fake(registry: App) -> FakeProcessor:
 async def http_fake() -> AsyncIterator[tuple[FakeProcessor, str]]:
     """The same fake served over HTTP by the processor host on a free local port."""
     processor = FakeProcessor()
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(processor_app(processor), host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
-    task = asyncio.create_task(server.serve())
-    while not server.started:  # noqa: ASYNC110 - uvicorn exposes only a flag
-        await asyncio.sleep(0.01)
-    yield processor, f"http://127.0.0.1:{port}/"
-    server.should_exit = True
-    await task
+    async with serve_fake(processor) as url:
+        yield processor, url
 
 
 async def eventually(check: Callable[[], Awaitable[Any]], within_s: float = 10.0) -> Any:
@@ -92,3 +90,29 @@ async def eventually(check: Callable[[], Awaitable[Any]], within_s: float = 10.0
         if time.monotonic() > deadline:
             raise AssertionError("condition not reached in time")
         await asyncio.sleep(0.02)
+
+
+@contextlib.asynccontextmanager
+async def serve_fake(processor: FakeProcessor) -> AsyncIterator[str]:
+    """Serve ``processor`` over HTTP through the processor host; yields its URL."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(processor_app(processor), host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
+    task = asyncio.create_task(server.serve())
+    while not server.started:  # noqa: ASYNC110 - uvicorn exposes only a flag
+        await asyncio.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        server.should_exit = True
+        await task
+
+
+@contextlib.asynccontextmanager
+async def server_app(settings: Settings, registry: App | None = None, *, background: bool = True, clock: Clock | None = None) -> AsyncIterator[httpx.AsyncClient]:
+    """Another server on the test's database, in this process, with its own store and loops."""
+    store = Store(settings.server.database_url(), clock=clock or Clock(), pool_size=5, sqlite_synchronous="NORMAL")
+    application = create_app(settings, store=store, registry=registry or App(), run_background=background)
+    async with application.router.lifespan_context(application):
+        transport = httpx.ASGITransport(app=application)
+        async with httpx.AsyncClient(transport=transport, base_url="http://mainspring.test", timeout=30) as client:
+            yield client

@@ -60,15 +60,16 @@ class Reply:
     body: Any
 
 
-_locks: weakref.WeakValueDictionary[tuple[str, str], asyncio.Lock] = weakref.WeakValueDictionary()
+LOCKS = "machines:locks"
 
 
-def machine_lock(namespace: str, machine_id: str) -> asyncio.Lock:
+def machine_lock(ctx: Context, namespace: str, machine_id: str) -> asyncio.Lock:
     """Steps of one machine on this server queue here instead of racing each other to the version check."""
+    locks: weakref.WeakValueDictionary[tuple[str, str], asyncio.Lock] = ctx.extras.setdefault(LOCKS, weakref.WeakValueDictionary())
     key = (namespace, machine_id)
-    lock = _locks.get(key)
+    lock = locks.get(key)
     if lock is None:
-        lock = _locks[key] = asyncio.Lock()
+        lock = locks[key] = asyncio.Lock()
     return lock
 
 
@@ -180,7 +181,7 @@ async def repair_machine(ctx: Context, namespace: str, machine_id: str, args: An
     replay = await _replay(ctx, namespace, machine_id, key, "repair")
     if replay is not None:
         return replay
-    async with machine_lock(namespace, machine_id):
+    async with machine_lock(ctx, namespace, machine_id):
         _ns, row, _ = await _load(ctx, namespace, machine_id, HistoryRange(limit=1))
         if row.status != "failed":
             raise MachineAlreadyWorking(f"machine {machine_id!r} is working")
@@ -204,7 +205,7 @@ async def _step(ctx: Context, namespace: str, machine_id: str, kind: str, args: 
     replay = await _replay(ctx, namespace, machine_id, key, kind)
     if replay is not None:
         return replay
-    async with machine_lock(namespace, machine_id):
+    async with machine_lock(ctx, namespace, machine_id):
         for _attempt in range(ctx.settings.machines.conflict_retries + 1):
             ns, row, events = await _load(ctx, namespace, machine_id)
             if kind == "call" and row.status != "working":
