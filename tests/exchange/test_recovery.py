@@ -54,7 +54,7 @@ async def test_startup_drops_cancelled_processes(app, client, clock):
 
 
 async def test_startup_finishes_cleanup(app, client, disk, exchange_dir):
-    ids, pid = await started(client, 2)
+    _ids, pid = await started(client, 2)
     await client.post(f"{PR}/{pid}/ready")
     disk.fail("_unlink")
     response = await client.post(f"{PR}/{pid}/committed")

@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from mainspring.core.errors import MainspringError
 from mainspring.core.runtime import Context
 from mainspring.exchange import messages, service
 from mainspring.exchange.models import STATES
@@ -100,5 +101,9 @@ def resolve_command(
     database: DatabaseOpt = None,
 ) -> None:
     """Resolve an IN_DOUBT process as API_4 (--committed) or API_5 (--not-committed) would."""
-    process = _run(data_dir, database, lambda ctx: service.resolve(ctx, process_id, committed))
+    try:
+        process = _run(data_dir, database, lambda ctx: service.resolve(ctx, process_id, committed))
+    except MainspringError as exc:
+        typer.echo(f"{exc.code}: {exc.detail}", err=True)
+        raise typer.Exit(1) from None
     typer.echo(json.dumps(process, indent=2))
