@@ -1,0 +1,1 @@
+"""Python clients for the Mainspring HTTP API (sync and async, httpx)."""
