@@ -26,6 +26,7 @@ from mainspring.machines.steps import (
     processor_view,
     read_history,
     refresh_notify_at,
+    stepped_since,
 )
 from mainspring.machines.tables import machines, namespaces, notifications
 
@@ -38,12 +39,13 @@ async def lease_due_machines(ctx: Context, limit: int) -> list[Any]:
     """Lease up to ``limit`` working machines whose timer or head notification is due."""
     store = ctx.store
     now = ctx.now_ms()
-    margin = ctx.settings.machines.lease_margin_ms
+    lookahead = ctx.settings.machines.timer_lookahead_ms
+    margin = ctx.settings.machines.lease_margin_ms + lookahead
     token = new_token()
     async with store.transaction() as tx:
         due = (
             select(machines.c.uid, machines.c.namespace)
-            .where(machines.c.status == "working", machines.c.wake_at <= now, or_(machines.c.lease_until.is_(None), machines.c.lease_until <= now))
+            .where(machines.c.status == "working", machines.c.wake_at <= now + lookahead, or_(machines.c.lease_until.is_(None), machines.c.lease_until <= now))
             .order_by(machines.c.wake_at)
             .limit(limit)
         )
@@ -72,7 +74,6 @@ async def next_wake(ctx: Context) -> int | None:
 
 async def run_due_step(ctx: Context, row: Any) -> None:
     """Fire the due timer or deliver the head notification of a leased machine."""
-    now = ctx.now_ms()
     async with ctx.store.read() as conn:
         try:
             ns = await find_namespace(conn, ctx, row.namespace)
@@ -83,6 +84,12 @@ async def run_due_step(ctx: Context, row: Any) -> None:
             await conn.execute(select(notifications).where(notifications.c.machine_uid == row.uid).order_by(notifications.c.seq).limit(1))
         ).first()
         events = await read_history(conn, row.uid, ns.config.history)
+    await _until(ctx, row.wake_at)
+    if stepped_since(ctx, row):
+        # A Call on this server moved the machine on while the timer waited: read it again.
+        await _release(ctx, row)
+        return
+    now = ctx.now_ms()
     timer_due = row.timer_at is not None and row.timer_at <= now
     if timer_due and (head is None or head.due_at > now or row.timer_at <= head.due_at):
         kind, args = "timeout", None
@@ -105,6 +112,15 @@ async def run_due_step(ctx: Context, row: Any) -> None:
         )
     if not applied:
         await _release(ctx, row)
+
+
+async def _until(ctx: Context, due: int | None) -> None:
+    """Wait for the due millisecond on the store's clock (a manual clock in tests wakes every waiter)."""
+    while due is not None and not ctx.stopping.is_set():
+        remaining = due - ctx.now_ms()
+        if remaining <= 0:
+            return
+        await ctx.store.notifier.waiter("machines-clock").wait(remaining / 1000)
 
 
 async def _release(ctx: Context, row: Any) -> None:
@@ -159,7 +175,8 @@ async def take_due_timers(ctx: Context) -> int | None:
             task.add_done_callback(lambda t: (inflight.discard(t), ctx.store.notifier.signal(CHANNEL)))
         if len(rows) == free:
             return ctx.now_ms() if len(inflight) < ctx.settings.machines.concurrency else None
-    return await next_wake(ctx)
+    due = await next_wake(ctx)
+    return None if due is None else due - ctx.settings.machines.timer_lookahead_ms
 
 
 async def _guarded(ctx: Context, row: Any) -> None:

@@ -41,6 +41,7 @@ from mainspring.machines.steps import (
     count_pending,
     fail_machine,
     journal,
+    note_version,
     processor_view,
     read_history,
     refresh_notify_at,
@@ -223,6 +224,7 @@ async def _step(ctx: Context, namespace: str, machine_id: str, kind: str, args: 
                 async with ctx.store.transaction() as tx:
                     if not await apply_answer(tx, row, answer, repaired=kind == "repair"):
                         continue
+                    tx.after_commit(lambda row=row: note_version(ctx.extras, row.uid, row.version + 1))
                     body = {"response": answer.response}
                     await save_operation(tx, namespace, machine_id, key, kind, 200, body)
             except IntegrityError as exc:

@@ -28,6 +28,22 @@ def subject_id(row: Any) -> str:
     return f"{row.namespace}/{row.id}"
 
 
+RECENT = "machines:recent-versions"
+
+
+def note_version(store_extras: dict[str, Any], uid: int, version: int) -> None:
+    """Remember the version a step on this server left a machine at (a bounded, best-effort map)."""
+    recent: dict[int, int] = store_extras.setdefault(RECENT, {})
+    if len(recent) > 10_000:
+        recent.clear()
+    recent[uid] = version
+
+
+def stepped_since(ctx: Any, row: Any) -> bool:
+    """Whether a step on this server changed the machine after ``row`` was read."""
+    return ctx.extras.get(RECENT, {}).get(row.uid, row.version) > row.version
+
+
 def wake_value(timer_at: int | None) -> ColumnElement[Any]:
     """``wake_at`` for a new timer and the machine's current ``notify_at`` (read under the row lock)."""
     notify_at = machines.c.notify_at
