@@ -254,3 +254,13 @@ async def test_read_with_wait_ms_answers_when_finished(client: httpx.AsyncClient
     await task
     assert waited["status"] == "completed" and waited["result"] == "done"
     assert asyncio.get_running_loop().time() - started < 5
+
+
+async def test_concurrent_creates_commit_together_and_errors_stay_per_request(client: httpx.AsyncClient) -> None:
+    bodies = [{"data": i} for i in range(20)] + [{"parent_id": "987654"}]
+    answers = await asyncio.gather(*(client.post("/v1/queues/q/interactions", json=b) for b in bodies))
+    assert [a.status_code for a in answers] == [201] * 20 + [404]
+    assert [a.json()["data"] for a in answers[:20]] == list(range(20))
+    assert answers[20].json()["code"] == "parent_not_found"
+    listed = (await client.get("/v1/queues/q/interactions")).json()["interactions"]
+    assert len(listed) == 20

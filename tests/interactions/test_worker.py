@@ -255,3 +255,30 @@ async def test_a_graceful_stop_is_bounded(store: Store, cfg: Any) -> None:
     began = time.monotonic()
     await worker.stop(graceful=True, timeout_ms=200)
     assert time.monotonic() - began < 3
+
+
+async def test_a_handler_waits_for_the_child_it_created_and_is_woken_when_it_finishes(store: Store, cfg: Any) -> None:
+    app = App()
+    calls: list[int] = []
+
+    @app.queue("orders")
+    async def order(item: Any, ctx: Any) -> Any:
+        calls.append(1)
+        paid = await ctx.children("payment")
+        if not paid:
+            await ctx.create_child("payment", queue="payments", data={"amount": item.data["total"]})
+            return Wait()
+        return {"paid": paid[0]["result"]}
+
+    @app.queue("payments")
+    def payment(item: Any) -> Any:
+        return {"charged": item.data["amount"]}
+
+    worker = await started(store, app, cfg)
+    try:
+        item, _ = await service.create(store, cfg, "orders", {"data": {"total": 12}})
+        await eventually(lambda: _is(store, item["id"], "completed"))
+        assert (await service.read(store, item["id"]))["result"] == {"paid": {"charged": 12}}
+        assert len(calls) == 2
+    finally:
+        await worker.stop()

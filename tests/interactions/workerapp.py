@@ -20,6 +20,11 @@ def record(kind: str, item: Any, **extra: Any) -> None:
         f.write(line + "\n")
 
 
+if os.environ.get("MS_TEST_LOG"):
+    with open(os.environ["MS_TEST_LOG"], "a") as boot:
+        boot.write(json.dumps({"kind": "boot", "id": None, "pid": os.getpid(), "at": time.time()}) + "\n")
+
+
 @app.queue("limited", concurrency=5)
 async def limited(item: Any) -> Any:
     record("start", item)

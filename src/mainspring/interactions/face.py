@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from mainspring.core.runtime import Context, Face, run_loop
 from mainspring.interactions import leasing, service
 from mainspring.interactions.routes import router
@@ -40,7 +42,12 @@ async def workers_loop(ctx: Context) -> None:
     ctx.extras["interactions.worker"] = worker
     await worker.start()
     await ctx.stopping.wait()
-    await worker.stop(graceful=True, timeout_ms=ctx.settings.server.graceful_shutdown_ms)
+    # The server gives every loop graceful_shutdown_ms in all; finish within it, then stop by force.
+    try:
+        await worker.stop(graceful=True, timeout_ms=int(ctx.settings.server.graceful_shutdown_ms * 0.8))
+    except asyncio.CancelledError:
+        await worker.stop(graceful=False)
+        raise
 
 
 face = Face(name="interactions", router=router, loops=[expire_leases_loop, retention_loop, workers_loop])

@@ -114,22 +114,18 @@ async def lease(store: Store, cfg: InteractionsSettings, queue: str, worker: str
             room = min(room, left)
         rows: Sequence[Any] = []
         if room > 0:
+            token = new_token()
+            expires = _lease_end(q, now, now, lease_ms or q.lease_ms)
             due = (
-                select(items)
+                select(items.c.id)
                 .where(items.c.queue == queue, items.c.state == "queued", items.c.next_processing <= now)
                 .order_by(items.c.next_processing, items.c.id)
                 .limit(room)
             )
-            rows = (await tx.execute(store.dialect.skip_locked(due))).all()
-        taken: list[dict[str, Any]] = []
-        if rows:
-            token = new_token()
-            lease_for = lease_ms or q.lease_ms
-            expires = _lease_end(q, now, now, lease_for)
-            ids = [r.id for r in rows]
-            await tx.execute(
+            # One statement takes the due rows (skipping rows other transactions hold) and leases them.
+            taking = (
                 items.update()
-                .where(items.c.id.in_(ids))
+                .where(items.c.id.in_(store.dialect.skip_locked(due).scalar_subquery()))
                 .values(
                     state="processing",
                     lease_token=token,
@@ -140,7 +136,11 @@ async def lease(store: Store, cfg: InteractionsSettings, queue: str, worker: str
                     attempts=items.c.attempts + 1,
                     updated_at=now,
                 )
+                .returning(*items.c)
             )
+            rows = sorted((await tx.execute(taking)).all(), key=lambda r: (r.next_processing, r.id))
+        taken: list[dict[str, Any]] = []
+        if rows:
             if q.rate_limit_count is not None:
                 window_count += len(rows)
                 await tx.execute(queues.update().where(queues.c.name == queue).values(window_start=window_start, window_count=window_count))
@@ -148,11 +148,7 @@ async def lease(store: Store, cfg: InteractionsSettings, queue: str, worker: str
                 tx,
                 [outbox.Event("interaction.changed", KIND, str(r.id), {"queue": queue, "status": "processing", "worker": worker}) for r in rows],
             )
-            for r in rows:
-                item = to_api(r, now)
-                item.update(status="processing", attempts=r.attempts + 1, updated_at=format_time(now))
-                item["lease"] = {"token": token, "expires_at": format_time(expires)}
-                taken.append(item)
+            taken = [to_api(r, now, with_lease=True) for r in rows]
         next_due = None
         if len(rows) < max_items:
             next_due = await _next_due(tx, queue)
@@ -275,20 +271,19 @@ async def release_many(store: Store, releases: Sequence[tuple[int, str, outcomes
 
 async def _complete_plain(tx: Transaction, done: list[tuple[Any, Any]], now: int) -> None:
     """Complete many parentless items in a few statements (the hot path of a busy queue)."""
-    stmt = (
-        items.update()
-        .where(items.c.id == bindparam("b_id"))
-        .values(
-            state="completed",
-            result=bindparam("b_result", type_=items.c.result.type),
-            next_processing=None,
-            lease_token=None,
-            lease_expires_at=None,
-            finished_at=now,
-            updated_at=now,
+    final = {"next_processing": None, "lease_token": None, "lease_expires_at": None, "finished_at": now, "updated_at": now}
+    without = [r.id for r, result in done if result is None]
+    with_result = [{"b_id": r.id, "b_result": result} for r, result in done if result is not None]
+    if without:
+        # No-result completions (the common case of a busy queue) need only one statement.
+        await tx.execute(items.update().where(items.c.id.in_(without)).values(state="completed", result=None, **final))
+    if with_result:
+        stmt = (
+            items.update()
+            .where(items.c.id == bindparam("b_id"))
+            .values(state="completed", result=bindparam("b_result", type_=items.c.result.type), **final)
         )
-    )
-    await tx.execute(stmt, [{"b_id": r.id, "b_result": result} for r, result in done])
+        await tx.execute(stmt, with_result)
     await outbox.emit_many(
         tx, [outbox.Event("interaction.completed", KIND, str(r.id), {"queue": r.queue, "status": "completed", "failed": False}) for r, _ in done]
     )

@@ -10,7 +10,7 @@ from mainspring.core.auth import Principal, authenticate, requires
 from mainspring.core.errors import InvalidRequest
 from mainspring.core.runtime import Context, context_of
 from mainspring.core.types import DurationMs, Limit, Name
-from mainspring.interactions import leasing, service
+from mainspring.interactions import grouping, leasing, service
 from mainspring.interactions.errors import InteractionNotFound, ParentNotFound
 from mainspring.interactions.models import (
     BulkCreateIn,
@@ -75,7 +75,7 @@ async def get_queue(queue: QueueName, ctx: Context = Depends(context_of)) -> Any
 )
 async def create_interaction(queue: QueueName, body: CreateIn, response: Response, ctx: Context = Depends(context_of)) -> Any:
     """Create an interaction (201), or answer the existing one of this queue with the same `message_id` (200)."""
-    item, created = await service.create(ctx.store, ctx.settings.interactions, queue, _spec(body, ctx.now_ms()))
+    item, created = await grouping.create(ctx.store, ctx.settings.interactions, queue, _spec(body, ctx.now_ms()))
     if not created:
         response.status_code = status.HTTP_200_OK
     return item

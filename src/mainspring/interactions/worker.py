@@ -34,7 +34,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from mainspring.interactions import leasing, outcomes
+from mainspring.interactions import leasing, outcomes, service
 from mainspring.interactions.models import Interaction
 from mainspring.interactions.service import finished_channel, queue_channel
 from mainspring.interactions.settings import InteractionsSettings
@@ -84,6 +84,52 @@ class _Release:
     done: asyncio.Future[bool] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
+class HandlerContext:
+    """What a handler that takes a second argument gets: the item's queue and a way to make children.
+
+    ```python
+    @app.queue("orders")
+    async def order(item, ctx):
+        if not await ctx.children("payment"):
+            await ctx.create_child("payment", data={"amount": item.data["total"]}, queue="payments")
+            return Wait()                       # woken when the payment finishes
+        return "paid"
+    ```
+    """
+
+    def __init__(self, runner: QueueRunner, item: Interaction, loop: asyncio.AbstractEventLoop) -> None:
+        self._runner = runner
+        self._loop = loop
+        self.item = item
+        self.queue = runner.name
+        self.worker = runner.worker.id
+
+    async def create(self, queue: str, **fields: Any) -> dict[str, Any]:
+        """Create an interaction in any queue (fields as in the HTTP create, ``due_at`` in epoch ms)."""
+        item, _ = await service.create(self._runner.store, self._runner.worker.cfg, queue, fields)
+        return item
+
+    async def create_child(self, name: str, queue: str | None = None, **fields: Any) -> dict[str, Any]:
+        """Create a child of the item being handled (in this queue unless ``queue`` says otherwise)."""
+        return await self.create(queue or self.queue, parent_id=int(self.item.id), name=name, **fields)
+
+    async def children(self, name: str | None = None) -> list[dict[str, Any]]:
+        """The item's children (with ``name``), oldest first."""
+        found, _ = await service.children(self._runner.store, self.item.id, name, 1000, None)
+        return found
+
+    def run(self, coroutine: Any) -> Any:
+        """From a sync handler (in its thread): run one of the coroutines above and answer its result."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+
+def _wants_context(target: Any) -> bool:
+    try:
+        return len(inspect.signature(target).parameters) >= 2
+    except (TypeError, ValueError):
+        return False
+
+
 class QueueRunner:
     """Leases, runs and releases the items of one queue."""
 
@@ -93,6 +139,7 @@ class QueueRunner:
         self.target = target
         self.options = options
         self.inflight: dict[int, _InFlight] = {}
+        self._with_context = _wants_context(target)
         self.handled = 0
         self._timeout_ms: int | None = options.timeout_ms
         self._leasing = True
@@ -118,11 +165,13 @@ class QueueRunner:
     async def _lease_loop(self) -> None:
         poll_s = self.worker.poll_ms / 1000
         failures = 0
+        busy = False
         while self._leasing:
             free = self.options.concurrency - len(self.inflight)
-            if free <= 0:
+            if free <= 0 or (busy and free < min(self.options.batch, self.options.concurrency) // 2):
+                # While the queue is busy, lease in large batches rather than one freed slot at a time.
                 self._slot.clear()
-                await self._until(self._slot.wait(), None)
+                await self._until(self._slot.wait(), None if free <= 0 else 0.005)
                 continue
             waiter = self.store.notifier.waiter(queue_channel(self.name))
             try:
@@ -137,7 +186,8 @@ class QueueRunner:
                 self._timeout_ms = leased.processing_timeout_ms
             for data in leased.items:
                 self._start(Interaction.model_validate(data))
-            if len(leased.items) == min(free, self.options.batch):
+            busy = len(leased.items) == min(free, self.options.batch)
+            if busy:
                 continue
             timeout = poll_s
             if leased.next_due is not None:
@@ -164,9 +214,12 @@ class QueueRunner:
     # --- handling ------------------------------------------------------------------------------
 
     async def _call(self, item: Interaction) -> Any:
+        args: tuple[Any, ...] = (item,)
+        if self._with_context:
+            args = (item, HandlerContext(self, item, asyncio.get_running_loop()))
         if inspect.iscoroutinefunction(self.target):
-            return await self.target(item)
-        result = await asyncio.to_thread(self.target, item)
+            return await self.target(*args)
+        result = await asyncio.to_thread(self.target, *args)
         if inspect.isawaitable(result):
             result = await result
         return result
