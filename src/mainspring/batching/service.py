@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import weakref
+from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import case, func, select
 from sqlalchemy.exc import IntegrityError
 
 from mainspring.batching.errors import BatcherNotFound, InvalidBatcherSettings, TaskIdConflict, TaskNotFound
@@ -73,11 +75,19 @@ def batcher_to_api(row: Any, counts: dict[str, int] | None = None, package_count
     return out
 
 
-async def ensure_batcher(tx: Transaction, name: str, defaults: dict[str, Any] | None = None) -> Any:
-    """The batcher row, created with ``defaults`` (else the API defaults) on first use."""
-    row = (await tx.execute(select(batchers).where(batchers.c.name == name))).first()
+# Batchers are never deleted, so once a server has seen one it need not look again on every submit.
+_known_batchers: weakref.WeakKeyDictionary[Store, set[str]] = weakref.WeakKeyDictionary()
+
+
+async def ensure_batcher(tx: Transaction, name: str, defaults: dict[str, Any] | None = None) -> None:
+    """Create the batcher with ``defaults`` (else the API defaults) on first use."""
+    known = _known_batchers.setdefault(tx.store, set())
+    if name in known:
+        return
+    row = (await tx.execute(select(batchers.c.name).where(batchers.c.name == name))).first()
     if row is not None:
-        return row
+        tx.after_commit(lambda: known.add(name))
+        return
     values = {**DEFAULTS, **{k: v for k, v in (defaults or {}).items() if k in SETTING_KEYS}}
     check_rules(values)
     now = tx.store.now_ms()
@@ -86,7 +96,7 @@ async def ensure_batcher(tx: Transaction, name: str, defaults: dict[str, Any] | 
         .values(name=name, **values, carried_through_seq=0, created_at=now, updated_at=now)
         .on_conflict_do_nothing(index_elements=["name"])
     )
-    return (await tx.execute(select(batchers).where(batchers.c.name == name))).one()
+    tx.after_commit(lambda: known.add(name))
 
 
 async def put_batcher(store: Store, name: str, body: BatcherSettingsIn) -> dict[str, Any]:
@@ -211,23 +221,16 @@ async def _submit_once(
                 {"batcher": name, "id": body.id, "group": body.group, "member": body.member,
                  "reason": "duplicate", "version": same, "sha256": sha},
             )
-            return task_to_api(await _task_row(tx, name, body.id)), False
-        own = (
+            return task_to_api(SimpleNamespace(**row)), False
+        own_and_top = (
             await tx.execute(
-                select(func.max(batch_versions.c.version)).where(
-                    batch_versions.c.batcher == name,
-                    batch_versions.c.group == body.group,
-                    batch_versions.c.member == body.member,
-                )
+                select(
+                    func.max(case((batch_versions.c.member == body.member, batch_versions.c.version))),
+                    func.max(batch_versions.c.version),
+                ).where(batch_versions.c.batcher == name, batch_versions.c.group == body.group)
             )
-        ).scalar()
-        top = (
-            await tx.execute(
-                select(func.max(batch_versions.c.version)).where(
-                    batch_versions.c.batcher == name, batch_versions.c.group == body.group
-                )
-            )
-        ).scalar()
+        ).one()
+        own, top = own_and_top
         version = max((own or 0) + 1, top or 0)
         await tx.execute(
             batch_versions.insert().values(
@@ -241,11 +244,7 @@ async def _submit_once(
             {"batcher": name, "id": body.id, "group": body.group, "member": body.member, "version": version, "sha256": sha},
         )
         tx.notify(dispatcher_channel(name))
-        return task_to_api(await _task_row(tx, name, body.id)), True
-
-
-async def _task_row(tx: Transaction, name: str, task_id: str) -> Any:
-    return (await tx.execute(select(batch_tasks).where(batch_tasks.c.batcher == name, batch_tasks.c.id == task_id))).one()
+        return task_to_api(SimpleNamespace(**row)), True
 
 
 async def get_task(store: Store, name: str, task_id: str) -> dict[str, Any]:
