@@ -129,6 +129,8 @@ async def test_every_page_renders_with_data(client: httpx.AsyncClient, clock: Ma
         "/ui/exchange/mailboxes/mobile-b/db-2": ["Waiting messages (1)"],
         "/ui/machines": ["m1", "failed"],
         f"/ui/machines?ns={NS}&status=failed": ["m1"],
+        "/ui/machines?ns=&id=&status=failed": ["m1"],
+        "/ui/batching/loads?task=&group=&package_status=": ["loads"],
         f"/ui/machines/{NS}/m1": ["the order book is corrupt", "opened", "Repair", "step"],
         "/ui/interactions": ["mail"],
         "/ui/interactions/queues/mail?status=scheduled": [f">{child}<"],

@@ -31,7 +31,8 @@ from mainspring.ui.web import UIRoute, context_of, render, viewer
 router = APIRouter(prefix="/ui", route_class=UIRoute, include_in_schema=False)
 
 Viewer = Annotated[Principal, Depends(viewer)]
-OptName = Annotated[str | None, Query(pattern=NAME_PATTERN, max_length=128)]
+# Forms send empty fields as "": they mean "not given".
+OptName = Annotated[str | None, Query(pattern="^$|" + NAME_PATTERN, max_length=128)]
 HISTORY_PAGE = 20
 
 
