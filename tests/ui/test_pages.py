@@ -243,3 +243,18 @@ async def test_only_the_shipped_static_files_are_served(client: httpx.AsyncClien
     assert htmx.status_code == 200 and "htmx" in htmx.text[:200]
     assert (await client.get("/ui/static/ui.css")).headers["content-type"].startswith("text/css")
     assert (await client.get("/ui/static/queries.py")).status_code == 404
+
+
+async def test_the_latency_chart_is_the_mean_time_to_finish_per_minute(client: httpx.AsyncClient, clock: ManualClock, app: Any) -> None:
+    from mainspring.ui import queries
+
+    first = (await client.post("/v1/queues/mail/interactions", json={"data": 1})).json()["id"]
+    clock.advance(2_000)
+    second = (await client.post("/v1/queues/mail/interactions", json={"data": 2})).json()["id"]
+    clock.advance(4_000)
+    for item in (first, second):
+        assert (await client.post(f"/v1/interactions/{item}/complete", json={"result": "ok"})).status_code == 200
+    series = await queries.latency(app.state.context)
+    assert series["interactions"][-1] == 5_000 and sum(series["interactions"]) == 5_000
+    assert sum(series["exchange"]) == 0
+    assert "interactions latency: mean ms" in (await client.get("/ui/overview/live")).text

@@ -59,6 +59,7 @@ async def _overview_values(request: Request) -> dict[str, Any]:
     return {
         "counts": await queries.face_counts(ctx),
         "throughput": await queries.throughput(ctx),
+        "latency": await queries.latency(ctx),
         "alerts": open_alerts,
         "page": "overview",
     }

@@ -76,6 +76,33 @@ async def throughput(ctx: Context, minutes: int = 60) -> dict[str, list[int]]:
     return series
 
 
+async def latency(ctx: Context, minutes: int = 60) -> dict[str, list[int]]:
+    """Per face, the mean time from accepted to finished (ms) of what finished in each of the last
+    ``minutes``: exchange processes (started → done), interactions (created → finished), batching
+    packages (created → done). Machines have no end to measure."""
+    now = ctx.store.now_ms()
+    since = now - minutes * MINUTE_MS
+    measures = {
+        "exchange": (exchange_processes.c.updated_at, exchange_processes.c.started_at, exchange_processes.c.state == "DONE"),
+        "interactions": (interactions.c.finished_at, interactions.c.created_at, interactions.c.finished_at.is_not(None)),
+        "batching": (batch_packages.c.updated_at, batch_packages.c.created_at, batch_packages.c.status == "done"),
+    }
+    series: dict[str, list[int]] = {}
+    async with ctx.store.read() as conn:
+        for face, (end, start, finished) in measures.items():
+            bucket = ((end - since) // MINUTE_MS).label("bucket")
+            rows = (
+                await conn.execute(
+                    select(bucket, func.avg(end - start)).where(finished, end > since, end <= now).group_by(bucket)
+                )
+            ).all()
+            values = [0] * minutes
+            for index, mean in rows:
+                values[min(minutes - 1, max(0, int(index)))] = round(float(mean or 0))
+            series[face] = values
+    return series
+
+
 async def exchange_quarantined(ctx: Context, process_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
     """The message files of IN_DOUBT processes, where they wait in ``unknown/``."""
     if not process_ids:
