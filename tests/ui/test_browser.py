@@ -62,6 +62,20 @@ async def shot(tab: Any, name: str, engine: str) -> None:
         await tab.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
 
 
+async def traffic(client: httpx.AsyncClient, clock: ManualClock, token: str, minutes: int) -> None:
+    """Some interactions created and finished over the last ``minutes``, so the charts have a shape."""
+    headers = {"Authorization": f"Bearer {token}"}
+    for minute in range(minutes):
+        made = []
+        for n in range(1 + (minute * 7) % 5):
+            reply = await client.post("/v1/queues/traffic/interactions", json={"data": {"n": n}}, headers=headers)
+            made.append(reply.json()["id"])
+        clock.advance(5_000 + (minute * 3_000) % 40_000)
+        for item in made:
+            await client.post(f"/v1/interactions/{item}/complete", json={"result": "ok"}, headers=headers)
+        clock.advance(60_000 - (5_000 + (minute * 3_000) % 40_000))
+
+
 async def log_in(tab: Any, token: str, path: str = "/ui/", engine: str | None = None) -> None:
     await tab.goto(path)
     await tab.wait_for_url("**/ui/login**")
@@ -162,6 +176,7 @@ async def test_read_only_operator_sees_every_page_without_actions(
     engine: str,
 ) -> None:
     admin = tokens["admin"]
+    await traffic(api_client, clock, admin, minutes=40)
     await in_doubt_process(api_client, clock, admin)
     await failed_machine(api_client, token=admin)
     parent, _child = await interaction_tree(api_client, admin)

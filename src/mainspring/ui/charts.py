@@ -23,8 +23,13 @@ def bar_chart(values: list[int], *, width: int = 240, height: int = 48, label: s
         title = escape(f"{label}: {sum(values)} events in the last {len(values)} min, peak {peak}/min")
     else:
         title = escape(f"{label}: mean {unit} per minute over the last {len(values)} min, peak {peak} {unit}")
+    if unit == "events":
+        caption = f"{sum(values)} events/h · peak {peak}/min"
+    else:
+        caption = f"mean time to finish per minute · peak {peak} ms"
     return Markup(
-        f'<svg class="chart" role="img" aria-label="{title}" viewBox="0 0 {width} {height}" '
+        f'<figure class="chart"><svg class="chart" role="img" aria-label="{title}" viewBox="0 0 {width} {height}" '
         f'width="{width}" height="{height}" preserveAspectRatio="none"><title>{title}</title>'
         f'<line x1="0" y1="{height - 0.5}" x2="{width}" y2="{height - 0.5}" class="axis"/>{"".join(bars)}</svg>'
+        f"<figcaption>{escape(caption)}</figcaption></figure>"
     )
