@@ -335,7 +335,9 @@ def summary(row: Any) -> dict[str, Any]:
 async def remove_machine(ctx: Context, namespace: str, machine_id: str) -> None:
     """Remove a machine with its whole history."""
     async with ctx.store.transaction() as tx:
-        row = (await tx.execute(select(machines).where(machines.c.namespace == namespace, machines.c.id == machine_id))).first()
+        # Lock the machine before its children, in the order a step takes them, so the two cannot deadlock.
+        query = select(machines).where(machines.c.namespace == namespace, machines.c.id == machine_id)
+        row = (await tx.execute(ctx.store.dialect.for_update(query))).first()
         if row is None:
             raise MachineNotFound(f"no machine {machine_id!r} in namespace {namespace!r}")
         await remove_machine_rows(tx, row)
