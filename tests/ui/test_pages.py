@@ -130,6 +130,8 @@ async def test_every_page_renders_with_data(client: httpx.AsyncClient, clock: Ma
         "/ui/machines": ["m1", "failed"],
         f"/ui/machines?ns={NS}&status=failed": ["m1"],
         "/ui/machines?ns=&id=&status=failed": ["m1"],
+        "/ui/machines?id=m": ["orders/m1"],
+        "/ui/machines?id=zzz": ["no machine matches"],
         "/ui/batching/loads?task=&group=&package_status=": ["loads"],
         f"/ui/machines/{NS}/m1": ["the order book is corrupt", "opened", "Repair", "step"],
         "/ui/interactions": ["mail"],
@@ -159,6 +161,7 @@ async def test_unknown_things_are_html_error_pages_not_500(client: httpx.AsyncCl
         ("/ui/batching/nobody", 404),
         ("/ui/exchange?state=BOGUS", 422),
         ("/ui/machines/x/y?after=-1", 422),
+        ("/ui/exchange/mailboxes/bad%20name/db", 422),
     ):
         reply = await client.get(path)
         assert reply.status_code == status, path

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sqlalchemy import func, select
 from sse_starlette import ServerSentEvent
@@ -34,6 +34,8 @@ Viewer = Annotated[Principal, Depends(viewer)]
 # Forms send empty fields as "": they mean "not given".
 OptName = Annotated[str | None, Query(pattern="^$|" + NAME_PATTERN, max_length=128)]
 HISTORY_PAGE = 20
+OPEN_PROCESS_STATES = ("STARTED", "READY_TO_COMMIT", "IN_DOUBT", "CLEANUP")
+PathName = Annotated[str, Path(pattern=NAME_PATTERN, max_length=128)]
 
 
 def _blank(value: str | None) -> str | None:
@@ -76,10 +78,12 @@ async def exchange_page(
 ) -> Response:
     ctx = context_of(request)
     state = _blank(state)
-    shown = await exchange.list_processes(ctx, state=state, addressee=None, database=None, limit=200, cursor=None)
-    if state is None:
-        # Finished processes pile up; by default show the ones someone may need to look at.
-        shown["processes"] = [p for p in shown["processes"] if p["state"] not in ("DONE", "ABORTED", "CANCELLED")]
+    # Finished processes pile up; by default show the ones someone may need to look at.
+    processes: list[dict[str, Any]] = []
+    for wanted in [state] if state else OPEN_PROCESS_STATES:
+        listed = await exchange.list_processes(ctx, state=wanted, addressee=None, database=None, limit=200, cursor=None)
+        processes.extend(listed["processes"])
+    processes.sort(key=lambda p: (p["started_at"], p["id"]))
     in_doubt = await exchange.list_processes(ctx, state="IN_DOUBT", addressee=None, database=None, limit=100, cursor=None)
     ids = [p["id"] for p in in_doubt["processes"]]
     return render(
@@ -87,7 +91,7 @@ async def exchange_page(
         "exchange.html",
         page="exchange",
         mailboxes=await exchange_messages.list_mailboxes(ctx),
-        processes=shown["processes"],
+        processes=processes,
         in_doubt=in_doubt["processes"],
         quarantined=await queries.exchange_quarantined(ctx, ids),
         cleanup=await queries.exchange_cleanup_failures(ctx),
@@ -97,7 +101,7 @@ async def exchange_page(
 
 
 @router.get("/exchange/mailboxes/{addressee}/{database}", response_class=HTMLResponse)
-async def mailbox_page(request: Request, principal: Viewer, addressee: str, database: str) -> Response:
+async def mailbox_page(request: Request, principal: Viewer, addressee: PathName, database: PathName) -> Response:
     ctx = context_of(request)
     listed = await exchange_messages.list_available(ctx, addressee, database, limit=200, cursor=None)
     return render(request, "mailbox.html", page="exchange", addressee=addressee, database=database, listed=listed)
@@ -122,9 +126,7 @@ async def machines_page(
     if ns:
         found, _ = await machines.list_machines(ctx, ns, status, 200, None)
     else:
-        found = await queries.search_machines(ctx, status, 200)
-    if id:
-        found = [m for m in found if id in m["id"]]
+        found = await queries.search_machines(ctx, status, id, 200)
     return render(
         request, "machines.html", page="machines", machines=found, namespaces=await queries.namespace_names(ctx),
         ns=ns, id=id, status=status,

@@ -149,11 +149,13 @@ async def namespace_names(ctx: Context) -> list[str]:
     return sorted(stored | used | configured | local)
 
 
-async def search_machines(ctx: Context, status: str | None, limit: int) -> list[dict[str, Any]]:
-    """Machines of every namespace (the face lists one namespace at a time)."""
+async def search_machines(ctx: Context, status: str | None, id_part: str | None, limit: int) -> list[dict[str, Any]]:
+    """Machines of every namespace whose id contains ``id_part`` (the face lists one namespace at a time)."""
     query = select(machines).order_by(machines.c.namespace, machines.c.id).limit(limit)
     if status:
         query = query.where(machines.c.status == status)
+    if id_part:
+        query = query.where(machines.c.id.contains(id_part, autoescape=True))
     async with ctx.store.read() as conn:
         rows = (await conn.execute(query)).all()
     return [
