@@ -261,3 +261,10 @@ async def test_the_latency_chart_is_the_mean_time_to_finish_per_minute(client: h
     assert series["interactions"][-1] == 5_000 and sum(series["interactions"]) == 5_000
     assert sum(series["exchange"]) == 0
     assert "interactions latency: mean ms" in (await client.get("/ui/overview/live")).text
+
+
+async def test_user_data_is_escaped_in_every_page(client: httpx.AsyncClient) -> None:
+    payload = "<script>alert('x')</script>"
+    item = (await client.post("/v1/queues/mail/interactions", json={"data": {"note": payload}})).json()["id"]
+    page = (await client.get(f"/ui/interactions/items/{item}")).text
+    assert payload not in page and "&lt;script&gt;alert(" in page
