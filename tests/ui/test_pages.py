@@ -268,3 +268,15 @@ async def test_user_data_is_escaped_in_every_page(client: httpx.AsyncClient) -> 
     item = (await client.post("/v1/queues/mail/interactions", json={"data": {"note": payload}})).json()["id"]
     page = (await client.get(f"/ui/interactions/items/{item}")).text
     assert payload not in page and "&lt;script&gt;alert(" in page
+
+
+async def test_a_machines_history_is_paged(client: httpx.AsyncClient, processor: OrdersProcessor) -> None:
+    assert (await client.post(f"/v1/namespaces/{NS}/machines", json={"id": "long"})).status_code == 201
+    for n in range(24):
+        assert (await client.post(f"/v1/namespaces/{NS}/machines/long/call", json={"args": n})).status_code == 200
+    newest = (await client.get(f"/ui/machines/{NS}/long")).text
+    assert newest.count('{"called": ') == 20 and '{"called": 23}' in newest and '{"called": 3}' not in newest
+    assert "direction=backward&after=6" in newest
+    older = (await client.get(f"/ui/machines/{NS}/long?direction=backward&after=6")).text
+    assert '{"called": 3}' in older and '{"opened": null}' in older and '{"called": 4}' not in older
+    assert "next page" not in older
