@@ -104,7 +104,7 @@ async def read_due(ctx: Context, rows: list[Any]) -> list[Due]:
             head = (
                 await conn.execute(select(notifications).where(notifications.c.machine_uid == row.uid).order_by(notifications.c.seq).limit(1))
             ).first()
-            prepared.append(Due(row, ns, head, await read_history(conn, row.uid, ns.config.history)))
+            prepared.append(Due(row, ns, head, await read_history(conn, row, ns.config.history)))
     return prepared
 
 

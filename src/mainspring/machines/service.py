@@ -104,7 +104,7 @@ async def _load(ctx: Context, namespace: str, machine_id: str, rng: HistoryRange
         row = (await conn.execute(select(machines).where(machines.c.namespace == namespace, machines.c.id == machine_id))).first()
         if row is None:
             raise MachineNotFound(f"no machine {machine_id!r} in namespace {namespace!r}")
-        events = await read_history(conn, row.uid, rng or ns.config.history)
+        events = await read_history(conn, row, rng or ns.config.history)
     return ns, row, events
 
 
@@ -308,7 +308,7 @@ async def machine_to_api(conn: Any, ctx: Context, row: Any, rng: HistoryRange) -
     ).all()
     return {
         **summary(row),
-        "history": await read_history(conn, row.uid, rng),
+        "history": await read_history(conn, row, rng),
         "pending_notifications": await count_pending(conn, row.uid),
         "failures": [
             {"at": format_time(f.at), "kind": f.kind, "code": f.code, "detail": f.detail, "permanent": f.permanent, "attempt": f.attempt, "outcome": f.outcome}
