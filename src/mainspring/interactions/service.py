@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import and_, case, func, or_, select, text
 
 from mainspring.core import outbox
+from mainspring.core.errors import InvalidRequest
 from mainspring.core.paging import decode_cursor, encode_cursor
 from mainspring.interactions.errors import InteractionFinished, InteractionNotFound, ParentNotFound
 from mainspring.interactions.settings import InteractionsSettings
@@ -492,6 +493,13 @@ async def wait_finished(store: Store, interaction_id: str, wait_ms: int) -> dict
         await waiter.wait(min(left, 1.0))
 
 
+def _cursor_ints(cursor: str, arity: int) -> list[int]:
+    values = decode_cursor(cursor, arity)
+    if not all(isinstance(v, int) and not isinstance(v, bool) and abs(v) < 2**62 for v in values):
+        raise InvalidRequest("cursor is not one this server gave", errors=[{"loc": ["query", "cursor"], "msg": "invalid cursor"}])
+    return values
+
+
 def _status_filter(status: str, now: int) -> Any:
     if status == "waiting":
         return and_(items.c.state == "queued", items.c.next_processing.is_(None))
@@ -512,8 +520,8 @@ async def list_items(store: Store, queue: str, filters: dict[str, Any], limit: i
     if filters.get("status"):
         query = query.where(or_(*(_status_filter(s, now) for s in filters["status"])))
     if cursor:
-        (after,) = decode_cursor(cursor, 1)
-        query = query.where(items.c.id > int(after))
+        (after,) = _cursor_ints(cursor, 1)
+        query = query.where(items.c.id > after)
     query = query.order_by(items.c.id).limit(limit + 1)
     async with store.read() as conn:
         rows = (await conn.execute(query)).all()
@@ -530,8 +538,8 @@ async def children(store: Store, interaction_id: str, name: str | None, limit: i
     if name is not None:
         query = query.where(items.c.name == name)
     if cursor:
-        created, after = decode_cursor(cursor, 2)
-        query = query.where(or_(items.c.created_at > int(created), and_(items.c.created_at == int(created), items.c.id > int(after))))
+        created, after = _cursor_ints(cursor, 2)
+        query = query.where(or_(items.c.created_at > created, and_(items.c.created_at == created, items.c.id > after)))
     query = query.order_by(items.c.created_at, items.c.id).limit(limit + 1)
     async with store.read() as conn:
         rows = (await conn.execute(query)).all()
