@@ -64,6 +64,18 @@ class Server:
         self.proc.wait(30)
 
 
+async def baseline(url: str, requests: int, concurrency: int) -> float:
+    """GET /healthz per second with the same concurrency: how fast this machine serves anything right now."""
+    async def lane() -> None:
+        async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+            for _ in range(requests // concurrency):
+                await http.get("/healthz")
+
+    started = time.perf_counter()
+    await asyncio.gather(*(lane() for _ in range(concurrency)))
+    return (requests // concurrency) * concurrency / (time.perf_counter() - started)
+
+
 async def submit_all(url: str, name: str, pairs: int, concurrency: int) -> float:
     queue: asyncio.Queue[int] = asyncio.Queue()
     for g in range(pairs):
@@ -156,6 +168,7 @@ async def bench_engine(engine: str, tasks: int, concurrency: int, lingers: list[
             (await http.put(f"/v1/batchers/{name}", json={"min_size": 2, "max_size": 6, "linger_ms": 50,
                                                           "max_wait_ms": 600_000, "group_size": 2,
                                                           "incomplete_group": "carry"})).raise_for_status()
+        healthz = await baseline(server.url, 1000, concurrency)
         started = time.perf_counter()
         submit_s = await submit_all(server.url, name, tasks // 2, concurrency)
         await wait_packed(server.url, name, tasks)
@@ -167,6 +180,8 @@ async def bench_engine(engine: str, tasks: int, concurrency: int, lingers: list[
         return {
             "engine": engine,
             "tasks": tasks,
+            "healthz_per_s": healthz,
+            "load": os.getloadavg()[0],
             "submitted_per_s": tasks / submit_s,
             "packed_per_s": tasks / packed_s,
             "packages": packages,
@@ -193,7 +208,8 @@ def main() -> None:
     engines = ["sqlite", "postgres"] if args.engine == "both" else [args.engine]
     for engine in engines:
         r = asyncio.run(bench_engine(engine, args.tasks, args.concurrency, args.linger, args.rounds))
-        print(f"{r['engine']}: {r['tasks']} tasks, concurrency {args.concurrency}")
+        print(f"{r['engine']}: {r['tasks']} tasks, concurrency {args.concurrency} (load average {r['load']:.1f} on {os.cpu_count()} CPUs)")
+        print(f"  baseline   {r['healthz_per_s']:8.1f} GET /healthz per s (the same server, same concurrency)")
         print(f"  submitted  {r['submitted_per_s']:8.1f} tasks/s")
         print(f"  packed     {r['packed_per_s']:8.1f} tasks/s (first submit → none pending)")
         print(f"  claimed+completed {r['packages_per_s']:8.1f} packages/s ({r['packages']} packages)")

@@ -19,6 +19,7 @@ def selftest(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # real server processes on a shared, busy machine
 def test_selftest_passes_every_scenario_at_every_depth_against_a_live_server(servers) -> None:
     (server,) = servers(1)
     done = selftest("--url", server.url, "--linger-ms", "1500")
