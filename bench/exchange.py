@@ -99,7 +99,7 @@ async def bench_cycles(engine: str, mailboxes: int, seconds: float) -> None:
     port = free_port()
     log = (workdir / "server.log").open("wb")
     env = {**os.environ, "MAINSPRING_SERVER__LOG_LEVEL": "WARNING", "MAINSPRING_SERVER__POOL_SIZE": "20"}
-    server = subprocess.Popen(
+    server = subprocess.Popen(  # noqa: ASYNC220 - starting it does not block; it runs beside the loop
         [sys.executable, "-m", "mainspring.cli", "serve", "--port", str(port), "--database", url,
          "--data-dir", str(workdir / "data")], env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -116,9 +116,9 @@ async def bench_cycles(engine: str, mailboxes: int, seconds: float) -> None:
             started = time.monotonic()
             await asyncio.gather(*[worker(url, m, started + seconds, counts) for m in range(mailboxes)])
             elapsed = time.monotonic() - started
-        print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+        print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
         print(f"cycles engine={engine} mailboxes={mailboxes} seconds={elapsed:.1f} cycles={counts[0]} "
-              f"cycles/s={counts[0] / elapsed:.1f} messages/s={10 * counts[0] / elapsed:.1f}")
+              f"cycles/s={counts[0] / elapsed:.1f} messages/s={10 * counts[0] / elapsed:.1f}", flush=True)
     finally:
         server.terminate()
         server.wait(30)
@@ -154,11 +154,11 @@ async def bench_recovery(engine: str, processes: int, mix: str) -> None:
         await recover(ctx)
         elapsed = time.monotonic() - started
         counts = {s: states.count(s) for s in STATES}
-        print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-        print(f"recovery engine={engine} processes={processes} mix={mix} {counts} seconds={elapsed:.2f}")
+        print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
+        print(f"recovery engine={engine} processes={processes} mix={mix} {counts} seconds={elapsed:.2f}", flush=True)
         again = time.monotonic()
         await recover(ctx)
-        print(f"recovery again (nothing left to do) seconds={time.monotonic() - again:.2f}")
+        print(f"recovery again (nothing left to do) seconds={time.monotonic() - again:.2f}", flush=True)
     finally:
         await store.close()
         await drop_database(url)

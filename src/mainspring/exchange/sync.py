@@ -209,7 +209,8 @@ async def finish_cleanups(tx: Transaction, process_ids: list[str]) -> int:
 async def sync_process_files(ctx: Context, process_id: str) -> None:
     """Right after API_4/API_5: do this process's file moves now; a failure is left to the watchdog."""
     try:
-        await sync_files(ctx, process_id=process_id)
+        while await sync_files(ctx, process_id=process_id) >= ctx.settings.exchange.batch_size:
+            pass
     except Exception:
         log.exception("file moves of process %s failed; the watchdog retries them", process_id)
 
