@@ -44,7 +44,7 @@ async def test_two_servers_racing_on_one_machine_never_both_append(settings: Set
             body = (await a.get(f"{BASE}/m1")).json()
             return body if body["pending_notifications"] == 0 else None
 
-        body = await eventually(settled, within_s=30)
+        body = await eventually(settled, within_s=90)
     ids = [e["id"] for e in body["history"]]
     assert ids == list(range(1, len(ids) + 1))
     data = [e["data"] for e in body["history"][1:]]
@@ -52,7 +52,9 @@ async def test_two_servers_racing_on_one_machine_never_both_append(settings: Set
     assert [d["notification"] for d in data if "notification" in d] == list(range(20)) or sorted(
         d["notification"] for d in data if "notification" in d
     ) == list(range(20))
-    assert len(ok_calls) >= 35
+    # A call that kept losing the version race is refused (409 machine_busy) and appended nothing.
+    assert all(r.json()["code"] == "machine_busy" for r in replies[:40] if r.status_code == 409)
+    assert len(ok_calls) >= 20
 
 
 async def test_timer_fires_within_50_ms_of_its_due_time(settings: Settings) -> None:

@@ -16,7 +16,7 @@ from sqlalchemy import case, func, or_, select
 
 from mainspring.core.leases import new_token
 from mainspring.core.runtime import Context, run_loop
-from mainspring.machines.commit import GroupCommitter
+from mainspring.machines.commit import committer
 from mainspring.machines.errors import NamespaceNotFound
 from mainspring.machines.namespaces import Namespace, find_namespace, processor_for
 from mainspring.machines.processor import ProcessorError
@@ -36,7 +36,6 @@ log = logging.getLogger("mainspring.machines")
 
 INFLIGHT = "machines:inflight"
 INFLIGHT_COUNT = "machines:inflight-count"
-COMMITTER = "machines:committer"
 
 
 async def lease_due_machines(ctx: Context, limit: int) -> list[Any]:
@@ -142,8 +141,7 @@ async def fire(ctx: Context, due: Due) -> None:
     except Exception as error:  # A namespace without a processor on this server: retry like a transient error.
         await _record_failure(ctx, ns, row, kind, head if kind == "notification" else None, ProcessorError(str(error)))
         return
-    committer: GroupCommitter = ctx.extras.setdefault(COMMITTER, GroupCommitter(ctx.store))
-    applied = await committer.apply(row, answer, consume_timer=kind == "timeout", delivered_notification=head.seq if kind == "notification" else None)
+    applied = await committer(ctx.extras, ctx.store).apply(row, answer, consume_timer=kind == "timeout", delivered_notification=head.seq if kind == "notification" else None)
     if not applied:
         await _release(ctx, row)
 
