@@ -3,7 +3,7 @@ VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 
-.PHONY: setup run test lint services clean
+.PHONY: setup run test lint services browser clean
 
 setup: $(VENV)/.installed
 
@@ -18,7 +18,7 @@ run: setup
 	$(BIN)/mainspring serve
 
 ## Set up, make sure PostgreSQL and NATS are up, lint, and run the whole suite on both engines.
-test: setup services lint
+test: setup services browser lint
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 lint: setup
@@ -27,6 +27,10 @@ lint: setup
 
 services:
 	scripts/ensure-services
+
+## Debian's chromium for the UI's browser tests (installed once, skipped when present).
+browser:
+	scripts/ensure-browser
 
 clean:
 	rm -rf $(VENV) mainspring-data .pytest_cache

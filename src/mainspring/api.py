@@ -35,6 +35,7 @@ from mainspring.exchange.face import face as exchange_face
 from mainspring.interactions.face import face as interactions_face
 from mainspring.machines.face import face as machines_face
 from mainspring.store import Clock, Store
+from mainspring.ui.routes import router as ui_router
 
 log = logging.getLogger("mainspring.server")
 
@@ -148,5 +149,7 @@ def create_app(
     app.include_router(core_router, dependencies=[Depends(authenticate)], responses=COMMON_PROBLEMS)
     for face in FACES:
         app.include_router(face.router, dependencies=[Depends(authenticate)], responses=COMMON_PROBLEMS)
+    # The dashboard checks the token in its cookie itself (same tokens, `admin` or `ui` scope).
+    app.include_router(ui_router)
     problems_in_openapi(app)
     return app

@@ -1,0 +1,1 @@
+"""The operators' dashboard at ``/ui``: server-rendered pages over the faces' services."""

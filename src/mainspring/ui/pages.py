@@ -1,0 +1,278 @@
+"""The dashboard's pages (GET): they read through the faces' services, and ``queries`` where no face
+offers the view (counts across names, lists of names, throughput)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from sqlalchemy import func, select
+from sse_starlette import ServerSentEvent
+
+from mainspring.batching import cafe
+from mainspring.batching import service as batching
+from mainspring.core import alerts, outbox
+from mainspring.core.auth import Principal
+from mainspring.core.errors import MainspringError
+from mainspring.core.routes import stream_events
+from mainspring.core.tables import events
+from mainspring.core.types import NAME_PATTERN
+from mainspring.exchange import messages as exchange_messages
+from mainspring.exchange import service as exchange
+from mainspring.exchange.models import STATES as EXCHANGE_STATES
+from mainspring.interactions import service as interactions
+from mainspring.machines import service as machines
+from mainspring.machines.settings import HistoryRange
+from mainspring.ui import queries
+from mainspring.ui.web import UIRoute, context_of, render, viewer
+
+router = APIRouter(prefix="/ui", route_class=UIRoute, include_in_schema=False)
+
+Viewer = Annotated[Principal, Depends(viewer)]
+# Forms send empty fields as "": they mean "not given".
+OptName = Annotated[str | None, Query(pattern="^$|" + NAME_PATTERN, max_length=128)]
+HISTORY_PAGE = 20
+OPEN_PROCESS_STATES = ("STARTED", "READY_TO_COMMIT", "IN_DOUBT", "CLEANUP")
+PathName = Annotated[str, Path(pattern=NAME_PATTERN, max_length=128)]
+
+
+def _blank(value: str | None) -> str | None:
+    return value or None
+
+
+@router.get("", response_class=HTMLResponse)
+@router.get("/", response_class=HTMLResponse)
+async def overview(request: Request, principal: Viewer) -> Response:
+    """Per face counts by state, throughput over the last hour, open alerts."""
+    return render(request, "overview.html", **await _overview_values(request))
+
+
+@router.get("/overview/live", response_class=HTMLResponse)
+async def overview_live(request: Request, principal: Viewer) -> Response:
+    """The live part of the overview, polled by htmx."""
+    return render(request, "_overview_live.html", **await _overview_values(request))
+
+
+async def _overview_values(request: Request) -> dict[str, Any]:
+    ctx = context_of(request)
+    open_alerts, _ = await alerts.list_alerts(ctx.store, open_only=True, limit=50, cursor=None)
+    return {
+        "counts": await queries.face_counts(ctx),
+        "throughput": await queries.throughput(ctx),
+        "latency": await queries.latency(ctx),
+        "alerts": open_alerts,
+        "page": "overview",
+    }
+
+
+# --- exchange --------------------------------------------------------------------------------------
+
+
+@router.get("/exchange", response_class=HTMLResponse)
+async def exchange_page(
+    request: Request,
+    principal: Viewer,
+    state: Annotated[str | None, Query(pattern="^(|" + "|".join(EXCHANGE_STATES) + ")$")] = None,
+) -> Response:
+    ctx = context_of(request)
+    state = _blank(state)
+    # Finished processes pile up; by default show the ones someone may need to look at.
+    processes: list[dict[str, Any]] = []
+    for wanted in [state] if state else OPEN_PROCESS_STATES:
+        listed = await exchange.list_processes(ctx, state=wanted, addressee=None, database=None, limit=200, cursor=None)
+        processes.extend(listed["processes"])
+    processes.sort(key=lambda p: (p["started_at"], p["id"]))
+    in_doubt = await exchange.list_processes(ctx, state="IN_DOUBT", addressee=None, database=None, limit=100, cursor=None)
+    ids = [p["id"] for p in in_doubt["processes"]]
+    return render(
+        request,
+        "exchange.html",
+        page="exchange",
+        mailboxes=await exchange_messages.list_mailboxes(ctx),
+        processes=processes,
+        in_doubt=in_doubt["processes"],
+        quarantined=await queries.exchange_quarantined(ctx, ids),
+        cleanup=await queries.exchange_cleanup_failures(ctx),
+        states=EXCHANGE_STATES,
+        state=state,
+    )
+
+
+@router.get("/exchange/mailboxes/{addressee}/{database}", response_class=HTMLResponse)
+async def mailbox_page(request: Request, principal: Viewer, addressee: PathName, database: PathName) -> Response:
+    ctx = context_of(request)
+    listed = await exchange_messages.list_available(ctx, addressee, database, limit=200, cursor=None)
+    return render(request, "mailbox.html", page="exchange", addressee=addressee, database=database, listed=listed)
+
+
+# --- machines --------------------------------------------------------------------------------------
+
+
+@router.get("/machines", response_class=HTMLResponse)
+async def machines_page(
+    request: Request,
+    principal: Viewer,
+    ns: OptName = None,
+    id: Annotated[str | None, Query(max_length=128)] = None,
+    status: Annotated[Literal["", "working", "failed"] | None, Query()] = None,
+) -> Response:
+    ctx = context_of(request)
+    ns, status = _blank(ns), _blank(status)
+    if ns and id:
+        return RedirectResponse(f"/ui/machines/{ns}/{id}", status_code=303)
+    found: list[dict[str, Any]]
+    if ns:
+        found, _ = await machines.list_machines(ctx, ns, status, 200, None)
+    else:
+        found = await queries.search_machines(ctx, status, id, 200)
+    return render(
+        request, "machines.html", page="machines", machines=found, namespaces=await queries.namespace_names(ctx),
+        ns=ns, id=id, status=status,
+    )
+
+
+@router.get("/machines/{ns}/{machine_id}", response_class=HTMLResponse)
+async def machine_page(
+    request: Request,
+    principal: Viewer,
+    ns: str,
+    machine_id: str,
+    after: Annotated[int | None, Query(ge=0)] = None,
+    direction: Literal["forward", "backward"] = "backward",
+) -> Response:
+    """A machine with one page of its history (newest first by default), aux state, timer, failure
+    journal and pending notifications."""
+    ctx = context_of(request)
+    rng = HistoryRange(after=after, limit=HISTORY_PAGE, direction=direction)
+    machine = await machines.get_machine(ctx, ns, machine_id, rng)
+    history = machine["history"]
+    ids = [h["id"] for h in history]
+    return render(
+        request, "machine.html", page="machines", m=machine, history=history, direction=direction,
+        next_after=(ids[-1] if len(ids) == HISTORY_PAGE else None),
+        notifications=await queries.pending_notifications(ctx, ns, machine_id),
+    )
+
+
+# --- interactions ----------------------------------------------------------------------------------
+
+
+@router.get("/interactions", response_class=HTMLResponse)
+async def interactions_page(request: Request, principal: Viewer) -> Response:
+    ctx = context_of(request)
+    cfg = ctx.settings.interactions
+    found = [await interactions.get_queue(ctx.store, cfg, q) for q in await queries.queue_names(ctx)]
+    return render(request, "interactions.html", page="interactions", queues=found, statuses=interactions.STATUSES)
+
+
+@router.get("/interactions/queues/{queue}", response_class=HTMLResponse)
+async def queue_page(
+    request: Request,
+    principal: Viewer,
+    queue: str,
+    status: Annotated[str | None, Query(max_length=20)] = None,
+    cursor: Annotated[str | None, Query(max_length=200)] = None,
+) -> Response:
+    ctx = context_of(request)
+    status = _blank(status)
+    settings = await interactions.get_queue(ctx.store, ctx.settings.interactions, queue)
+    filters = {"status": [status] if status in interactions.STATUSES else None}
+    found, next_cursor = await interactions.list_items(ctx.store, queue, filters, 100, cursor)
+    return render(
+        request, "queue.html", page="interactions", queue=settings, items=found, next_cursor=next_cursor,
+        status=status, statuses=interactions.STATUSES,
+    )
+
+
+@router.get("/interactions/items/{interaction_id}", response_class=HTMLResponse)
+async def interaction_page(request: Request, principal: Viewer, interaction_id: str) -> Response:
+    """An interaction with its parents above and two levels of children below."""
+    ctx = context_of(request)
+    item = await interactions.read(ctx.store, interaction_id)
+    children, _ = await interactions.children(ctx.store, item["id"], None, 100, None)
+    grandchildren: dict[str, list[dict[str, Any]]] = {}
+    for child in children[:30]:
+        grandchildren[child["id"]], _ = await interactions.children(ctx.store, child["id"], None, 30, None)
+    return render(
+        request, "interaction.html", page="interactions", item=item, children=children, grandchildren=grandchildren,
+        ancestors=await queries.interaction_ancestors(ctx, item["parent_id"]), finished=interactions.FINISHED,
+    )
+
+
+# --- batching --------------------------------------------------------------------------------------
+
+
+@router.get("/batching", response_class=HTMLResponse)
+async def batching_page(request: Request, principal: Viewer) -> Response:
+    ctx = context_of(request)
+    found = [await batching.get_batcher(ctx.store, name) for name in await queries.batcher_names(ctx)]
+    return render(request, "batching.html", page="batching", batchers=found)
+
+
+@router.get("/batching/{name}", response_class=HTMLResponse)
+async def batcher_page(
+    request: Request,
+    principal: Viewer,
+    name: str,
+    task: OptName = None,
+    group: OptName = None,
+    package_status: Annotated[Literal["", "ready", "claimed", "done", "failed"] | None, Query()] = None,
+) -> Response:
+    """A batcher's settings, the batch forming with its timer, packages and leases; a task's status and
+    a group's version log on request."""
+    ctx = context_of(request)
+    batcher = await batching.get_batcher(ctx.store, name)
+    packages, _ = await cafe.list_packages(ctx.store, name, _blank(package_status), 100, None)
+    found_task: dict[str, Any] | None = None
+    task_error: str | None = None
+    if task:
+        try:
+            found_task = await batching.get_task(ctx.store, name, task)
+        except MainspringError as exc:
+            task_error = exc.problem()["detail"]
+    return render(
+        request, "batcher.html", page="batching", b=batcher, forming=await queries.forming_batch(ctx, name),
+        packages=packages, leases=await queries.package_leases(ctx, name), task=task, found_task=found_task,
+        task_error=task_error, group=group, versions=(await queries.group_versions(ctx, name, group)) if group else None,
+        package_status=_blank(package_status),
+    )
+
+
+# --- events ----------------------------------------------------------------------------------------
+
+
+@router.get("/events", response_class=HTMLResponse)
+async def events_page(
+    request: Request, principal: Viewer, types: Annotated[str | None, Query(max_length=2000)] = None
+) -> Response:
+    """The latest events, then a live tail over Server-Sent Events from where the page left off."""
+    ctx = context_of(request)
+    async with ctx.store.read() as conn:
+        top = int((await conn.execute(select(func.coalesce(func.max(events.c.position), 0)))).scalar_one())
+    wanted = [t.strip() for t in (types or "").split(",") if t.strip()]
+    recent, _ = await outbox.read_events(ctx.store, max(0, top - 50), 50, wanted)
+    return render(request, "events.html", page="events", recent=list(reversed(recent)), cursor=str(top), types=types or "")
+
+
+@router.get("/events/stream")
+async def events_stream(
+    request: Request,
+    principal: Viewer,
+    after: Annotated[str | None, Query(max_length=20)] = None,
+    types: Annotated[str | None, Query(max_length=2000)] = None,
+) -> Response:
+    """The API's event stream (same code), for the browser that holds the token in its cookie. Each
+    event goes out unnamed, so a browser's ``onmessage`` sees every type (the type is in the data)."""
+    response = await stream_events(request, context_of(request), principal, after, types)
+    named = response.body_iterator
+
+    async def unnamed() -> AsyncIterator[Any]:
+        async for item in named:
+            if isinstance(item, ServerSentEvent):
+                item.event = None
+            yield item
+
+    response.body_iterator = unnamed()
+    return response

@@ -1,0 +1,251 @@
+"""Read-only views the dashboard needs and no face's API offers (counts across names, lists of names,
+throughput from the event log). Writes never happen here: every action calls the face's own service."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import case, func, select
+
+from mainspring.batching.tables import batch_packages, batch_tasks, batch_versions, batchers
+from mainspring.core.runtime import Context
+from mainspring.core.tables import events
+from mainspring.exchange.tables import exchange_messages, exchange_processes
+from mainspring.interactions.tables import interaction_queues, interactions
+from mainspring.machines.tables import machines, namespaces, notifications
+from mainspring.store import format_time
+
+MINUTE_MS = 60_000
+# Event type prefixes per face, for the throughput charts.
+FACE_EVENTS = {
+    "exchange": "exchange.",
+    "machines": "machine.",
+    "interactions": "interaction.",
+    "batching": "batch.",
+}
+
+
+async def _grouped(conn: Any, column: Any, where: Any = None) -> dict[str, int]:
+    query = select(column, func.count()).group_by(column)
+    if where is not None:
+        query = query.where(where)
+    return {str(k): int(n) for k, n in (await conn.execute(query)).all()}
+
+
+async def face_counts(ctx: Context) -> dict[str, dict[str, dict[str, int]]]:
+    """Per face, the things it holds counted by state."""
+    now = ctx.store.now_ms()
+    item_status = case(
+        (interactions.c.state != "queued", interactions.c.state),
+        (interactions.c.next_processing.is_(None), "waiting"),
+        (interactions.c.next_processing > now, "scheduled"),
+        else_="ready",
+    )
+    async with ctx.store.read() as conn:
+        return {
+            "exchange": {
+                "processes": await _grouped(conn, exchange_processes.c.state),
+                "messages": await _grouped(conn, exchange_messages.c.state),
+            },
+            "machines": {"machines": await _grouped(conn, machines.c.status)},
+            "interactions": {"interactions": await _grouped(conn, item_status)},
+            "batching": {
+                "tasks": await _grouped(conn, batch_tasks.c.status),
+                "packages": await _grouped(conn, batch_packages.c.status),
+            },
+        }
+
+
+async def throughput(ctx: Context, minutes: int = 60) -> dict[str, list[int]]:
+    """Per face, events per minute over the last ``minutes`` (oldest first), from the event log."""
+    now = ctx.store.now_ms()
+    since = now - minutes * MINUTE_MS
+    bucket = ((events.c.at - since) // MINUTE_MS).label("bucket")
+    series = {face: [0] * minutes for face in FACE_EVENTS}
+    async with ctx.store.read() as conn:
+        for face, prefix in FACE_EVENTS.items():
+            rows = (
+                await conn.execute(
+                    select(bucket, func.count())
+                    .where(events.c.at > since, events.c.at <= now, events.c.type.startswith(prefix))
+                    .group_by(bucket)
+                )
+            ).all()
+            for index, count in rows:
+                series[face][min(minutes - 1, max(0, int(index)))] += int(count)
+    return series
+
+
+async def latency(ctx: Context, minutes: int = 60) -> dict[str, list[int]]:
+    """Per face, the mean time from accepted to finished (ms) of what finished in each of the last
+    ``minutes``: exchange processes (started → done), interactions (created → finished), batching
+    packages (created → done). Machines have no end to measure."""
+    now = ctx.store.now_ms()
+    since = now - minutes * MINUTE_MS
+    measures = {
+        "exchange": (exchange_processes.c.updated_at, exchange_processes.c.started_at, exchange_processes.c.state == "DONE"),
+        "interactions": (interactions.c.finished_at, interactions.c.created_at, interactions.c.finished_at.is_not(None)),
+        "batching": (batch_packages.c.updated_at, batch_packages.c.created_at, batch_packages.c.status == "done"),
+    }
+    series: dict[str, list[int]] = {}
+    async with ctx.store.read() as conn:
+        for face, (end, start, finished) in measures.items():
+            bucket = ((end - since) // MINUTE_MS).label("bucket")
+            rows = (
+                await conn.execute(
+                    select(bucket, func.avg(end - start)).where(finished, end > since, end <= now).group_by(bucket)
+                )
+            ).all()
+            values = [0] * minutes
+            for index, mean in rows:
+                values[min(minutes - 1, max(0, int(index)))] = round(float(mean or 0))
+            series[face] = values
+    return series
+
+
+async def exchange_quarantined(ctx: Context, process_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """The message files of IN_DOUBT processes, where they wait in ``unknown/``."""
+    if not process_ids:
+        return {}
+    query = (
+        select(exchange_messages)
+        .where(exchange_messages.c.process_id.in_(process_ids))
+        .order_by(exchange_messages.c.created_at, exchange_messages.c.id)
+    )
+    found: dict[str, list[dict[str, Any]]] = {pid: [] for pid in process_ids}
+    async with ctx.store.read() as conn:
+        for row in (await conn.execute(query)).all():
+            found[row.process_id].append(
+                {"id": row.id, "state": row.state, "path": row.path, "size": row.size, "sha256": row.sha256}
+            )
+    return found
+
+
+async def exchange_cleanup_failures(ctx: Context, limit: int = 50) -> list[dict[str, Any]]:
+    """Message files whose move or delete keeps failing (the watchdog retries them)."""
+    query = (
+        select(exchange_messages)
+        .where(exchange_messages.c.synced.is_(False), exchange_messages.c.sync_attempts > 0)
+        .order_by(exchange_messages.c.next_sync_at)
+        .limit(limit)
+    )
+    async with ctx.store.read() as conn:
+        rows = (await conn.execute(query)).all()
+    return [
+        {
+            "id": r.id, "mailbox": f"{r.addressee}/{r.database}", "process_id": r.process_id or r.origin_process_id,
+            "state": r.state, "attempts": r.sync_attempts, "error": r.sync_error, "next_at": format_time(r.next_sync_at),
+        }
+        for r in rows
+    ]
+
+
+async def namespace_names(ctx: Context) -> list[str]:
+    async with ctx.store.read() as conn:
+        stored = {r.name for r in (await conn.execute(select(namespaces.c.name))).all()}
+        used = {r.namespace for r in (await conn.execute(select(machines.c.namespace).distinct())).all()}
+    configured = set(ctx.settings.machines.namespaces)
+    local = set(getattr(ctx.registry, "processors", {}))
+    return sorted(stored | used | configured | local)
+
+
+async def search_machines(ctx: Context, status: str | None, id_part: str | None, limit: int) -> list[dict[str, Any]]:
+    """Machines of every namespace whose id contains ``id_part`` (the face lists one namespace at a time)."""
+    query = select(machines).order_by(machines.c.namespace, machines.c.id).limit(limit)
+    if status:
+        query = query.where(machines.c.status == status)
+    if id_part:
+        query = query.where(machines.c.id.contains(id_part, autoescape=True))
+    async with ctx.store.read() as conn:
+        rows = (await conn.execute(query)).all()
+    return [
+        {"namespace": r.namespace, "id": r.id, "status": r.status, "timer": format_time(r.timer_at),
+         "updated_at": format_time(r.updated_at)}
+        for r in rows
+    ]
+
+
+async def pending_notifications(ctx: Context, namespace: str, machine_id: str, limit: int = 50) -> list[dict[str, Any]]:
+    query = (
+        select(notifications)
+        .join(machines, machines.c.uid == notifications.c.machine_uid)
+        .where(machines.c.namespace == namespace, machines.c.id == machine_id)
+        .order_by(notifications.c.seq)
+        .limit(limit)
+    )
+    async with ctx.store.read() as conn:
+        rows = (await conn.execute(query)).all()
+    return [
+        {"id": r.id, "args": r.args, "created_at": format_time(r.created_at), "due_at": format_time(r.due_at),
+         "attempts": r.attempts}
+        for r in rows
+    ]
+
+
+async def queue_names(ctx: Context) -> list[str]:
+    async with ctx.store.read() as conn:
+        stored = {r.name for r in (await conn.execute(select(interaction_queues.c.name))).all()}
+        used = {r.queue for r in (await conn.execute(select(interactions.c.queue).distinct())).all()}
+    return sorted(stored | used | set(getattr(ctx.registry, "queues", {})))
+
+
+async def interaction_ancestors(ctx: Context, parent_id: Any, depth: int = 20) -> list[dict[str, Any]]:
+    """The chain of parents above an interaction, nearest first."""
+    chain: list[dict[str, Any]] = []
+    async with ctx.store.read() as conn:
+        while parent_id is not None and len(chain) < depth:
+            row = (await conn.execute(select(interactions).where(interactions.c.id == int(parent_id)))).first()
+            if row is None:
+                break
+            chain.append({"id": str(row.id), "name": row.name, "queue": row.queue, "state": row.state})
+            parent_id = row.parent_id
+    return chain
+
+
+async def batcher_names(ctx: Context) -> list[str]:
+    async with ctx.store.read() as conn:
+        return [r.name for r in (await conn.execute(select(batchers.c.name).order_by(batchers.c.name))).all()]
+
+
+async def forming_batch(ctx: Context, name: str, limit: int = 100) -> list[dict[str, Any]]:
+    """The pending tasks of a batcher: the batch being formed, oldest first."""
+    query = (
+        select(batch_tasks)
+        .where(batch_tasks.c.batcher == name, batch_tasks.c.status == "pending")
+        .order_by(batch_tasks.c.seq)
+        .limit(limit)
+    )
+    async with ctx.store.read() as conn:
+        rows = (await conn.execute(query)).all()
+    return [
+        {"id": r.id, "group": r.group, "member": r.member, "version": r.version, "created_at": format_time(r.created_at)}
+        for r in rows
+    ]
+
+
+async def group_versions(ctx: Context, name: str, group: str, limit: int = 200) -> list[dict[str, Any]]:
+    """The version log of every member of one group, oldest first."""
+    query = (
+        select(batch_versions)
+        .where(batch_versions.c.batcher == name, batch_versions.c.group == group)
+        .order_by(batch_versions.c.version, batch_versions.c.member)
+        .limit(limit)
+    )
+    async with ctx.store.read() as conn:
+        rows = (await conn.execute(query)).all()
+    return [
+        {"member": r.member, "version": r.version, "sha256": r.sha256, "task_id": r.task_id, "at": format_time(r.at),
+         "withdrawn_at": format_time(r.withdrawn_at)}
+        for r in rows
+    ]
+
+
+async def package_leases(ctx: Context, name: str) -> dict[str, dict[str, Any]]:
+    """Who holds each claimed package and until when (never the lease token)."""
+    query = select(batch_packages).where(batch_packages.c.batcher == name, batch_packages.c.status == "claimed")
+    async with ctx.store.read() as conn:
+        rows = (await conn.execute(query)).all()
+    return {
+        r.id: {"worker": r.worker, "expires_at": format_time(r.lease_expires_at), "lease_ms": r.lease_ms}
+        for r in rows
+    }

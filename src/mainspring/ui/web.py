@@ -1,0 +1,142 @@
+"""What every dashboard page shares: the token cookie, who is looking, templates, and HTML errors."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, quote, urlsplit
+
+from fastapi import Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, RedirectResponse
+from fastapi.routing import APIRoute
+from fastapi.templating import Jinja2Templates
+
+from mainspring.core.auth import Principal
+from mainspring.core.errors import Forbidden, InvalidRequest, MainspringError, Unauthenticated
+from mainspring.core.runtime import Context
+from mainspring.store import parse_time
+from mainspring.ui.charts import bar_chart
+
+COOKIE = "mainspring_ui_token"
+HERE = Path(__file__).parent
+templates = Jinja2Templates(directory=HERE / "templates")
+
+
+class LoginRequired(Exception):
+    """No valid token in the cookie: the browser goes to the login page."""
+
+
+def _ago(iso: str | None, now_ms: int) -> str:
+    """A short human age (``3m 5s``) of an RFC 3339 time, relative to the store's clock."""
+    if not iso:
+        return ""
+    ms = now_ms - parse_time(iso)
+    sign = "in " if ms < 0 else ""
+    seconds = abs(ms) // 1000
+    if seconds < 60:
+        text = f"{seconds}s"
+    elif seconds < 3600:
+        text = f"{seconds // 60}m {seconds % 60}s"
+    elif seconds < 86400:
+        text = f"{seconds // 3600}h {seconds % 3600 // 60}m"
+    else:
+        text = f"{seconds // 86400}d {seconds % 86400 // 3600}h"
+    return sign + text + ("" if sign else " ago")
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+
+
+templates.env.filters["ago"] = _ago
+templates.env.filters["pretty"] = _pretty
+templates.env.globals["bar_chart"] = bar_chart
+
+
+def context_of(request: Request) -> Context:
+    return request.app.state.context  # type: ignore[no-any-return]
+
+
+async def viewer(request: Request) -> Principal:
+    """Who is looking: the token in the cookie must carry ``admin`` or ``ui`` (any token when the server
+    is open, like the API)."""
+    token = request.cookies.get(COOKIE)
+    try:
+        principal: Principal = await request.app.state.authenticator.authenticate(f"Bearer {token}" if token else None)
+    except Unauthenticated as exc:
+        raise LoginRequired() from exc
+    principal.require_any(["admin", "ui"])
+    request.state.principal = principal
+    return principal
+
+
+def can_act(principal: Principal) -> bool:
+    return principal.allows("admin")
+
+
+def require_actor(request: Request, principal: Principal) -> None:
+    """Actions need ``admin`` (the ``ui`` scope only looks), and come from this site: the cookie is
+    SameSite=Strict, and an Origin naming another site is refused as well."""
+    principal.require("admin")
+    origin = request.headers.get("origin")
+    if origin and origin != "null" and urlsplit(origin).netloc != request.headers.get("host", ""):
+        raise Forbidden("this action comes from another site")
+
+
+async def form_of(request: Request) -> dict[str, str]:
+    """A urlencoded form body as its last value per field."""
+    body = (await request.body()).decode("utf-8", errors="replace")
+    return {k: v[-1] for k, v in parse_qs(body, keep_blank_values=True).items()}
+
+
+def render(request: Request, name: str, status_code: int = 200, **values: Any) -> HTMLResponse:
+    principal: Principal | None = getattr(request.state, "principal", None)
+    ctx = context_of(request)
+    values.setdefault("flash", request.query_params.get("msg"))
+    values.setdefault("flash_kind", request.query_params.get("kind", "ok"))
+    return templates.TemplateResponse(
+        request,
+        name,
+        {
+            "principal": principal,
+            "can_act": principal is not None and can_act(principal),
+            "now_ms": ctx.store.now_ms(),
+            "engine": ctx.store.dialect.name,
+            **values,
+        },
+        status_code=status_code,
+    )
+
+
+def back(to: str, message: str, kind: str = "ok") -> RedirectResponse:
+    """After an action, show the page again with what happened (post/redirect/get)."""
+    sep = "&" if "?" in to else "?"
+    return RedirectResponse(f"{to}{sep}msg={quote(message)}&kind={kind}", status_code=303)
+
+
+def error_page(request: Request, error: MainspringError) -> HTMLResponse:
+    return render(request, "error.html", status_code=error.status, error=error.problem())
+
+
+class UIRoute(APIRoute):
+    """Answers the dashboard's errors as HTML pages (the API's are problem+json)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        original = super().get_route_handler()
+
+        async def handler(request: Request) -> Response:
+            try:
+                return await original(request)
+            except LoginRequired:
+                target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+                return RedirectResponse(f"/ui/login?next={quote(target)}", status_code=303)
+            except MainspringError as exc:
+                return error_page(request, exc)
+            except RequestValidationError as exc:
+                errors = [{"loc": list(e.get("loc", [])), "msg": str(e.get("msg", ""))} for e in exc.errors()]
+                return error_page(request, InvalidRequest("the request does not match what this page takes", errors=errors))
+
+        return handler

@@ -1,0 +1,206 @@
+"""End to end in headless Chromium (Debian's package, driven by Playwright) against the app served by
+uvicorn: what an operator does, click by click. Screenshots of each page go to docs/screenshots/."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from mainspring.store import ManualClock
+from tests.ui.conftest import (
+    NS,
+    OrdersProcessor,
+    batch_tasks,
+    failed_machine,
+    in_doubt_process,
+    interaction_tree,
+)
+
+CHROMIUM = "/usr/bin/chromium"
+SHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+# No network beyond the app under test: no updates, no sync, no QUIC, no first-run pings.
+FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+
+playwright_api = pytest.importorskip("playwright.async_api")
+pytestmark = [
+    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="no /usr/bin/chromium (scripts/ensure-browser installs it)"),
+    pytest.mark.timeout(180),
+]
+
+
+@pytest.fixture
+async def page(live_url: str) -> AsyncIterator[Any]:
+    """A fresh browser page; closed before the server stops, so an open event stream never holds it."""
+    async with playwright_api.async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+        context = await browser.new_context(base_url=live_url, viewport={"width": 1360, "height": 900})
+        tab = await context.new_page()
+        tab.set_default_timeout(15_000)
+        yield tab
+        await context.close()
+        await browser.close()
+
+
+@pytest.fixture
+async def api_client(live_url: str) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=live_url, timeout=30) as c:
+        yield c
+
+
+async def shot(tab: Any, name: str, engine: str) -> None:
+    # One engine writes the pictures, so a run leaves one set, not two that race.
+    if engine == "sqlite":
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        await tab.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+async def traffic(client: httpx.AsyncClient, clock: ManualClock, token: str, minutes: int) -> None:
+    """Some interactions created and finished over the last ``minutes``, so the charts have a shape."""
+    headers = {"Authorization": f"Bearer {token}"}
+    for minute in range(minutes):
+        made = []
+        for n in range(1 + (minute * 7) % 5):
+            reply = await client.post("/v1/queues/traffic/interactions", json={"data": {"n": n}}, headers=headers)
+            made.append(reply.json()["id"])
+        clock.advance(5_000 + (minute * 3_000) % 40_000)
+        for item in made:
+            await client.post(f"/v1/interactions/{item}/complete", json={"result": "ok"}, headers=headers)
+        clock.advance(60_000 - (5_000 + (minute * 3_000) % 40_000))
+
+
+async def log_in(tab: Any, token: str, path: str = "/ui/", engine: str | None = None) -> None:
+    await tab.goto(path)
+    await tab.wait_for_url("**/ui/login**")
+    if engine:
+        await shot(tab, "login", engine)
+    await tab.fill("input[name=token]", token)
+    await tab.click("button[type=submit]")
+    await tab.wait_for_url(f"**{path}")
+
+
+async def test_log_in_see_a_failed_machine_repair_it_and_see_it_working(
+    page: Any, api_client: httpx.AsyncClient, tokens: dict[str, str], processor: OrdersProcessor, engine: str
+) -> None:
+    await failed_machine(api_client, "invoice-7", token=tokens["admin"])
+    await log_in(page, tokens["admin"])
+    alert = page.locator("tr.alert-row[data-code=machine_failed]")
+    await alert.wait_for()
+
+    await page.click("nav >> text=Machines")
+    await page.wait_for_url("**/ui/machines")
+    await page.select_option("select[name=status]", "failed")
+    await page.click("form.filters button[type=submit]")
+    await page.wait_for_url("**/ui/machines?*status=failed*")
+    row = page.locator("tr[data-machine='orders/invoice-7']")
+    assert "failed" in await row.inner_text()
+    await shot(page, "machines", engine)
+    await row.locator("a").click()
+    await page.wait_for_url(f"**/ui/machines/{NS}/invoice-7")
+    assert await page.locator("#machine-status").inner_text() == "failed"
+    assert "the order book is corrupt" in await page.content()
+    await shot(page, "machine-failed", engine)
+
+    await page.fill("textarea[name=args]", '{"by": "browser"}')
+    await page.click("[data-action=repair]")
+    await page.wait_for_selector(".flash.ok")
+    assert await page.locator("#machine-status").inner_text() == "working"
+    assert '{"repaired": {"by": "browser"}}' in await page.locator("#history").inner_text()
+    await shot(page, "machine-repaired", engine)
+
+
+@pytest.mark.parametrize("committed", [False, True], ids=["not-committed", "committed"])
+async def test_resolve_an_in_doubt_process_and_see_its_messages_come_back_or_go(
+    page: Any, api_client: httpx.AsyncClient, tokens: dict[str, str], clock: ManualClock, engine: str, committed: bool
+) -> None:
+    pid, ids = await in_doubt_process(api_client, clock, tokens["admin"], count=3)
+    await log_in(page, tokens["admin"], "/ui/exchange")
+    doubt = page.locator(f"#doubt-{pid}")
+    assert "unknown/" in await doubt.inner_text()
+    assert await page.locator("tr[data-mailbox='mobile-a/db-1']").count() == 0
+    if not committed:
+        await shot(page, "exchange-in-doubt", engine)
+
+    await doubt.locator("[data-resolve=committed]" if committed else "[data-resolve=not-committed]").click()
+    await page.wait_for_selector(".flash.ok")
+    assert await page.locator(f"#doubt-{pid}").count() == 0
+    box = page.locator("tr[data-mailbox='mobile-a/db-1']")
+    if committed:
+        assert await box.count() == 0
+    else:
+        assert await box.locator(".waiting").inner_text() == "3"
+        await box.locator("a").click()
+        text = await page.locator("main").inner_text()
+        assert all(i in text for i in ids)
+        await shot(page, "mailbox", engine)
+
+
+async def test_an_event_arrives_live_in_the_tail(
+    page: Any, api_client: httpx.AsyncClient, tokens: dict[str, str], engine: str
+) -> None:
+    await log_in(page, tokens["ui"], "/ui/events")
+    await page.wait_for_selector("#tail-state.ok")
+    reply = await api_client.post(
+        "/v1/queues/mail/interactions", json={"data": {"live": True}, "name": "tail-me"},
+        headers={"Authorization": f"Bearer {tokens['admin']}"},
+    )
+    assert reply.status_code == 201
+    row = page.locator("#events tbody tr.fresh", has_text="interaction.created")
+    await row.first.wait_for()
+    assert reply.json()["id"] in await row.first.inner_text()
+    await shot(page, "events", engine)
+
+
+async def test_a_filtered_tail_shows_only_the_chosen_types(
+    page: Any, api_client: httpx.AsyncClient, tokens: dict[str, str], processor: OrdersProcessor
+) -> None:
+    await log_in(page, tokens["ui"], "/ui/events?types=machine.*")
+    await page.wait_for_selector("#tail-state.ok")
+    headers = {"Authorization": f"Bearer {tokens['admin']}"}
+    await api_client.post("/v1/queues/mail/interactions", json={"data": 1}, headers=headers)
+    # Let the tail scan past that event before the next one. (Reported to the lead: on PostgreSQL a filtered
+    # read in core/outbox.py takes max(position) in a second statement, so an event numbered between the
+    # two statements could be skipped; this test is about the page's filter, not that race.)
+    listed = await api_client.get("/v1/events", params={"types": "interaction.created", "wait_ms": 5000}, headers=headers)
+    assert listed.json()["events"]
+    await asyncio.sleep(0.5)
+    # An event of the chosen type after the other: once it shows, the other would have shown before it.
+    await api_client.post(f"/v1/namespaces/{NS}/machines", json={"id": "filtered"}, headers=headers)
+    await page.locator("#events tbody tr.fresh", has_text="machine.created").first.wait_for()
+    assert await page.locator("#events tbody tr.fresh", has_text="interaction.").count() == 0
+
+
+async def test_read_only_operator_sees_every_page_without_actions(
+    page: Any, api_client: httpx.AsyncClient, tokens: dict[str, str], clock: ManualClock, processor: OrdersProcessor,
+    engine: str,
+) -> None:
+    admin = tokens["admin"]
+    await traffic(api_client, clock, admin, minutes=40)
+    await in_doubt_process(api_client, clock, admin)
+    await failed_machine(api_client, token=admin)
+    parent, _child = await interaction_tree(api_client, admin)
+    await batch_tasks(api_client, admin)
+    await log_in(page, tokens["ui"], engine=engine)
+    assert await page.locator(".badge.muted", has_text="read-only").count() == 1
+    assert await page.locator("tr.alert-row").count() == 2
+    await shot(page, "overview", engine)
+    for path, name in (
+        ("/ui/exchange", None),
+        (f"/ui/machines/{NS}/m1", None),
+        ("/ui/interactions", "interactions"),
+        (f"/ui/interactions/items/{parent}", "interaction-tree"),
+        ("/ui/batching", "batching"),
+        ("/ui/batching/loads?task=t1&group=g1", "batcher"),
+    ):
+        await page.goto(path)
+        assert await page.locator("main form[method=post], [data-action], [data-resolve]").count() == 0, path
+        if name:
+            await shot(page, name, engine)
