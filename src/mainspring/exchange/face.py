@@ -1,6 +1,8 @@
 """The exchange face as the server mounts it."""
 
 from mainspring.core.runtime import Face
+from mainspring.exchange.cli import cli
 from mainspring.exchange.routes import router
+from mainspring.exchange.watchdog import recover, watchdog
 
-face = Face(name="exchange", router=router)
+face = Face(name="exchange", router=router, recover=recover, loops=[watchdog], cli=cli)

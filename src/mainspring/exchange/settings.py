@@ -12,3 +12,11 @@ class ExchangeSettings(BaseModel):
     backup: bool = False
     """Keep committed message files in ``backup/`` instead of deleting them."""
     max_message_bytes: int = Field(16 * 1024 * 1024, ge=1)
+    cleanup_retry_ms: int = Field(5_000, ge=1)
+    """How long to wait before retrying a file move or delete that failed (the disk may come back)."""
+    cleanup_retry_max_ms: int = Field(300_000, ge=1)
+    """Upper bound of the doubling retry delay of a failing file move or delete."""
+    cleanup_alert_after: int = Field(5, ge=1)
+    """Raise an alert once a process's cleanup (or a message file move) has failed this many times."""
+    batch_size: int = Field(500, ge=1, le=10_000)
+    """How many processes or files the watchdog and start-up recovery handle per transaction."""

@@ -1,0 +1,1 @@
+"""Python clients for Mainspring's faces (sync and async, over httpx)."""

@@ -1,0 +1,173 @@
+"""Message bodies on disk under ``<data_dir>/exchange/``.
+
+Layout: ``mailboxes/<addressee>/<database>/<message_id>``, ``backup/<addressee>/<database>/<message_id>``,
+``unknown/<process_id>/<message_id>``. Every name in a path is a validated ``Name`` or an id this server made,
+so no path leaves the root.
+
+Writes are atomic (temp file, fsync, rename, fsync the folder). Moves and deletes are idempotent: ``place``
+and ``remove`` look at where the file is now and do only what is left, so re-running the same step after a
+crash (or on another server) ends in the same state.
+
+The module-level ``_replace``, ``_unlink``, ``_fsync`` and ``_write`` are the only calls that change the disk;
+tests replace them to simulate a failing disk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from collections.abc import Iterable
+from pathlib import Path
+
+_replace = os.replace
+_unlink = os.unlink
+_fsync = os.fsync
+
+
+def _write(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def mailbox_path(addressee: str, database: str, message_id: str) -> str:
+    return f"mailboxes/{addressee}/{database}/{message_id}"
+
+
+def backup_path(addressee: str, database: str, message_id: str) -> str:
+    return f"backup/{addressee}/{database}/{message_id}"
+
+
+def unknown_path(process_id: str, message_id: str) -> str:
+    return f"unknown/{process_id}/{message_id}"
+
+
+class Disk:
+    """The exchange folder of one data dir."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root.resolve()
+
+    def full(self, relative: str) -> Path:
+        path = (self.root / relative).resolve()
+        if self.root not in path.parents:
+            raise ValueError(f"path {relative!r} leaves the exchange folder")
+        return path
+
+    def _fsync_dir(self, folder: Path) -> None:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            _fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _make_dirs(self, folder: Path) -> None:
+        # A folder created here is fsynced into its parent, else a crash could drop it with the file in it.
+        missing = []
+        current = folder
+        while not current.exists():
+            missing.append(current)
+            current = current.parent
+        folder.mkdir(parents=True, exist_ok=True)
+        for created in reversed(missing):
+            self._fsync_dir(created.parent)
+
+    def write_atomic(self, relative: str, data: bytes) -> None:
+        """Write ``data`` to ``relative`` so that after a crash it is either whole or absent."""
+        target = self.full(relative)
+        self._make_dirs(target.parent)
+        temp = target.parent / f".{target.name}.{secrets.token_hex(4)}.tmp"
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
+        try:
+            try:
+                _write(fd, data)
+                _fsync(fd)
+            finally:
+                os.close(fd)
+            _replace(temp, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+            raise
+        self._fsync_dir(target.parent)
+
+    def read(self, candidates: Iterable[str | None]) -> bytes | None:
+        """The bytes of the first candidate path that exists, or None."""
+        for relative in candidates:
+            if relative is None:
+                continue
+            try:
+                return self.full(relative).read_bytes()
+            except FileNotFoundError:
+                continue
+        return None
+
+    def find_quarantined(self, message_id: str) -> bytes | None:
+        """The bytes of a message left in some ``unknown/<process_id>/`` after interrupted moves."""
+        for path in sorted((self.root / "unknown").glob(f"*/{message_id}")):
+            try:
+                return path.read_bytes()
+            except FileNotFoundError:
+                continue
+        return None
+
+    def quarantined_paths(self, message_id: str) -> list[str]:
+        return [str(p.relative_to(self.root)) for p in sorted((self.root / "unknown").glob(f"*/{message_id}"))]
+
+    def exists(self, relative: str) -> bool:
+        return self.full(relative).exists()
+
+    def place(self, target: str, candidates: Iterable[str | None]) -> bool:
+        """Make the file be at ``target``, moving it from the first candidate that has it.
+
+        Answers False when the file is nowhere (a message lost outside Mainspring); raises OSError when the
+        disk refuses.
+        """
+        destination = self.full(target)
+        if destination.exists():
+            return True
+        for relative in candidates:
+            if relative is None or relative == target:
+                continue
+            source = self.full(relative)
+            if not source.exists():
+                continue
+            self._make_dirs(destination.parent)
+            try:
+                _replace(source, destination)
+            except FileNotFoundError:
+                # Another server moved it first.
+                if destination.exists():
+                    return True
+                continue
+            self._fsync_dir(destination.parent)
+            if source.parent != destination.parent:
+                self._fsync_dir(source.parent)
+            return True
+        return False
+
+    def remove(self, candidates: Iterable[str | None]) -> None:
+        """Delete the file wherever it may be; deleting what is already gone succeeds."""
+        for relative in candidates:
+            if relative is None:
+                continue
+            path = self.full(relative)
+            try:
+                _unlink(path)
+            except FileNotFoundError:
+                continue
+            self._fsync_dir(path.parent)
+            self._prune(path.parent)
+
+    def discard(self, relative: str) -> None:
+        """Best-effort delete of a file nothing refers to (a store that lost its race)."""
+        with contextlib.suppress(OSError):
+            self.remove([relative])
+
+    def _prune(self, folder: Path) -> None:
+        # Empty unknown/<process_id>/ folders would pile up; mailbox folders stay.
+        if folder.parent.name == "unknown" and folder.parent.parent == self.root:
+            with contextlib.suppress(OSError):
+                folder.rmdir()

@@ -1,0 +1,114 @@
+"""Request and response bodies of the exchange API (API.md §1)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
+
+from mainspring.core.types import Name, ShortText, Text
+
+State = Literal["STARTED", "READY_TO_COMMIT", "CLEANUP", "DONE", "CANCELLED", "ABORTED", "IN_DOUBT"]
+STATES: tuple[str, ...] = ("STARTED", "READY_TO_COMMIT", "CLEANUP", "DONE", "CANCELLED", "ABORTED", "IN_DOUBT")
+
+
+class Message(BaseModel):
+    id: str
+    addressee: str
+    database: str
+    size: int
+    sha256: str
+    content_type: str
+    sender: str | None
+    created_at: str
+
+
+class MessageList(BaseModel):
+    messages: list[Message]
+    busy: bool
+    active_process_id: str | None
+    next_cursor: str | None = None
+
+
+class Process(BaseModel):
+    id: str
+    addressee: str
+    database: str
+    client_id: str
+    message_ids: list[str]
+    state: State
+    started_at: str
+    deadline: str | None
+    updated_at: str
+    error: str | None = None
+
+
+class ProcessList(BaseModel):
+    processes: list[Process]
+    next_cursor: str | None = None
+
+
+class StartRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    client_id: Name
+    message_ids: list[Name] = Field(min_length=1, max_length=10_000)
+
+
+class Reply(BaseModel):
+    """A message to publish when the process commits: ``body`` (text) or ``body_base64`` (bytes)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    addressee: Name
+    database: Name
+    body: str | None = None
+    body_base64: str | None = None
+    content_type: ShortText | None = None
+    message_id: Name | None = None
+
+    @model_validator(mode="after")
+    def _one_body(self) -> Reply:
+        if (self.body is None) == (self.body_base64 is None):
+            raise ValueError("give exactly one of body and body_base64")
+        if self.body_base64 is not None:
+            try:
+                base64.b64decode(self.body_base64, validate=True)
+            except (binascii.Error, ValueError) as exc:
+                raise ValueError("body_base64 is not valid base64") from exc
+        return self
+
+    def data(self) -> bytes:
+        if self.body_base64 is not None:
+            return base64.b64decode(self.body_base64, validate=True)
+        return (self.body or "").encode()
+
+    def media_type(self) -> str:
+        if self.content_type:
+            return self.content_type
+        return "text/plain; charset=utf-8" if self.body is not None else "application/octet-stream"
+
+
+class ReadyRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    replies: list[Reply] = Field(default_factory=list, max_length=10_000)
+
+
+class ReadyResponse(BaseModel):
+    status: Literal["OK"] = "OK"
+    process: Process
+
+
+class CommitFailedRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    error: Text | None = None
+
+
+class ResolveRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    committed: StrictBool

@@ -1,0 +1,191 @@
+"""Making the disk follow the store: message file moves and deletes, and finishing CLEANUP.
+
+A transition records where each file must be (``path``; NULL: deleted) and bumps ``file_version``; this
+module does the move, then marks the row ``synced`` only if no newer decision came meanwhile. A move that
+fails is logged and retried with a doubling delay; a process stays in CLEANUP until every file of its
+committed messages is gone (or in ``backup/``), and raises an alert once that keeps failing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import case, func, or_, select, update
+
+from mainspring.core import outbox
+from mainspring.core.alerts import raise_alert
+from mainspring.core.runtime import Context
+from mainspring.exchange import files
+from mainspring.exchange.messages import disk_of, file_candidates
+from mainspring.exchange.tables import exchange_messages as M
+from mainspring.exchange.tables import exchange_processes as P
+from mainspring.store import Transaction
+
+log = logging.getLogger("mainspring.exchange")
+
+
+@dataclass
+class Outcome:
+    row: Any
+    done: bool
+    missing: bool = False
+    error: str | None = None
+
+
+def _apply(disk: files.Disk, row: Any) -> Outcome:
+    candidates = [c for c in file_candidates(row) if c != row.path]
+    try:
+        candidates += disk.quarantined_paths(row.id)
+        if row.path is None:
+            disk.remove(candidates)
+            return Outcome(row, True)
+        if disk.place(row.path, candidates):
+            return Outcome(row, True)
+        return Outcome(row, True, missing=True)
+    except OSError as exc:
+        return Outcome(row, False, error=f"{type(exc).__name__}: {exc}")
+
+
+def _apply_all(disk: files.Disk, rows: list[Any]) -> list[Outcome]:
+    return [_apply(disk, row) for row in rows]
+
+
+def retry_delay(ctx: Context, attempts: int) -> int:
+    settings = ctx.settings.exchange
+    return int(min(settings.cleanup_retry_max_ms, settings.cleanup_retry_ms * 2 ** min(attempts, 30)))
+
+
+async def sync_files(ctx: Context, *, process_id: str | None = None) -> int:
+    """Do one batch of the file moves that are due; answers how many rows it handled."""
+    store = ctx.store
+    query = (
+        select(M).where(M.c.synced.is_(False), M.c.next_sync_at <= store.now_ms())
+        .order_by(M.c.next_sync_at).limit(ctx.settings.exchange.batch_size)
+    )
+    if process_id is not None:
+        query = query.where(or_(M.c.process_id == process_id, M.c.origin_process_id == process_id))
+    async with store.read() as conn:
+        rows = (await conn.execute(query)).all()
+    if not rows:
+        if process_id is not None:
+            async with store.transaction() as tx:
+                await finish_cleanups(tx, [process_id])
+        return 0
+    await _sync_rows(ctx, rows)
+    return len(rows)
+
+
+async def sync_all_once(ctx: Context) -> int:
+    """Try every pending file move once, due or not (start-up: the disk may be back)."""
+    store = ctx.store
+    after = ""
+    total = 0
+    while True:
+        query = (
+            select(M).where(M.c.synced.is_(False), M.c.id > after)
+            .order_by(M.c.id).limit(ctx.settings.exchange.batch_size)
+        )
+        async with store.read() as conn:
+            rows = (await conn.execute(query)).all()
+        if not rows:
+            return total
+        await _sync_rows(ctx, rows)
+        total += len(rows)
+        after = rows[-1].id
+
+
+async def _sync_rows(ctx: Context, rows: list[Any]) -> None:
+    outcomes = await asyncio.to_thread(_apply_all, disk_of(ctx), rows)
+    async with ctx.store.transaction() as tx:
+        await _record(ctx, tx, outcomes)
+
+
+async def _record(ctx: Context, tx: Transaction, outcomes: list[Outcome]) -> None:
+    now = tx.store.now_ms()
+    alert_after = ctx.settings.exchange.cleanup_alert_after
+    cleanup_pids: set[str] = set()
+    failed_pids: dict[str, str] = {}
+    for outcome in outcomes:
+        row = outcome.row
+        if row.state == "COMMITTED" and row.process_id:
+            cleanup_pids.add(row.process_id)
+        if outcome.done:
+            await tx.execute(
+                update(M)
+                .where(M.c.id == row.id, M.c.file_version == row.file_version)
+                .values(synced=True, sync_error="file missing" if outcome.missing else None,
+                        state=case((M.c.state == "COMMITTED", "GONE"), else_=M.c.state))
+            )
+            if outcome.missing and row.state != "COMMITTED":
+                await raise_alert(tx, "exchange_message_file_missing", "exchange.message", row.id,
+                                  f"the file of message {row.id} was not found anywhere under the exchange folder")
+            continue
+        attempts = row.sync_attempts + 1
+        log.warning("moving the file of message %s to %s failed (attempt %d): %s",
+                    row.id, row.path or "deletion", attempts, outcome.error)
+        await tx.execute(
+            update(M)
+            .where(M.c.id == row.id, M.c.file_version == row.file_version)
+            .values(sync_attempts=attempts, next_sync_at=now + retry_delay(ctx, attempts - 1),
+                    sync_error=outcome.error)
+        )
+        if row.state == "COMMITTED" and row.process_id:
+            failed_pids[row.process_id] = outcome.error or "error"
+        elif attempts >= alert_after:
+            await raise_alert(tx, "exchange_file_move_failing", "exchange.message", row.id,
+                              f"moving the file of message {row.id} has failed {attempts} times: {outcome.error}")
+    for pid, error in failed_pids.items():
+        process = (await tx.execute(select(P.c.cleanup_attempts).where(P.c.id == pid))).first()
+        if process is None:
+            continue
+        attempts = process.cleanup_attempts + 1
+        await tx.execute(update(P).where(P.c.id == pid).values(
+            cleanup_attempts=attempts, next_attempt_at=now + retry_delay(ctx, attempts - 1), updated_at=now))
+        if attempts >= alert_after:
+            await raise_alert(tx, "exchange_cleanup_failing", "exchange.process", pid,
+                              f"cleanup of process {pid} has failed {attempts} times: {error}")
+    await finish_cleanups(tx, sorted(cleanup_pids - set(failed_pids)))
+
+
+async def finish_cleanups(tx: Transaction, process_ids: list[str]) -> int:
+    """CLEANUP → DONE for those of ``process_ids`` whose committed message files are all gone."""
+    if not process_ids:
+        return 0
+    pending = {
+        r.process_id
+        for r in (
+            await tx.execute(
+                select(M.c.process_id).where(M.c.process_id.in_(process_ids), M.c.state == "COMMITTED").distinct()
+            )
+        ).all()
+    }
+    rows = (
+        await tx.execute(select(P).where(P.c.id.in_([p for p in process_ids if p not in pending]),
+                                         P.c.state == "CLEANUP"))
+    ).all()
+    if not rows:
+        return 0
+    now = tx.store.now_ms()
+    await tx.execute(update(P).where(P.c.id.in_([r.id for r in rows]), P.c.state == "CLEANUP")
+                     .values(state="DONE", updated_at=now, next_attempt_at=None))
+    await outbox.emit_many(tx, [
+        outbox.Event("exchange.process.done", "exchange.process", r.id,
+                     {"addressee": r.addressee, "database": r.database, "state": "DONE"})
+        for r in rows
+    ])
+    return len(rows)
+
+
+async def sync_process_files(ctx: Context, process_id: str) -> None:
+    """Right after API_4/API_5: do this process's file moves now; a failure is left to the watchdog."""
+    try:
+        await sync_files(ctx, process_id=process_id)
+    except Exception:
+        log.exception("file moves of process %s failed; the watchdog retries them", process_id)
+
+
+async def next_sync_due(conn: Any) -> int | None:
+    return (await conn.execute(select(func.min(M.c.next_sync_at)).where(M.c.synced.is_(False)))).scalar()

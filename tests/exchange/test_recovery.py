@@ -1,0 +1,174 @@
+"""Start-up recovery (API.md §1 and the seed's start-up rules), and repairing a crash between a
+decision in the store and the file move that follows it."""
+
+from __future__ import annotations
+
+import shutil
+
+from sqlalchemy import select
+
+from mainspring.exchange.tables import exchange_messages as M
+from mainspring.exchange.tables import exchange_processes as P
+from mainspring.exchange.watchdog import recover
+from tests.exchange.conftest import (
+    COMMIT_TIMEOUT_MS,
+    MAILBOX,
+    PROCESS_TIMEOUT_MS,
+    files_under,
+    listed,
+    open_alerts,
+    process,
+    put,
+    settle,
+    start,
+)
+
+PR = "/v1/exchange/processes"
+
+
+async def started(client, n=1, mailbox=MAILBOX):
+    ids = [(await put(client, f"body-{i}".encode(), mailbox=mailbox))["id"] for i in range(n)]
+    response = await start(client, ids, mailbox=mailbox)
+    assert response.status_code == 201, response.text
+    return ids, response.json()["id"]
+
+
+async def snapshot(store, exchange_dir):
+    async with store.read() as conn:
+        processes = sorted((r.id, r.state) for r in (await conn.execute(select(P.c.id, P.c.state))).all())
+        messages = sorted((r.id, r.state, r.path, r.synced) for r in (await conn.execute(
+            select(M.c.id, M.c.state, M.c.path, M.c.synced))).all())
+    return processes, messages, files_under(exchange_dir)
+
+
+async def test_startup_drops_cancelled_processes(app, client, clock):
+    ids, pid = await started(client)
+    clock.advance(PROCESS_TIMEOUT_MS)
+    await settle(app)
+    assert (await process(client, pid))["state"] == "CANCELLED"
+    await recover(app.state.context)
+    gone = await client.get(f"{PR}/{pid}")
+    assert gone.status_code == 404 and gone.json()["code"] == "process_not_found"
+    assert [m["id"] for m in (await listed(client))["messages"]] == ids
+    assert (await client.post(f"{PR}/{pid}/ready")).json()["code"] == "cancelled"
+
+
+async def test_startup_finishes_cleanup(app, client, disk, exchange_dir):
+    _ids, pid = await started(client, 2)
+    await client.post(f"{PR}/{pid}/ready")
+    disk.fail("_unlink")
+    response = await client.post(f"{PR}/{pid}/committed")
+    assert response.status_code == 200 and response.json()["state"] == "CLEANUP"
+    disk.heal()
+    await recover(app.state.context)
+    assert (await process(client, pid))["state"] == "DONE"
+    assert files_under(exchange_dir) == set()
+
+
+async def test_startup_turns_ready_to_commit_into_in_doubt(app, client, exchange_dir, store):
+    ids, pid = await started(client, 2)
+    await client.post(f"{PR}/{pid}/ready")
+    await recover(app.state.context)
+    assert (await process(client, pid))["state"] == "IN_DOUBT"
+    assert files_under(exchange_dir) == {f"unknown/{pid}/{i}" for i in ids}
+    assert [a.subject_id for a in await open_alerts(store, "exchange_in_doubt")] == [pid]
+    assert (await client.post(f"{PR}/{pid}/committed")).json()["state"] == "DONE"
+
+
+async def test_startup_keeps_the_deadline_of_started_processes(app, client, clock):
+    _, pid = await started(client)
+    before = await process(client, pid)
+    clock.advance(PROCESS_TIMEOUT_MS // 2)
+    await recover(app.state.context)
+    after = await process(client, pid)
+    assert after["state"] == "STARTED" and after["deadline"] == before["deadline"]
+    clock.advance(PROCESS_TIMEOUT_MS // 2)
+    await settle(app)
+    assert (await process(client, pid))["state"] == "CANCELLED"
+
+
+async def test_startup_leaves_in_doubt_done_and_aborted_alone(app, client, clock, store, exchange_dir):
+    _, doubt = await started(client, 1, mailbox="/v1/exchange/mailboxes/a/x")
+    await client.post(f"{PR}/{doubt}/ready")
+    clock.advance(COMMIT_TIMEOUT_MS)
+    await settle(app)
+    _, done = await started(client, 1, mailbox="/v1/exchange/mailboxes/b/x")
+    await client.post(f"{PR}/{done}/ready")
+    await client.post(f"{PR}/{done}/committed")
+    _, aborted = await started(client, 1, mailbox="/v1/exchange/mailboxes/c/x")
+    await client.post(f"{PR}/{aborted}/commit-failed")
+    before = await snapshot(store, exchange_dir)
+    await recover(app.state.context)
+    assert await snapshot(store, exchange_dir) == before
+
+
+async def test_recovery_run_twice_ends_in_the_same_state(app, client, clock, store, exchange_dir, disk):
+    _, ready = await started(client, 2, mailbox="/v1/exchange/mailboxes/a/x")
+    await client.post(f"{PR}/{ready}/ready")
+    _, cleanup = await started(client, 2, mailbox="/v1/exchange/mailboxes/b/x")
+    await client.post(f"{PR}/{cleanup}/ready")
+    disk.fail("_unlink")
+    await client.post(f"{PR}/{cleanup}/committed")
+    disk.heal()
+    _, live = await started(client, 1, mailbox="/v1/exchange/mailboxes/c/x")
+    ctx = app.state.context
+    await recover(ctx)
+    first = await snapshot(store, exchange_dir)
+    await recover(ctx)
+    assert await snapshot(store, exchange_dir) == first
+    states = dict(first[0])
+    assert (states[ready], states[cleanup], states[live]) == ("IN_DOUBT", "DONE", "STARTED")
+
+
+async def test_crash_after_the_decision_before_the_file_move_is_repaired(app, client, disk, exchange_dir):
+    ids, pid = await started(client, 2)
+    await client.post(f"{PR}/{pid}/ready")
+    disk.fail("_replace")
+    await recover(app.state.context)  # decides IN_DOUBT; the moves to unknown/ fail (as if it crashed)
+    assert (await process(client, pid))["state"] == "IN_DOUBT"
+    assert files_under(exchange_dir) == {f"mailboxes/mobile-a/db-1/{i}" for i in ids}
+    assert (await listed(client))["messages"] == [], "undecided files are never listed"
+    disk.heal()
+    await recover(app.state.context)
+    assert files_under(exchange_dir) == {f"unknown/{pid}/{i}" for i in ids}
+
+
+async def test_crash_after_the_file_move_before_it_was_recorded_is_repaired(app, client, disk, exchange_dir, store):
+    ids, pid = await started(client, 2)
+    await client.post(f"{PR}/{pid}/ready")
+    disk.fail("_replace")
+    await recover(app.state.context)
+    disk.heal()
+    # The move happened, the store never heard of it: as if the server died right after the rename.
+    (exchange_dir / "unknown" / pid).mkdir(parents=True, exist_ok=True)
+    shutil.move(exchange_dir / "mailboxes/mobile-a/db-1" / ids[0], exchange_dir / "unknown" / pid / ids[0])
+    await recover(app.state.context)
+    assert files_under(exchange_dir) == {f"unknown/{pid}/{i}" for i in ids}
+    async with store.read() as conn:
+        assert all(r.synced for r in (await conn.execute(select(M.c.synced).where(M.c.process_id == pid))).all())
+    assert await open_alerts(store, "exchange_message_file_missing") == []
+
+
+async def test_crash_after_a_delete_before_it_was_recorded_is_repaired(app, client, disk, exchange_dir):
+    ids, pid = await started(client, 2)
+    await client.post(f"{PR}/{pid}/ready")
+    disk.fail("_unlink")
+    assert (await client.post(f"{PR}/{pid}/committed")).json()["state"] == "CLEANUP"
+    disk.heal()
+    (exchange_dir / "mailboxes/mobile-a/db-1" / ids[0]).unlink()  # deleted, not recorded
+    await recover(app.state.context)
+    assert (await process(client, pid))["state"] == "DONE"
+    assert files_under(exchange_dir) == set()
+
+
+async def test_late_commit_failed_while_the_quarantine_move_is_pending_keeps_the_messages(app, client, disk, exchange_dir):
+    ids, pid = await started(client, 2)
+    await client.post(f"{PR}/{pid}/ready")
+    disk.fail("_replace")
+    await recover(app.state.context)
+    disk.heal()
+    response = await client.post(f"{PR}/{pid}/commit-failed")
+    assert response.json()["state"] == "ABORTED"
+    await recover(app.state.context)
+    assert files_under(exchange_dir) == {f"mailboxes/mobile-a/db-1/{i}" for i in ids}
+    assert [m["id"] for m in (await listed(client))["messages"]] == ids
