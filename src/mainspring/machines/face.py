@@ -1,6 +1,32 @@
 """The machines face as the server mounts it."""
 
-from mainspring.core.runtime import Face
+from __future__ import annotations
+
+from mainspring.core.publishers import run_publishers
+from mainspring.core.runtime import Context, Face
+from mainspring.machines.background import machines_loop
+from mainspring.machines.namespaces import HTTP_CLIENT, save_namespace
 from mainspring.machines.routes import router
 
-face = Face(name="machines", router=router)
+
+async def recover(ctx: Context) -> None:
+    """Write the config file's namespaces. Unfinished work needs nothing special: due timers, pending
+    notifications and steps of a dead server (their leases run out) are taken by the loop like any other."""
+    configured = ctx.settings.machines.namespaces
+    if configured:
+        async with ctx.store.transaction() as tx:
+            for name, config in configured.items():
+                await save_namespace(tx, name, config)
+
+
+async def run_machines(ctx: Context) -> None:
+    try:
+        await machines_loop(ctx)
+    finally:
+        client = ctx.extras.pop(HTTP_CLIENT, None)
+        if client is not None:
+            await client.aclose()
+
+
+# The event publishers are the core's; they run here until api.py starts them itself (see the report).
+face = Face(name="machines", router=router, recover=recover, loops=[run_machines, run_publishers])

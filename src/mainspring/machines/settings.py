@@ -1,7 +1,56 @@
 """Settings of the machines face (section `[machines]` of the config file, env `MAINSPRING_MACHINES__<KEY>`)."""
 
-from pydantic import BaseModel
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class RetryPolicy(BaseModel):
+    """Exponential backoff for timers and notifications whose processor call failed transiently."""
+
+    initial_ms: int = Field(100, ge=0, le=86_400_000)
+    factor: float = Field(2.0, ge=1.0, le=100.0)
+    max_ms: int = Field(60_000, ge=0, le=86_400_000)
+    max_attempts: int | None = Field(10, ge=1, le=1_000_000)
+    """Processor calls in all (the first one included); None: no limit."""
+    max_total_ms: int | None = Field(None, ge=0, le=315_360_000_000)
+    """Give up once this long has passed since the first failure; None: no limit."""
+    jitter: float = Field(0.0, ge=0.0, le=1.0)
+    """Each delay is drawn from ``[d·(1-jitter), d]``, so many machines failing together do not retry together."""
+
+
+class HistoryRange(BaseModel):
+    """Which part of the history a processor is sent (Machinegun's HistoryRange)."""
+
+    after: int | None = Field(None, ge=0)
+    limit: int | None = Field(None, ge=1, le=100_000)
+    direction: str = Field("forward", pattern="^(forward|backward)$")
+
+
+class ProcessorConfig(BaseModel):
+    url: str | None = Field(None, max_length=2000, pattern=r"^https?://")
+    """None: the namespace is served by an in-process processor registered with ``App.processor``."""
+    timeout_ms: int = Field(30_000, ge=1, le=3_600_000)
+
+
+class NamespaceConfig(BaseModel):
+    processor: ProcessorConfig = ProcessorConfig()
+    retry: RetryPolicy = RetryPolicy()
+    history: HistoryRange = HistoryRange()
 
 
 class MachinesSettings(BaseModel):
-    pass
+    namespaces: dict[str, NamespaceConfig] = {}
+    """Namespaces written to the store at start-up (the file wins over a PUT made before the restart)."""
+    lease_margin_ms: int = Field(5_000, ge=0)
+    """A background step holds its machine for the processor timeout plus this; then another server retakes it."""
+    batch: int = Field(200, ge=1, le=10_000)
+    """Due machines taken per round of the background loop."""
+    concurrency: int = Field(32, ge=1, le=1_000)
+    """Background steps run at once per server."""
+    timer_lookahead_ms: int = Field(250, ge=0, le=10_000)
+    """Machines due this soon are leased and read ahead, then fired on the due millisecond."""
+    conflict_retries: int = Field(5, ge=0, le=100)
+    """How often a Call whose step lost the version race to another step is re-run before 409."""
+    journal_in_get: int = Field(100, ge=0, le=10_000)
+    """Newest failure-journal entries shown in Get."""

@@ -1,0 +1,230 @@
+"""Publishers: copy the outbox to NATS JetStream, Kafka and webhooks — ordered, at least once.
+
+Each publisher follows the outbox by ``position`` with its own durable cursor (table ``publisher_cursors``,
+migration core_0002). A round leases the cursor (so one server at a time publishes for it), reads the next
+batch, hands it to the sink in order, waits for the sink's acknowledgement, and only then moves the cursor,
+fenced by the lease token. A crash between the sink's ack and the cursor write re-sends that batch once
+more: at least once. NATS gets ``Nats-Msg-Id`` = the event id, so JetStream drops such a repeat itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import logging
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import httpx
+from sqlalchemy import BigInteger, Column, String, Table, Text, or_, select
+
+from mainspring.core import outbox
+from mainspring.core.leases import new_token
+from mainspring.core.runtime import Context, run_loop
+from mainspring.core.settings import EventsSettings, KafkaSink, NatsSink, WebhookSink
+from mainspring.store import Store
+from mainspring.store.schema import Millis, metadata
+
+log = logging.getLogger("mainspring.publishers")
+
+publisher_cursors = Table(
+    "publisher_cursors",
+    metadata,
+    Column("name", String(200), primary_key=True),
+    Column("position", BigInteger, nullable=False),
+    Column("lease_token", String(40), nullable=True),
+    Column("lease_until", Millis, nullable=True),
+    Column("updated_at", Millis, nullable=False),
+    Column("last_error", Text, nullable=True),
+)
+
+BATCH = 500
+LEASE_MS = 30_000
+
+
+class Sink(Protocol):
+    name: str
+
+    async def publish(self, events: Sequence[dict[str, Any]]) -> None:
+        """Deliver ``events`` in order; return only when the sink has acknowledged every one."""
+
+    async def close(self) -> None: ...
+
+
+class WebhookPublisher:
+    """POSTs ``{"events": [...]}`` batches; any 2xx acknowledges the batch. Signed with HMAC-SHA256 when a
+    secret is set: header ``X-Mainspring-Signature: sha256=<hex of the body>``."""
+
+    def __init__(self, config: WebhookSink, client: httpx.AsyncClient | None = None) -> None:
+        self.config = config
+        self.name = "webhook:" + hashlib.sha256(config.url.encode()).hexdigest()[:16]
+        self._client = client or httpx.AsyncClient(timeout=30)
+
+    async def publish(self, events: Sequence[dict[str, Any]]) -> None:
+        body = json.dumps({"events": list(events)}, separators=(",", ":")).encode()
+        headers = {"content-type": "application/json"}
+        if self.config.secret:
+            headers["X-Mainspring-Signature"] = "sha256=" + hmac.new(self.config.secret.encode(), body, hashlib.sha256).hexdigest()
+        reply = await self._client.post(self.config.url, content=body, headers=headers)
+        if not 200 <= reply.status_code < 300:
+            raise RuntimeError(f"webhook {self.config.url} answered {reply.status_code}")
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+
+class NatsPublisher:
+    """Publishes each event to JetStream subject ``<prefix>.<event type>`` of stream ``<stream>``."""
+
+    def __init__(self, config: NatsSink) -> None:
+        self.config = config
+        self.name = f"nats:{config.stream}"
+        self._nc: Any = None
+        self._js: Any = None
+
+    async def _connect(self) -> Any:
+        if self._js is None:
+            import nats
+            from nats.js.errors import BadRequestError
+
+            self._nc = await nats.connect(self.config.url, max_reconnect_attempts=-1)
+            self._js = self._nc.jetstream()
+            try:
+                await self._js.add_stream(name=self.config.stream, subjects=[f"{self.config.subject_prefix}.>"])
+            except BadRequestError:
+                pass  # The stream exists with settings an operator chose; publish into it as it is.
+        return self._js
+
+    async def publish(self, events: Sequence[dict[str, Any]]) -> None:
+        js = await self._connect()
+        acks = [
+            js.publish(
+                f"{self.config.subject_prefix}.{event['type']}",
+                json.dumps(event, separators=(",", ":")).encode(),
+                stream=self.config.stream,
+                headers={"Nats-Msg-Id": event["id"]},
+            )
+            for event in events
+        ]
+        # One at a time keeps the order on the stream; JetStream acks each before the next is sent.
+        for ack in acks:
+            await ack
+
+    async def close(self) -> None:
+        if self._nc is not None:
+            await self._nc.close()
+            self._nc = self._js = None
+
+
+class KafkaPublisher:
+    """Produces each event to ``topic`` keyed by its subject, so one subject's events stay in one partition
+    in order; ``acks="all"``. aiokafka has one batch in flight per partition, so retries cannot reorder;
+    the idempotent producer is left off because not every Kafka-protocol broker (tansu) implements it."""
+
+    def __init__(self, config: KafkaSink) -> None:
+        self.config = config
+        self.name = f"kafka:{config.topic}"
+        self._producer: Any = None
+
+    async def _connect(self) -> Any:
+        if self._producer is None:
+            from aiokafka import AIOKafkaProducer
+
+            producer = AIOKafkaProducer(bootstrap_servers=self.config.bootstrap_servers, acks="all")
+            await producer.start()
+            self._producer = producer
+        return self._producer
+
+    async def publish(self, events: Sequence[dict[str, Any]]) -> None:
+        producer = await self._connect()
+        futures = []
+        for event in events:
+            key = f"{event['subject']['kind']}:{event['subject']['id']}".encode()
+            futures.append(await producer.send(self.config.topic, json.dumps(event, separators=(",", ":")).encode(), key=key))
+        await asyncio.gather(*futures)
+
+    async def close(self) -> None:
+        if self._producer is not None:
+            await self._producer.stop()
+            self._producer = None
+
+
+def sinks_from_settings(events: EventsSettings) -> list[Sink]:
+    sinks: list[Sink] = []
+    if events.nats is not None:
+        sinks.append(NatsPublisher(events.nats))
+    if events.kafka is not None:
+        sinks.append(KafkaPublisher(events.kafka))
+    sinks.extend(WebhookPublisher(w) for w in events.webhooks)
+    return sinks
+
+
+async def _lease(store: Store, name: str, token: str) -> int | None:
+    """Take the cursor's lease; answer its position, or None while another server holds it."""
+    now = store.now_ms()
+    async with store.transaction() as tx:
+        await tx.execute(store.dialect.insert(publisher_cursors).values(name=name, position=0, updated_at=now).on_conflict_do_nothing(index_elements=["name"]))
+        taken = await tx.execute(
+            publisher_cursors.update()
+            .where(
+                publisher_cursors.c.name == name,
+                or_(publisher_cursors.c.lease_token == token, publisher_cursors.c.lease_until.is_(None), publisher_cursors.c.lease_until <= now),
+            )
+            .values(lease_token=token, lease_until=now + LEASE_MS)
+        )
+        if not taken.rowcount:
+            return None
+        return int((await tx.execute(select(publisher_cursors.c.position).where(publisher_cursors.c.name == name))).scalar_one())
+
+
+async def publish_once(store: Store, sink: Sink, token: str, types: Sequence[str] = (), batch: int = BATCH) -> int:
+    """Publish the next batch after the sink's cursor; answer how many events it published."""
+    position = await _lease(store, sink.name, token)
+    if position is None:
+        return 0
+    events, next_position = await outbox.read_events(store, position, batch, types)
+    if events:
+        try:
+            await sink.publish(events)
+        except Exception as exc:
+            async with store.transaction() as tx:
+                await tx.execute(publisher_cursors.update().where(publisher_cursors.c.name == sink.name).values(last_error=str(exc)[:2000]))
+            raise
+    if next_position != position:
+        async with store.transaction() as tx:
+            await tx.execute(
+                publisher_cursors.update()
+                .where(publisher_cursors.c.name == sink.name, publisher_cursors.c.lease_token == token)
+                .values(position=next_position, updated_at=store.now_ms(), last_error=None)
+            )
+    return len(events)
+
+
+async def cursor_position(store: Store, name: str) -> int | None:
+    async with store.read() as conn:
+        return (await conn.execute(select(publisher_cursors.c.position).where(publisher_cursors.c.name == name))).scalar()
+
+
+async def run_publisher(ctx: Context, sink: Sink) -> None:
+    """Publish until the server stops, waking on every new event."""
+    token = new_token()
+    types = ctx.settings.events.types
+
+    async def step() -> int | None:
+        while await publish_once(ctx.store, sink, token, types) >= BATCH:
+            pass
+        return None
+
+    try:
+        await run_loop(ctx, f"publisher {sink.name}", step, channel=outbox.EVENTS_CHANNEL)
+    finally:
+        await sink.close()
+
+
+async def run_publishers(ctx: Context) -> None:
+    """Every publisher the ``[events]`` settings configure, side by side (a background loop)."""
+    sinks = sinks_from_settings(ctx.settings.events)
+    if sinks:
+        await asyncio.gather(*(run_publisher(ctx, sink) for sink in sinks))

@@ -1,0 +1,60 @@
+"""Serve a Python processor over HTTP, speaking the processor protocol of API.md §2.
+
+```python
+from mainspring.machines.host import serve_processor
+
+class Invoice:
+    def init(self, args, machine):
+        return {"events": [{"issued": args}], "action": {"timer": {"in_ms": 86_400_000}}}
+    def timeout(self, args, machine):
+        return {"events": ["overdue"]}
+
+serve_processor(Invoice, port=9000)   # then PUT /v1/namespaces/invoices {"processor": {"url": "http://…:9000/"}}
+```
+The same class works in-process (``App.processor("invoices")``). Raise ``Unprocessable`` for a permanent
+error (answered as ``422 {"code": "unprocessable"}``); any other exception is answered ``500`` (transient).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from mainspring.machines.processor import KINDS, LocalProcessor, Unprocessable
+
+log = logging.getLogger("mainspring.machines.host")
+
+
+def processor_app(target: Any, path: str = "/") -> Starlette:
+    """An ASGI app answering the processor protocol with ``target`` (a processor class, object or function)."""
+    local = LocalProcessor(target)
+
+    async def process(request: Request) -> JSONResponse:
+        try:
+            body = await request.json()
+        except ValueError:
+            return JSONResponse({"code": "invalid_request", "detail": "body is not JSON"}, status_code=400)
+        if not isinstance(body, dict) or body.get("kind") not in KINDS or not isinstance(body.get("machine"), dict):
+            return JSONResponse({"code": "invalid_request", "detail": "not a processor request"}, status_code=400)
+        try:
+            answer = await local.invoke(body["kind"], body.get("args"), body["machine"])
+        except Unprocessable as exc:
+            return JSONResponse({"code": "unprocessable", "detail": str(exc)}, status_code=422)
+        except Exception as exc:
+            log.exception("processor failed on %s", body["kind"])
+            return JSONResponse({"code": "processor_error", "detail": f"{type(exc).__name__}: {exc}"}, status_code=500)
+        return JSONResponse(answer if answer is not None else {"events": []})
+
+    return Starlette(routes=[Route(path, process, methods=["POST"])])
+
+
+def serve_processor(target: Any, host: str = "127.0.0.1", port: int = 9000, path: str = "/") -> None:
+    """Run ``target`` as an HTTP processor (blocks; uvicorn)."""
+    import uvicorn
+
+    uvicorn.run(processor_app(target, path), host=host, port=port, log_level="warning")

@@ -1,0 +1,106 @@
+"""API models of the machines face."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from mainspring.core.types import JsonValue, Name, PositiveMs
+from mainspring.machines.settings import HistoryRange, ProcessorConfig, RetryPolicy
+
+
+class NamespaceIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    processor: ProcessorConfig = ProcessorConfig()
+    retry: RetryPolicy = RetryPolicy()
+    history: HistoryRange = HistoryRange()
+
+
+class StartIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: Name
+    args: JsonValue = None
+
+
+class CallIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    args: JsonValue = None
+    timeout_ms: PositiveMs | None = Field(None, le=3_600_000)
+    """This call's deadline for the processor, instead of the namespace's."""
+
+
+class NotifyIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    args: JsonValue = None
+
+
+class RepairIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    args: JsonValue = None
+    simple: bool = False
+
+
+class HistoryEvent(BaseModel):
+    id: int
+    created_at: str
+    data: Any
+
+
+class FailureEntry(BaseModel):
+    at: str
+    kind: str
+    code: str
+    detail: str
+    permanent: bool
+    attempt: int
+    outcome: str
+
+
+class MachineSummary(BaseModel):
+    namespace: str
+    id: str
+    status: Literal["working", "failed", "removed"]
+    version: int | None = None
+    last_event_id: int | None = None
+    aux_state: Any = None
+    timer: str | None = None
+    error: Any = None
+    created_at: str | None = None
+    updated_at: str | None = None
+
+
+class Machine(MachineSummary):
+    history: list[HistoryEvent]
+    pending_notifications: int = 0
+    failures: list[FailureEntry] = []
+
+
+class MachineList(BaseModel):
+    machines: list[MachineSummary]
+    next_cursor: str | None
+
+
+class CallOut(BaseModel):
+    response: Any
+
+
+class NotifyOut(BaseModel):
+    id: str
+
+
+class Operation(BaseModel):
+    key: str
+    kind: str
+    status: int
+    response: Any
+    created_at: str
+
+
+class NamespaceOut(BaseModel):
+    name: str
+    processor: ProcessorConfig
+    retry: RetryPolicy
+    history: HistoryRange
+    in_process: bool
+    updated_at: str | None

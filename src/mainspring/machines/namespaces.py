@@ -1,0 +1,113 @@
+"""Namespaces: stored in the store and read on every step, so a change applies on every server at once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from mainspring.core.runtime import Context
+from mainspring.machines.errors import NamespaceNotFound, ProcessorFailed
+from mainspring.machines.processor import HttpProcessor, LocalProcessor, Processor
+from mainspring.machines.settings import HistoryRange, NamespaceConfig, ProcessorConfig, RetryPolicy
+from mainspring.machines.tables import namespaces
+from mainspring.store import Transaction, format_time
+
+HTTP_CLIENT = "machines:http-client"
+LOCAL_PROCESSORS = "machines:local-processors"
+
+
+@dataclass
+class Namespace:
+    name: str
+    config: NamespaceConfig
+    stored: bool
+    updated_at: int | None = None
+
+    @property
+    def timeout_ms(self) -> int:
+        return self.config.processor.timeout_ms
+
+    @property
+    def retry(self) -> RetryPolicy:
+        return self.config.retry
+
+    def to_api(self, ctx: Context) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            **self.config.model_dump(),
+            "in_process": self.config.processor.url is None and local_target(ctx, self.name) is not None,
+            "updated_at": format_time(self.updated_at),
+        }
+
+
+def local_target(ctx: Context, name: str) -> Any:
+    registry = ctx.registry
+    registration = getattr(registry, "processors", {}).get(name) if registry is not None else None
+    return registration.target if registration is not None else None
+
+
+def _from_row(row: Any) -> Namespace:
+    config = NamespaceConfig(
+        processor=ProcessorConfig(url=row.processor_url, timeout_ms=row.timeout_ms),
+        retry=RetryPolicy.model_validate(row.retry),
+        history=HistoryRange.model_validate(row.history),
+    )
+    return Namespace(row.name, config, stored=True, updated_at=row.updated_at)
+
+
+async def find_namespace(conn: AsyncConnection, ctx: Context, name: str) -> Namespace:
+    """The namespace as stored now; one bound only to an in-process processor has the defaults."""
+    row = (await conn.execute(select(namespaces).where(namespaces.c.name == name))).first()
+    if row is not None:
+        return _from_row(row)
+    if local_target(ctx, name) is not None:
+        return Namespace(name, NamespaceConfig(), stored=False)
+    raise NamespaceNotFound(f"no namespace {name!r}")
+
+
+async def get_namespace(ctx: Context, name: str) -> Namespace:
+    async with ctx.store.read() as conn:
+        return await find_namespace(conn, ctx, name)
+
+
+async def put_namespace(ctx: Context, name: str, config: NamespaceConfig) -> Namespace:
+    """Create or replace a namespace; every server uses it from its next step on."""
+    async with ctx.store.transaction() as tx:
+        await save_namespace(tx, name, config)
+        row = (await tx.execute(select(namespaces).where(namespaces.c.name == name))).one()
+    return _from_row(row)
+
+
+async def save_namespace(tx: Transaction, name: str, config: NamespaceConfig) -> None:
+    values = {
+        "processor_url": config.processor.url,
+        "timeout_ms": config.processor.timeout_ms,
+        "retry": config.retry.model_dump(),
+        "history": config.history.model_dump(),
+        "updated_at": tx.store.now_ms(),
+    }
+    insert = tx.store.dialect.insert(namespaces).values(name=name, **values)
+    await tx.execute(insert.on_conflict_do_update(index_elements=[namespaces.c.name], set_=values))
+
+
+def processor_for(ctx: Context, namespace: Namespace) -> Processor:
+    """The processor that serves ``namespace`` on this server."""
+    url = namespace.config.processor.url
+    if url is not None:
+        client = ctx.extras.get(HTTP_CLIENT)
+        if client is None:
+            limits = httpx.Limits(max_connections=ctx.settings.machines.concurrency * 4, max_keepalive_connections=64)
+            client = ctx.extras[HTTP_CLIENT] = httpx.AsyncClient(limits=limits)
+        return HttpProcessor(url, client)
+    cache: dict[str, LocalProcessor] = ctx.extras.setdefault(LOCAL_PROCESSORS, {})
+    if namespace.name not in cache:
+        target = local_target(ctx, namespace.name)
+        if target is None:
+            raise ProcessorFailed(f"namespace {namespace.name!r} has no processor URL and no in-process processor on this server")
+        cache[namespace.name] = LocalProcessor(target)
+    return cache[namespace.name]
+

@@ -1,0 +1,197 @@
+"""Processors: the user's business logic, remote over HTTP or in-process Python, behind one interface.
+
+The HTTP protocol (API.md §2): the server POSTs ``{"kind", "args", "machine"}`` and expects
+``200 {"events", "aux_state"?, "action"?: {"timer"?, "remove"?}, "response"?}``. A connection error, a
+timeout or a 5xx is transient; ``422`` with code ``unprocessable`` is permanent.
+
+In-process, the same answer is a dict returned by the user's code (or None: nothing to do). The target is
+either an object (or class) with any of the methods ``init``, ``call``, ``timeout``, ``notification``,
+``repair`` — each ``(args, machine)`` — or one function ``(kind, args, machine)``; async or sync.
+Raising :class:`Unprocessable` is the permanent error; any other exception is transient.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import httpx
+
+from mainspring.store import parse_time
+
+KINDS = ("init", "call", "timeout", "notification", "repair")
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = _Unset()
+"""A field the processor left out: aux state or timer unchanged."""
+
+
+class Unprocessable(Exception):
+    """Raised by a processor: this request can never succeed, so the machine turns failed at once."""
+
+
+@dataclass
+class ProcessorError(Exception):
+    """A processor call that did not give an answer."""
+
+    detail: str
+    permanent: bool = False
+    timeout: bool = False
+
+    def __str__(self) -> str:
+        return self.detail
+
+    @property
+    def code(self) -> str:
+        return "processor_timeout" if self.timeout else "processor_failed"
+
+
+@dataclass
+class Answer:
+    """One processor answer, validated."""
+
+    events: list[Any] = field(default_factory=list)
+    aux_state: Any = UNSET
+    timer_at: Any = UNSET
+    """UNSET: unchanged; None: unset; int: epoch ms."""
+    remove: bool = False
+    response: Any = None
+
+
+class Processor(Protocol):
+    async def process(self, kind: str, args: Any, machine: dict[str, Any], timeout_ms: int, now_ms: int) -> Answer: ...
+
+
+def parse_answer(body: Any, now_ms: int) -> Answer:
+    """A processor's JSON answer → Answer; a malformed one is a permanent error (a bug in the processor)."""
+    if body is None:
+        return Answer()
+    if not isinstance(body, dict):
+        raise ProcessorError("the processor answered something other than a JSON object", permanent=True)
+    events = body.get("events", [])
+    if not isinstance(events, list):
+        raise ProcessorError("the processor's `events` is not a list", permanent=True)
+    answer = Answer(events=events, aux_state=body["aux_state"] if "aux_state" in body else UNSET, response=body.get("response"))
+    action = body.get("action")
+    if action is None:
+        return answer
+    if not isinstance(action, dict):
+        raise ProcessorError("the processor's `action` is not an object", permanent=True)
+    answer.remove = bool(action.get("remove", False))
+    if "timer" in action:
+        timer = action["timer"]
+        try:
+            if timer is None:
+                answer.timer_at = None
+            elif isinstance(timer, dict) and "in_ms" in timer:
+                in_ms = int(timer["in_ms"])
+                if in_ms < 0:
+                    raise ValueError("in_ms is negative")
+                answer.timer_at = now_ms + in_ms
+            elif isinstance(timer, dict) and "at" in timer:
+                at = timer["at"]
+                answer.timer_at = int(at) if isinstance(at, int) else parse_time(str(at))
+            else:
+                raise ValueError("timer needs in_ms or at")
+        except (TypeError, ValueError) as exc:
+            raise ProcessorError(f"the processor's timer is invalid: {exc}", permanent=True) from exc
+    return answer
+
+
+def request_body(kind: str, args: Any, machine: dict[str, Any]) -> dict[str, Any]:
+    return {"kind": kind, "args": args, "machine": machine}
+
+
+class HttpProcessor:
+    """A processor behind a URL."""
+
+    def __init__(self, url: str, client: httpx.AsyncClient) -> None:
+        self.url = url
+        self.client = client
+
+    async def process(self, kind: str, args: Any, machine: dict[str, Any], timeout_ms: int, now_ms: int) -> Answer:
+        try:
+            reply = await self.client.post(self.url, json=request_body(kind, args, machine), timeout=timeout_ms / 1000)
+        except httpx.TimeoutException as exc:
+            raise ProcessorError(f"no answer from {self.url} within {timeout_ms} ms", timeout=True) from exc
+        except httpx.HTTPError as exc:
+            raise ProcessorError(f"cannot reach {self.url}: {type(exc).__name__}: {exc}") from exc
+        if reply.status_code == 422 and _problem_code(reply) == "unprocessable":
+            raise ProcessorError(f"the processor refused: {_detail(reply)}", permanent=True)
+        if reply.status_code != 200:
+            # Only 422 unprocessable is declared permanent; anything else may heal (a deploy, a restart).
+            raise ProcessorError(f"the processor answered {reply.status_code}: {_detail(reply)}")
+        try:
+            body = reply.json()
+        except ValueError as exc:
+            raise ProcessorError("the processor's answer is not JSON", permanent=True) from exc
+        return parse_answer(body, now_ms)
+
+
+def _problem_code(reply: httpx.Response) -> str | None:
+    try:
+        body = reply.json()
+    except ValueError:
+        return None
+    return body.get("code") if isinstance(body, dict) else None
+
+
+def _detail(reply: httpx.Response) -> str:
+    try:
+        body = reply.json()
+        if isinstance(body, dict) and body.get("detail"):
+            return str(body["detail"])[:500]
+    except ValueError:
+        pass
+    return reply.text[:500]
+
+
+class LocalProcessor:
+    """A Python processor in this process: an object with per-kind methods or one function."""
+
+    def __init__(self, target: Any) -> None:
+        if inspect.isclass(target):
+            target = target()
+        self.target = target
+        self.methods = {k: getattr(target, k) for k in KINDS if callable(getattr(target, k, None))}
+        if not self.methods and not callable(target):
+            raise TypeError(f"{target!r} is neither a processor object nor a function")
+
+    async def invoke(self, kind: str, args: Any, machine: dict[str, Any]) -> Any:
+        """Run the user's code for ``kind``; what it returns or raises, unchanged."""
+        if self.methods:
+            method = self.methods.get(kind)
+            if method is None:
+                return None  # A kind the processor does not handle: no change.
+            return await _run(method, args, machine)
+        return await _run(self.target, kind, args, machine)
+
+    async def process(self, kind: str, args: Any, machine: dict[str, Any], timeout_ms: int, now_ms: int) -> Answer:
+        try:
+            body = await asyncio.wait_for(self.invoke(kind, args, machine), timeout_ms / 1000)
+        except TimeoutError as exc:
+            raise ProcessorError(f"the processor did not answer within {timeout_ms} ms", timeout=True) from exc
+        except Unprocessable as exc:
+            raise ProcessorError(f"the processor refused: {exc}", permanent=True) from exc
+        except ProcessorError:
+            raise
+        except Exception as exc:
+            raise ProcessorError(f"the processor raised {type(exc).__name__}: {exc}") from exc
+        return parse_answer(body, now_ms)
+
+
+async def _run(function: Any, *args: Any) -> Any:
+    if inspect.iscoroutinefunction(function):
+        return await function(*args)
+    result = await asyncio.to_thread(functools.partial(function, *args))
+    if inspect.isawaitable(result):
+        return await result
+    return result

@@ -1,0 +1,81 @@
+"""Namespaces: stored, validated, and applied by every server without a restart."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from mainspring.app import App, Registration
+from mainspring.config import Settings
+from tests.machines.conftest import FakeProcessor, serve_fake, server_app
+
+
+async def test_put_then_get_namespace_round_trips(client: httpx.AsyncClient) -> None:
+    body = {"processor": {"url": "http://127.0.0.1:9/p", "timeout_ms": 1500}, "retry": {"initial_ms": 10, "factor": 1.5, "max_ms": 100, "max_attempts": 4, "max_total_ms": 1000}}
+    assert (await client.put("/v1/namespaces/pay", json=body)).status_code == 200
+    got = (await client.get("/v1/namespaces/pay")).json()
+    assert got["processor"] == body["processor"] and got["retry"]["max_attempts"] == 4 and got["retry"]["max_total_ms"] == 1000
+
+
+async def test_bad_namespace_bodies_and_names_are_422(client: httpx.AsyncClient) -> None:
+    for body in ({"processor": {"url": "ftp://x"}}, {"retry": {"factor": 0.5}}, {"retry": {"initial_ms": -1}}, {"unknown": 1}, [1]):
+        reply = await client.put("/v1/namespaces/pay", json=body)
+        assert reply.status_code == 422 and reply.json()["code"] == "invalid_request", body
+    assert (await client.put("/v1/namespaces/..bad", json={})).status_code == 422
+    assert (await client.get("/v1/namespaces/none")).json()["code"] == "namespace_not_found"
+
+
+async def test_bad_machine_requests_are_422_and_change_nothing(client: httpx.AsyncClient, fake: FakeProcessor) -> None:
+    for body in ({"id": "a/b"}, {"id": ""}, {"args": 1}, {"id": "x", "args": "\u0000"}, {"id": "x", "extra": 1}):
+        reply = await client.post("/v1/namespaces/orders/machines", json=body)
+        assert reply.status_code == 422 and reply.json()["code"] == "invalid_request", body
+    reply = await client.post("/v1/namespaces/orders/machines", content=b"{not json", headers={"content-type": "application/json"})
+    assert reply.status_code == 422
+    assert fake.calls == []
+
+
+async def test_a_namespace_changed_on_one_server_applies_on_another_without_restart(settings: Settings) -> None:
+    first, second = FakeProcessor(), FakeProcessor()
+    second.on("call", lambda a, m: {"response": "from the second processor"})
+    async with serve_fake(first) as url1, serve_fake(second) as url2:
+        async with server_app(settings) as server_a, server_app(settings) as server_b:
+            assert (await server_a.put("/v1/namespaces/pay", json={"processor": {"url": url1}})).status_code == 200
+            assert (await server_b.post("/v1/namespaces/pay/machines", json={"id": "m1"})).status_code == 201
+            assert (await server_b.post("/v1/namespaces/pay/machines/m1/call", json={})).json() == {"response": {"echo": None}}
+            await server_a.put("/v1/namespaces/pay", json={"processor": {"url": url2}})
+            assert (await server_b.post("/v1/namespaces/pay/machines/m1/call", json={})).json() == {"response": "from the second processor"}
+    assert first.kinds() == ["init", "call"] and second.kinds() == ["call"]
+
+
+async def test_namespaces_from_the_config_file_are_stored_at_start(settings: Settings) -> None:
+    configured = settings.model_copy(deep=True)
+    configured.machines.namespaces = {"billing": configured.machines.namespaces.get("billing") or _ns(timeout_ms=777)}
+    async with server_app(configured) as server:
+        got = (await server.get("/v1/namespaces/billing")).json()
+    assert got["processor"]["timeout_ms"] == 777
+    async with server_app(settings) as other:
+        assert (await other.get("/v1/namespaces/billing")).json()["processor"]["timeout_ms"] == 777
+
+
+def _ns(**processor: Any) -> Any:
+    from mainspring.machines.settings import NamespaceConfig, ProcessorConfig
+
+    return NamespaceConfig(processor=ProcessorConfig(**processor))
+
+
+async def test_in_process_processor_as_a_class_with_sync_methods(settings: Settings) -> None:
+    class Counter:
+        def init(self, args: Any, machine: Any) -> Any:
+            return {"events": ["born"], "aux_state": 0}
+
+        def call(self, args: Any, machine: Any) -> Any:
+            return {"aux_state": machine["aux_state"] + args, "response": machine["aux_state"] + args}
+
+    registry = App()
+    registry.processors["counters"] = Registration(Counter)
+    async with server_app(settings, registry) as server:
+        assert (await server.post("/v1/namespaces/counters/machines", json={"id": "c"})).status_code == 201
+        assert (await server.post("/v1/namespaces/counters/machines/c/call", json={"args": 5})).json() == {"response": 5}
+        assert (await server.post("/v1/namespaces/counters/machines/c/call", json={"args": 2})).json() == {"response": 7}
+        assert (await server.get("/v1/namespaces/counters")).json()["in_process"] is True
