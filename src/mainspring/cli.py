@@ -92,6 +92,33 @@ def serve(
 
 
 @cli.command()
+def worker(
+    app: Annotated[str, typer.Argument(help="Your code, as module:attribute (a mainspring.App).")],
+    config: ConfigOpt = None,
+    database: DatabaseOpt = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """Run the queue handlers of APP against the store, without serving HTTP (SIGTERM: graceful stop)."""
+    import sys
+
+    from mainspring.app import load_app
+    from mainspring.interactions.worker import run_worker
+
+    settings = settings_from(config, database, data_dir)
+    configure_logging(settings.server.log_level, settings.server.log_format)
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    registry = load_app(app)
+    run_with_store(settings, lambda _store: asyncio.sleep(0))
+
+    async def main() -> None:
+        store = Store(settings.server.database_url(), pool_size=settings.server.pool_size, sqlite_synchronous=settings.server.sqlite_synchronous)
+        await run_worker(store, registry, settings.interactions, poll_ms=settings.server.poll_interval_ms, graceful_ms=settings.server.graceful_shutdown_ms)
+
+    asyncio.run(main())
+
+
+@cli.command()
 def migrate(config: ConfigOpt = None, database: DatabaseOpt = None, data_dir: DataDirOpt = None) -> None:
     """Bring the store's schema up to date (a no-op when it is)."""
     settings = settings_from(config, database, data_dir)

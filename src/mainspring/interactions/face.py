@@ -1,6 +1,53 @@
-"""The interactions face as the server mounts it."""
+"""The interactions face as the server mounts it: routes, lease expiry, retention, and the worker runtime."""
 
-from mainspring.core.runtime import Face
+from __future__ import annotations
+
+import asyncio
+
+from mainspring.core.runtime import Context, Face, run_loop
+from mainspring.interactions import leasing, service
 from mainspring.interactions.routes import router
 
-face = Face(name="interactions", router=router)
+
+async def expire_leases_loop(ctx: Context) -> None:
+    """Turn expired leases into retries in queues nobody is leasing from (leasing does it too)."""
+    cfg = ctx.settings.interactions
+
+    async def step() -> int | None:
+        return await leasing.expire_all(ctx.store, cfg)
+
+    await run_loop(ctx, "interactions-expiry", step, channel="interactions-expiry", poll_ms=cfg.expiry_interval_ms)
+
+
+async def retention_loop(ctx: Context) -> None:
+    """Delete finished interactions past their queue's retention, in small batches."""
+    cfg = ctx.settings.interactions
+
+    async def step() -> int | None:
+        deleted = await service.prune_finished(ctx.store, cfg.retention_batch)
+        # A full batch means more are waiting: come back at once rather than after the interval.
+        return ctx.now_ms() if deleted >= cfg.retention_batch else None
+
+    await run_loop(ctx, "interactions-retention", step, channel="interactions-retention", poll_ms=cfg.retention_interval_ms)
+
+
+async def workers_loop(ctx: Context) -> None:
+    """Run the handlers registered with ``@app.queue`` inside the server."""
+    from mainspring.interactions.worker import Worker
+
+    registry = ctx.registry
+    if registry is None or not getattr(registry, "queues", None):
+        return
+    worker = Worker(ctx.store, registry, ctx.settings.interactions, poll_ms=ctx.settings.server.poll_interval_ms)
+    ctx.extras["interactions.worker"] = worker
+    await worker.start()
+    await ctx.stopping.wait()
+    # The server gives every loop graceful_shutdown_ms in all; finish within it, then stop by force.
+    try:
+        await worker.stop(graceful=True, timeout_ms=int(ctx.settings.server.graceful_shutdown_ms * 0.8))
+    except asyncio.CancelledError:
+        await worker.stop(graceful=False)
+        raise
+
+
+face = Face(name="interactions", router=router, loops=[expire_leases_loop, retention_loop, workers_loop])

@@ -1,5 +1,216 @@
-"""HTTP routes of the interactions face."""
+"""HTTP routes of the interactions face (API.md §3): parse → service → model."""
 
-from fastapi import APIRouter
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path, Query, Response, status
+
+from mainspring.core.auth import Principal, authenticate, requires
+from mainspring.core.errors import InvalidRequest
+from mainspring.core.runtime import Context, context_of
+from mainspring.core.types import DurationMs, Limit, Name
+from mainspring.interactions import grouping, leasing, service
+from mainspring.interactions.errors import InteractionNotFound, ParentNotFound
+from mainspring.interactions.models import (
+    BulkCreateIn,
+    CompleteIn,
+    CreateIn,
+    FailIn,
+    HeartbeatIn,
+    HeartbeatOut,
+    Interaction,
+    InteractionList,
+    LeaseIn,
+    QueueOut,
+    QueueSettingsIn,
+    ReleaseIn,
+    ScheduleIn,
+)
+from mainspring.store import format_time
 
 router = APIRouter(prefix="/v1", tags=["interactions"])
+
+QueueName = Annotated[Name, Path(description="The queue.")]
+QueueScope = Depends(requires("queues:{queue}"))
+ERRORS: dict[int | str, dict[str, Any]] = {404: {"description": "interaction_not_found"}, 409: {"description": "interaction_finished / lease_lost"}}
+
+
+async def _check_item_scope(ctx: Context, principal: Principal, interaction_id: str) -> dict[str, Any]:
+    """Load the item (404 if unknown) and check the caller may touch its queue."""
+    item = await service.read(ctx.store, interaction_id)
+    principal.require(f"queues:{item['queue']}")
+    return item
+
+
+def _spec(body: CreateIn, now: int) -> dict[str, Any]:
+    spec = body.model_dump(exclude={"process_at", "process_in_ms"})
+    if body.parent_id is not None:
+        parent_id = service.parse_id(body.parent_id)
+        if parent_id is None:
+            raise ParentNotFound(f"no interaction {body.parent_id}")
+        spec["parent_id"] = parent_id
+    spec["due_at"] = body.due_at(now)
+    return spec
+
+
+@router.put("/queues/{queue}", response_model=QueueOut, dependencies=[QueueScope])
+async def put_queue(queue: QueueName, body: QueueSettingsIn, ctx: Context = Depends(context_of)) -> Any:
+    """Set a queue's limits and timings; every server applies them at its next lease."""
+    return await service.put_queue(ctx.store, ctx.settings.interactions, queue, body.model_dump())
+
+
+@router.get("/queues/{queue}", response_model=QueueOut, dependencies=[QueueScope])
+async def get_queue(queue: QueueName, ctx: Context = Depends(context_of)) -> Any:
+    """A queue's settings and its interactions counted by status."""
+    return await service.get_queue(ctx.store, ctx.settings.interactions, queue)
+
+
+@router.post(
+    "/queues/{queue}/interactions",
+    response_model=Interaction,
+    status_code=status.HTTP_201_CREATED,
+    dependencies=[QueueScope],
+    responses={200: {"description": "the existing interaction with this message_id"}, 404: {"description": "parent_not_found"}},
+)
+async def create_interaction(queue: QueueName, body: CreateIn, response: Response, ctx: Context = Depends(context_of)) -> Any:
+    """Create an interaction (201), or answer the existing one of this queue with the same `message_id` (200)."""
+    item, created = await grouping.create(ctx.store, ctx.settings.interactions, queue, _spec(body, ctx.now_ms()))
+    if not created:
+        response.status_code = status.HTTP_200_OK
+    return item
+
+
+@router.post("/queues/{queue}/interactions/bulk", response_model=InteractionList, status_code=201, dependencies=[QueueScope])
+async def create_interactions(queue: QueueName, body: BulkCreateIn, ctx: Context = Depends(context_of)) -> Any:
+    """Create many interactions in one transaction (all or none), in request order."""
+    now = ctx.now_ms()
+    results = await service.create_many(ctx.store, ctx.settings.interactions, queue, [_spec(b, now) for b in body.interactions])
+    return {"interactions": [item for item, _ in results], "next_cursor": None}
+
+
+def _statuses(value: str | None) -> list[str] | None:
+    if not value:
+        return None
+    wanted = [s for s in value.split(",") if s]
+    bad = [s for s in wanted if s not in service.STATUSES]
+    if bad:
+        raise InvalidRequest(f"unknown status {bad[0]!r}", errors=[{"loc": ["query", "status"], "msg": f"one of {', '.join(service.STATUSES)}"}])
+    return wanted
+
+
+@router.get("/queues/{queue}/interactions", response_model=InteractionList, dependencies=[QueueScope])
+async def list_interactions(
+    queue: QueueName,
+    ctx: Context = Depends(context_of),
+    message_id: Name | None = None,
+    status: Annotated[str | None, Query(description="Comma-separated statuses.", max_length=200)] = None,
+    channel: Name | None = None,
+    user: Name | None = None,
+    source: Name | None = None,
+    limit: Limit = 100,
+    cursor: Annotated[str | None, Query(max_length=200)] = None,
+) -> Any:
+    """A queue's interactions, oldest first."""
+    filters = {"message_id": message_id, "channel": channel, "user": user, "source": source, "status": _statuses(status)}
+    found, next_cursor = await service.list_items(ctx.store, queue, filters, limit, cursor)
+    return {"interactions": found, "next_cursor": next_cursor}
+
+
+@router.get("/interactions/{interaction_id}", response_model=Interaction, responses=ERRORS)
+async def read_interaction(
+    interaction_id: str,
+    ctx: Context = Depends(context_of),
+    principal: Principal = Depends(authenticate),
+    wait_ms: DurationMs = 0,
+) -> Any:
+    """An interaction; with `wait_ms`, answers as soon as it is finished (or when the wait is over)."""
+    item = await _check_item_scope(ctx, principal, interaction_id)
+    if wait_ms and item["status"] not in service.FINISHED:
+        item = await service.wait_finished(ctx.store, interaction_id, min(wait_ms, ctx.settings.interactions.max_wait_ms))
+    return item
+
+
+@router.get("/interactions/{interaction_id}/children", response_model=InteractionList, responses=ERRORS)
+async def list_children(
+    interaction_id: str,
+    ctx: Context = Depends(context_of),
+    principal: Principal = Depends(authenticate),
+    name: Name | None = None,
+    limit: Limit = 100,
+    cursor: Annotated[str | None, Query(max_length=200)] = None,
+) -> Any:
+    """Children of an interaction (with `name`), oldest first."""
+    await _check_item_scope(ctx, principal, interaction_id)
+    found, next_cursor = await service.children(ctx.store, interaction_id, name, limit, cursor)
+    return {"interactions": found, "next_cursor": next_cursor}
+
+
+@router.get("/interactions/{interaction_id}/children/latest", response_model=Interaction, responses=ERRORS)
+async def latest_child(
+    interaction_id: str, ctx: Context = Depends(context_of), principal: Principal = Depends(authenticate), name: Name | None = None
+) -> Any:
+    """The most recently created child (with `name`)."""
+    await _check_item_scope(ctx, principal, interaction_id)
+    return await service.latest_child(ctx.store, interaction_id, name)
+
+
+@router.post("/interactions/{interaction_id}/complete", response_model=Interaction, responses=ERRORS)
+async def complete(
+    interaction_id: str, body: CompleteIn | None = None, ctx: Context = Depends(context_of), principal: Principal = Depends(authenticate)
+) -> Any:
+    """Finish as completed with `result`."""
+    await _check_item_scope(ctx, principal, interaction_id)
+    return await service.complete(ctx.store, interaction_id, body.result if body else None)
+
+
+@router.post("/interactions/{interaction_id}/fail", response_model=Interaction, responses=ERRORS)
+async def fail(interaction_id: str, body: FailIn, ctx: Context = Depends(context_of), principal: Principal = Depends(authenticate)) -> Any:
+    """Finish as failed with `error`."""
+    await _check_item_scope(ctx, principal, interaction_id)
+    return await service.fail(ctx.store, interaction_id, body.error)
+
+
+@router.post("/interactions/{interaction_id}/cancel", response_model=Interaction, responses=ERRORS)
+async def cancel(interaction_id: str, ctx: Context = Depends(context_of), principal: Principal = Depends(authenticate)) -> Any:
+    """Cancel; a worker processing it loses its lease and its handler is cancelled."""
+    await _check_item_scope(ctx, principal, interaction_id)
+    return await service.cancel(ctx.store, interaction_id)
+
+
+@router.post("/interactions/{interaction_id}/schedule", response_model=Interaction, responses=ERRORS)
+async def schedule(interaction_id: str, body: ScheduleIn, ctx: Context = Depends(context_of), principal: Principal = Depends(authenticate)) -> Any:
+    """Process at `process_at`, or `process_in_ms` from now."""
+    await _check_item_scope(ctx, principal, interaction_id)
+    due = body.due_at(ctx.now_ms())
+    assert due is not None
+    return await service.schedule(ctx.store, interaction_id, due)
+
+
+@router.post("/queues/{queue}/lease", response_model=InteractionList, dependencies=[QueueScope])
+async def lease(queue: QueueName, body: LeaseIn, ctx: Context = Depends(context_of)) -> Any:
+    """Lease up to `max` due interactions within the queue's limits; `wait_ms` long-polls."""
+    cfg = ctx.settings.interactions
+    wait_ms = min(body.wait_ms, cfg.max_wait_ms)
+    taken = await leasing.lease_wait(ctx.store, cfg, queue, body.worker, body.max, body.lease_ms, wait_ms, ctx.settings.server.poll_interval_ms)
+    return {"interactions": taken.items, "next_cursor": None}
+
+
+@router.post("/interactions/{interaction_id}/heartbeat", response_model=HeartbeatOut, responses=ERRORS)
+async def heartbeat(interaction_id: str, body: HeartbeatIn, ctx: Context = Depends(context_of), principal: Principal = Depends(authenticate)) -> Any:
+    """Extend a held lease."""
+    if not principal.open:
+        await _check_item_scope(ctx, principal, interaction_id)
+    expires = await leasing.heartbeat(ctx.store, interaction_id, body.token, body.lease_ms)
+    return {"expires_at": format_time(expires)}
+
+
+@router.post("/interactions/{interaction_id}/release", response_model=Interaction, responses=ERRORS)
+async def release(interaction_id: str, body: ReleaseIn, ctx: Context = Depends(context_of), principal: Principal = Depends(authenticate)) -> Any:
+    """End a held lease with an outcome: complete, fail, repeat, wait or retry."""
+    if not principal.open:
+        await _check_item_scope(ctx, principal, interaction_id)
+    return await leasing.release(ctx.store, interaction_id, body.token, body.outcome.to_outcome())
+
+
+__all__ = ["InteractionNotFound", "router"]

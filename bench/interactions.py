@@ -1,0 +1,239 @@
+"""Benchmark of the interactions face, beside Procrastinate and PgQueuer when they are installed.
+
+    .venv/bin/python bench/interactions.py --pg postgresql://postgres@127.0.0.1:5432/postgres [--jobs 5000]
+        [--peers-python bench/.peers-venv/bin/python]
+
+Measures, on PostgreSQL and on SQLite (a fresh database each):
+- bulk create: items/s through ``create_many`` (1,000 per transaction);
+- end-to-end processing: items/s from "all due" to "all completed" by the worker runtime with a no-op
+  async handler (claim and complete in batches);
+- HTTP creates/s: 8 concurrent clients, one POST each call, against a ``mainspring serve`` process;
+- idle latency: create → handler start, p50/p95, with the worker idle (PostgreSQL: the creator is
+  another connection pool, so the wake-up is a NOTIFY).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+
+from mainspring.app import App
+from mainspring.interactions import service
+from mainspring.interactions.settings import InteractionsSettings
+from mainspring.interactions.worker import Worker
+from mainspring.store import Store
+from mainspring.store.migrate import migrate
+
+CFG = InteractionsSettings()
+
+
+async def fresh_database(kind: str, pg_admin: str, tmp: Path) -> str:
+    if kind == "sqlite":
+        return f"sqlite:///{tmp / f'bench-{uuid.uuid4().hex[:6]}.db'}"
+    name = f"msbench_{uuid.uuid4().hex[:8]}"
+    conn = await asyncpg.connect(pg_admin)
+    await conn.execute(f'CREATE DATABASE "{name}"')
+    await conn.close()
+    return pg_admin.rsplit("/", 1)[0] + "/" + name
+
+
+async def drop_database(url: str, pg_admin: str) -> None:
+    if url.startswith("postgresql"):
+        conn = await asyncpg.connect(pg_admin)
+        await conn.execute(f'DROP DATABASE IF EXISTS "{url.rsplit("/", 1)[1]}" WITH (FORCE)')
+        await conn.close()
+
+
+async def bench_bulk_and_processing(url: str, jobs: int) -> dict[str, float]:
+    store = Store(url, pool_size=10, sqlite_synchronous="NORMAL" if url.startswith("sqlite") else "FULL")
+    await migrate(store)
+    await store.start()
+    try:
+        began = time.perf_counter()
+        for start in range(0, jobs, 1000):
+            await service.create_many(store, CFG, "bench", [{"data": {"n": i}} for i in range(start, min(jobs, start + 1000))])
+        bulk = jobs / (time.perf_counter() - began)
+
+        done = asyncio.Event()
+        handled = 0
+
+        app = App()
+
+        @app.queue("bench", concurrency=1000, batch=500)
+        async def noop(item: Any) -> None:
+            nonlocal handled
+            handled += 1
+            if handled >= jobs:
+                done.set()
+
+        worker = Worker(store, app, CFG, poll_ms=1000)
+        began = time.perf_counter()
+        await worker.start()
+        await asyncio.wait_for(done.wait(), 600)
+        while (await service.get_queue(store, CFG, "bench"))["counts"]["completed"] < jobs:  # noqa: ASYNC110 (polls the store)
+            await asyncio.sleep(0.01)
+        processed = jobs / (time.perf_counter() - began)
+        await worker.stop()
+        return {"bulk_create_per_s": bulk, "processed_per_s": processed}
+    finally:
+        await store.close()
+
+
+async def bench_idle_latency(url: str, samples: int) -> dict[str, float]:
+    worker_store = Store(url, pool_size=5, sqlite_synchronous="NORMAL" if url.startswith("sqlite") else "FULL")
+    creator = worker_store if url.startswith("sqlite") else Store(url, pool_size=2)
+    await worker_store.start()
+    started: dict[str, float] = {}
+    got = asyncio.Event()
+    app = App()
+
+    @app.queue("latency", concurrency=1)
+    async def record(item: Any) -> None:
+        started[item.id] = time.perf_counter()
+        got.set()
+
+    worker = Worker(worker_store, app, CFG, poll_ms=1000)
+    await worker.start()
+    latencies = []
+    try:
+        await asyncio.sleep(0.5)
+        for _ in range(samples):
+            got.clear()
+            t0 = time.perf_counter()
+            item, _ = await service.create(creator, CFG, "latency", {})
+            await asyncio.wait_for(got.wait(), 10)
+            latencies.append((started[item["id"]] - t0) * 1000)
+            await asyncio.sleep(0.02)
+    finally:
+        await worker.stop()
+        if creator is not worker_store:
+            await creator.close()
+        await worker_store.close()
+    latencies.sort()
+    return {"idle_latency_p50_ms": statistics.median(latencies), "idle_latency_p95_ms": latencies[int(len(latencies) * 0.95) - 1]}
+
+
+async def commit_floor(pg_admin: str, seconds: float = 3.0) -> dict[str, float]:
+    """The machine's floor right now: one-row INSERT transactions/s from 1 client on raw asyncpg."""
+    conn = await asyncpg.connect(pg_admin)
+    try:
+        await conn.execute("DROP TABLE IF EXISTS msbench_floor; CREATE TABLE msbench_floor (id serial primary key, v int)")
+        count, began = 0, time.perf_counter()
+        while time.perf_counter() - began < seconds:
+            await conn.execute("INSERT INTO msbench_floor (v) VALUES (1)")
+            count += 1
+        tps = count / (time.perf_counter() - began)
+        await conn.execute("DROP TABLE msbench_floor")
+        return {"pg_commit_floor_tps_1_client": tps}
+    finally:
+        await conn.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def bench_http_creates(url: str, total: int, clients: int, tmp: Path) -> dict[str, float]:
+    port = free_port()
+    log = (tmp / f"serve-{port}.log").open("wb")
+    env = {**os.environ, "MAINSPRING_SERVER__LOG_LEVEL": "WARNING", "MAINSPRING_SERVER__SQLITE_SYNCHRONOUS": "NORMAL" if url.startswith("sqlite") else "FULL"}
+    proc = subprocess.Popen(  # noqa: ASYNC220 (starting the server under test)
+        [sys.executable, "-m", "mainspring.cli", "serve", "--port", str(port), "--database", url, "--data-dir", str(tmp / "data")],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        async with httpx.AsyncClient(base_url=base, timeout=30) as probe:
+            for _ in range(300):
+                try:
+                    if (await probe.get("/readyz")).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                await asyncio.sleep(0.1)
+        per_client = total // clients
+
+        async def one_client(n: int) -> None:
+            async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+                for i in range(per_client):
+                    response = await client.post("/v1/queues/http/interactions", json={"data": {"c": n, "i": i}})
+                    response.raise_for_status()
+
+        began = time.perf_counter()
+        await asyncio.gather(*(one_client(n) for n in range(clients)))
+        return {"http_creates_per_s": per_client * clients / (time.perf_counter() - began)}
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def run_peers(peers_python: str | None, pg_admin: str, jobs: int) -> dict[str, Any]:
+    if not peers_python or not Path(peers_python).exists():
+        return {"skipped": "no peers venv (see bench/interactions.md)"}
+    script = Path(__file__).with_name("interactions_peers.py")
+    out = subprocess.run([peers_python, str(script), "--pg", pg_admin, "--jobs", str(jobs)], capture_output=True, text=True, timeout=1200)
+    if out.returncode != 0:
+        return {"failed": out.stderr[-2000:]}
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/postgres")
+    parser.add_argument("--jobs", type=int, default=5000)
+    parser.add_argument("--http-total", type=int, default=4000)
+    parser.add_argument("--latency-samples", type=int, default=200)
+    parser.add_argument("--engines", default="postgres,sqlite")
+    parser.add_argument("--peers-python", default=str(Path(__file__).with_name(".peers-venv") / "bin" / "python"))
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="msbench-"))
+    results: dict[str, Any] = {}
+    try:
+        if "postgres" in args.engines:
+            results["machine"] = {k: round(v, 1) for k, v in (await commit_floor(args.pg)).items()}
+            print("machine", results["machine"], flush=True)
+        for kind in [e for e in args.engines.split(",") if e]:
+            row: dict[str, float] = {}
+            for step in ("processing", "latency", "http"):
+                url = await fresh_database(kind, args.pg, tmp)
+                try:
+                    if step == "processing":
+                        row.update(await bench_bulk_and_processing(url, args.jobs))
+                    elif step == "latency":
+                        store = Store(url)
+                        await migrate(store)
+                        await store.close()
+                        row.update(await bench_idle_latency(url, args.latency_samples))
+                    else:
+                        row.update(await bench_http_creates(url, args.http_total, 8, tmp))
+                finally:
+                    await drop_database(url, args.pg)
+                print(kind, step, json.dumps({k: round(v, 2) for k, v in row.items()}), flush=True)
+            results[f"mainspring/{kind}"] = {k: round(v, 2) for k, v in row.items()}
+        results["peers"] = run_peers(args.peers_python, args.pg, args.jobs)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,207 @@
+"""API models of the interactions face (API.md §3)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from mainspring.core.types import DurationMs, JsonValue, Limit, Name, PositiveMs, ShortText, Text
+from mainspring.interactions import outcomes
+from mainspring.store import parse_time
+
+Id = str | int
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RateLimit(Strict):
+    count: int = Field(ge=1, le=1_000_000)
+    per_ms: PositiveMs
+
+
+class QueueSettingsIn(Strict):
+    rate_limit: RateLimit | None = None
+    concurrency: int | None = Field(None, ge=1, le=1_000_000)
+    lease_ms: PositiveMs | None = None
+    error_delay_ms: DurationMs | None = None
+    max_attempts: int | None = Field(None, ge=1, le=1_000_000)
+    processing_timeout_ms: PositiveMs | None = None
+    retention_ms: DurationMs | None = None
+    """Finished items older than this are deleted (null: kept)."""
+
+
+class QueueOut(BaseModel):
+    name: str
+    rate_limit: RateLimit | None
+    concurrency: int | None
+    lease_ms: int
+    error_delay_ms: int
+    max_attempts: int
+    processing_timeout_ms: int | None
+    retention_ms: int | None
+    counts: dict[str, int] | None = None
+
+
+def _time_of(value: str | datetime | None) -> int | None:
+    return None if value is None else parse_time(value)
+
+
+class When(Strict):
+    process_at: datetime | None = None
+    process_in_ms: DurationMs | None = None
+
+    @model_validator(mode="after")
+    def _one_of(self) -> When:
+        if self.process_at is not None and self.process_in_ms is not None:
+            raise ValueError("give process_at or process_in_ms, not both")
+        return self
+
+    def due_at(self, now: int) -> int | None:
+        """Epoch ms this asks for, or None when neither is given."""
+        if self.process_at is not None:
+            return _time_of(self.process_at)
+        if self.process_in_ms is not None:
+            return now + self.process_in_ms
+        return None
+
+
+class CreateIn(When):
+    data: JsonValue = None
+    parent_id: Id | None = None
+    name: Name | None = None
+    message_id: Name | None = None
+    channel: Name | None = None
+    user: Name | None = None
+    source: Name | None = None
+    completed: bool = False
+    result: JsonValue = None
+
+    @model_validator(mode="after")
+    def _completed_is_not_scheduled(self) -> CreateIn:
+        if self.completed and (self.process_at is not None or self.process_in_ms is not None):
+            raise ValueError("a completed interaction cannot be scheduled")
+        return self
+
+
+class BulkCreateIn(Strict):
+    interactions: list[CreateIn] = Field(min_length=1, max_length=10_000)
+
+
+class ScheduleIn(When):
+    @model_validator(mode="after")
+    def _needs_a_time(self) -> ScheduleIn:
+        if self.process_at is None and self.process_in_ms is None:
+            raise ValueError("give process_at or process_in_ms")
+        return self
+
+
+class CompleteIn(Strict):
+    result: JsonValue = None
+
+
+class FailIn(Strict):
+    error: Text
+
+
+class Lease(BaseModel):
+    token: str
+    expires_at: str
+
+
+class Interaction(BaseModel):
+    id: str
+    queue: str
+    parent_id: str | None
+    name: str | None
+    message_id: str | None
+    channel: str | None
+    user: str | None
+    source: str | None
+    data: Any
+    result: Any
+    error: str | None
+    status: str
+    next_processing: str | None
+    attempts: int
+    created_at: str
+    updated_at: str
+    lease: Lease | None = None
+
+
+class InteractionList(BaseModel):
+    interactions: list[Interaction]
+    next_cursor: str | None = None
+
+
+class LeaseIn(Strict):
+    worker: ShortText
+    max: Limit = 1
+    lease_ms: PositiveMs | None = None
+    wait_ms: DurationMs = 0
+
+
+class HeartbeatIn(Strict):
+    token: str = Field(max_length=64)
+    lease_ms: PositiveMs | None = None
+
+
+class HeartbeatOut(BaseModel):
+    expires_at: str
+
+
+class _CompleteBody(Strict):
+    result: JsonValue = None
+
+
+class _ErrorBody(Strict):
+    error: Text
+
+
+class _RepeatBody(Strict):
+    at: datetime | None = None
+    in_ms: DurationMs | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> _RepeatBody:
+        if (self.at is None) == (self.in_ms is None):
+            raise ValueError("repeat needs exactly one of at or in_ms")
+        return self
+
+
+class _WaitBody(Strict):
+    pass
+
+
+class OutcomeIn(Strict):
+    complete: _CompleteBody | None = None
+    fail: _ErrorBody | None = None
+    repeat: _RepeatBody | None = None
+    wait: _WaitBody | None = None
+    retry: _ErrorBody | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> OutcomeIn:
+        given = [k for k in ("complete", "fail", "repeat", "wait", "retry") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("an outcome is exactly one of complete, fail, repeat, wait, retry")
+        return self
+
+    def to_outcome(self) -> outcomes.Outcome:
+        if self.complete is not None:
+            return outcomes.Complete(self.complete.result)
+        if self.fail is not None:
+            return outcomes.Fail(self.fail.error)
+        if self.repeat is not None:
+            return outcomes.Repeat(at=_time_of(self.repeat.at), in_ms=self.repeat.in_ms)
+        if self.retry is not None:
+            return outcomes.Retry(self.retry.error)
+        return outcomes.Wait()
+
+
+class ReleaseIn(Strict):
+    token: str = Field(max_length=64)
+    outcome: OutcomeIn

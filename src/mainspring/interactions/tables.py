@@ -1,0 +1,60 @@
+"""The interactions face's tables (migration interactions_0001)."""
+
+from sqlalchemy import Boolean, Column, Index, Integer, String, Table, Text, UniqueConstraint, text
+
+from mainspring.store.schema import BigId, Json, Millis, metadata
+
+# One row per queue: its settings, read by every server at each lease, and the current rate window.
+# Leasing locks this row, so the concurrency and rate limits hold across all servers.
+interaction_queues = Table(
+    "interaction_queues",
+    metadata,
+    Column("name", String(128), primary_key=True),
+    Column("rate_limit_count", Integer, nullable=True),
+    Column("rate_limit_per_ms", Millis, nullable=True),
+    Column("concurrency", Integer, nullable=True),
+    Column("lease_ms", Millis, nullable=False),
+    Column("error_delay_ms", Millis, nullable=False),
+    Column("max_attempts", Integer, nullable=False),
+    Column("processing_timeout_ms", Millis, nullable=True),
+    Column("retention_ms", Millis, nullable=True),
+    Column("window_start", Millis, nullable=False, server_default=text("0")),
+    Column("window_count", Integer, nullable=False, server_default=text("0")),
+    Column("created_at", Millis, nullable=False),
+    Column("updated_at", Millis, nullable=False),
+)
+
+# ``state`` is what is stored: queued | processing | completed | failed | cancelled. The API's status
+# splits ``queued`` by ``next_processing``: scheduled (later), ready (now), waiting (none).
+interactions = Table(
+    "interactions",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("queue", String(128), nullable=False),
+    Column("parent_id", BigId, nullable=True),
+    Column("name", String(128), nullable=True),
+    Column("message_id", String(128), nullable=True),
+    Column("channel", String(128), nullable=True),
+    Column("user", String(128), nullable=True),
+    Column("source", String(128), nullable=True),
+    Column("data", Json, nullable=True),
+    Column("result", Json, nullable=True),
+    Column("error", Text, nullable=True),
+    Column("state", String(16), nullable=False),
+    Column("next_processing", Millis, nullable=True),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("lease_token", String(64), nullable=True),
+    Column("lease_expires_at", Millis, nullable=True),
+    Column("leased_at", Millis, nullable=True),
+    Column("worker", String(400), nullable=True),
+    Column("wake", Boolean, nullable=False, server_default=text("false")),
+    Column("created_at", Millis, nullable=False),
+    Column("updated_at", Millis, nullable=False),
+    Column("finished_at", Millis, nullable=True),
+    UniqueConstraint("queue", "message_id", name="uq_interactions_queue_message_id"),
+    Index("ix_interactions_due", "queue", "next_processing", "id", postgresql_where=text("state = 'queued'"), sqlite_where=text("state = 'queued'")),
+    Index("ix_interactions_leased", "queue", "lease_expires_at", postgresql_where=text("state = 'processing'"), sqlite_where=text("state = 'processing'")),
+    Index("ix_interactions_children", "parent_id", "name", "id"),
+    Index("ix_interactions_queue_id", "queue", "id"),
+    Index("ix_interactions_finished", "queue", "finished_at", postgresql_where=text("finished_at IS NOT NULL"), sqlite_where=text("finished_at IS NOT NULL")),
+)

@@ -1,0 +1,413 @@
+"""The worker runtime: runs the handlers registered with ``@app.queue`` against the store.
+
+```python
+from mainspring import App
+from mainspring.interactions.outcomes import Repeat
+
+app = App()
+
+@app.queue("emails", concurrency=20, lease_ms=30_000, timeout_ms=10_000)
+async def send(item):
+    await smtp.send(item.data)          # a plain return value completes the item
+    return Repeat(in_ms=60_000)         # …or an outcome: Complete, Fail, Repeat, Wait, Retry
+```
+
+It runs inside ``mainspring serve --app mod:app`` or standalone (``mainspring worker mod:app``). Each queue
+leases up to its free local slots at once and releases finished items in batches (one transaction for
+many). A handler that raises, or runs past its timeout, is retried after the queue's ``error_delay_ms``.
+A handler whose item is cancelled (or whose lease is lost) is cancelled. Sync handlers run in a thread;
+Python cannot interrupt a thread, so a timed-out or cancelled sync handler is abandoned, not stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import os
+import socket
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import select
+
+from mainspring.interactions import leasing, outcomes, service
+from mainspring.interactions.models import Interaction
+from mainspring.interactions.service import finished_channel, queue_channel
+from mainspring.interactions.settings import InteractionsSettings
+from mainspring.interactions.tables import interactions as items
+from mainspring.store import Store
+
+log = logging.getLogger("mainspring.interactions.worker")
+
+RELEASE_BATCH = 500
+
+
+@dataclass
+class QueueOptions:
+    """What ``@app.queue(name, **options)`` accepts."""
+
+    concurrency: int = 10
+    """Items this process handles at once (the queue's own ``concurrency`` setting caps all servers)."""
+    lease_ms: int | None = None
+    """Lease per item (default: the queue's); heartbeats renew it every third of it."""
+    timeout_ms: int | None = None
+    """Processing timeout (default: the queue's ``processing_timeout_ms``)."""
+    batch: int = 100
+    """Most items leased in one call."""
+
+    @classmethod
+    def of(cls, options: dict[str, Any]) -> QueueOptions:
+        known = {k: v for k, v in options.items() if k in cls.__dataclass_fields__}
+        unknown = set(options) - set(known)
+        if unknown:
+            raise TypeError(f"unknown queue options: {', '.join(sorted(unknown))}")
+        return cls(**known)
+
+
+@dataclass
+class _InFlight:
+    item: Interaction
+    token: str
+    task: asyncio.Task[None] | None = None
+    releasing: bool = False
+
+
+@dataclass
+class _Release:
+    item_id: int
+    token: str
+    outcome: outcomes.Outcome
+    done: asyncio.Future[bool] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
+class HandlerContext:
+    """What a handler that takes a second argument gets: the item's queue and a way to make children.
+
+    ```python
+    @app.queue("orders")
+    async def order(item, ctx):
+        if not await ctx.children("payment"):
+            await ctx.create_child("payment", data={"amount": item.data["total"]}, queue="payments")
+            return Wait()                       # woken when the payment finishes
+        return "paid"
+    ```
+    """
+
+    def __init__(self, runner: QueueRunner, item: Interaction, loop: asyncio.AbstractEventLoop) -> None:
+        self._runner = runner
+        self._loop = loop
+        self.item = item
+        self.queue = runner.name
+        self.worker = runner.worker.id
+
+    async def create(self, queue: str, **fields: Any) -> dict[str, Any]:
+        """Create an interaction in any queue (fields as in the HTTP create, ``due_at`` in epoch ms)."""
+        item, _ = await service.create(self._runner.store, self._runner.worker.cfg, queue, fields)
+        return item
+
+    async def create_child(self, name: str, queue: str | None = None, **fields: Any) -> dict[str, Any]:
+        """Create a child of the item being handled (in this queue unless ``queue`` says otherwise)."""
+        return await self.create(queue or self.queue, parent_id=int(self.item.id), name=name, **fields)
+
+    async def children(self, name: str | None = None) -> list[dict[str, Any]]:
+        """The item's children (with ``name``), oldest first."""
+        found, _ = await service.children(self._runner.store, self.item.id, name, 1000, None)
+        return found
+
+    def run(self, coroutine: Any) -> Any:
+        """From a sync handler (in its thread): run one of the coroutines above and answer its result."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+
+def _wants_context(target: Any) -> bool:
+    try:
+        return len(inspect.signature(target).parameters) >= 2
+    except (TypeError, ValueError):
+        return False
+
+
+class QueueRunner:
+    """Leases, runs and releases the items of one queue."""
+
+    def __init__(self, worker: Worker, name: str, target: Any, options: QueueOptions) -> None:
+        self.worker = worker
+        self.name = name
+        self.target = target
+        self.options = options
+        self.inflight: dict[int, _InFlight] = {}
+        self._with_context = _wants_context(target)
+        self.handled = 0
+        self._timeout_ms: int | None = options.timeout_ms
+        self._leasing = True
+        self._slot = asyncio.Event()
+        self._stop_leasing = asyncio.Event()
+        self._releases: asyncio.Queue[_Release] = asyncio.Queue()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.stopped = asyncio.Event()
+
+    @property
+    def store(self) -> Store:
+        return self.worker.store
+
+    def start(self) -> None:
+        self._tasks = [
+            asyncio.create_task(self._lease_loop(), name=f"interactions:{self.name}:lease"),
+            asyncio.create_task(self._release_loop(), name=f"interactions:{self.name}:release"),
+            asyncio.create_task(self._keep_leases(), name=f"interactions:{self.name}:keeper"),
+        ]
+
+    # --- leasing -------------------------------------------------------------------------------
+
+    async def _lease_loop(self) -> None:
+        poll_s = self.worker.poll_ms / 1000
+        failures = 0
+        busy = False
+        while self._leasing:
+            free = self.options.concurrency - len(self.inflight)
+            if free <= 0 or (busy and free < min(self.options.batch, self.options.concurrency) // 2):
+                # While the queue is busy, lease in large batches rather than one freed slot at a time.
+                self._slot.clear()
+                await self._until(self._slot.wait(), None if free <= 0 else 0.005)
+                continue
+            waiter = self.store.notifier.waiter(queue_channel(self.name))
+            try:
+                leased = await leasing.lease(self.store, self.worker.cfg, self.name, self.worker.id, min(free, self.options.batch), self.options.lease_ms)
+                failures = 0
+            except Exception:
+                failures += 1
+                log.exception("leasing from queue %s failed (attempt %d)", self.name, failures)
+                await self._until(asyncio.sleep(min(poll_s, 0.05 * 2**failures)), None)
+                continue
+            if self.options.timeout_ms is None:
+                self._timeout_ms = leased.processing_timeout_ms
+            for data in leased.items:
+                self._start(Interaction.model_validate(data))
+            busy = len(leased.items) == min(free, self.options.batch)
+            if busy:
+                continue
+            timeout = poll_s
+            if leased.next_due is not None:
+                timeout = max(0.0, min(timeout, (leased.next_due - self.store.now_ms()) / 1000))
+            if timeout > 0:
+                await self._until(waiter.wait(timeout), timeout)
+
+    async def _until(self, awaitable: Any, limit_s: float | None) -> None:
+        """Wait for ``awaitable`` (at most ``limit_s``), or until leasing stops."""
+        waiting = asyncio.ensure_future(awaitable)
+        stopping = asyncio.ensure_future(self._stop_leasing.wait())
+        try:
+            await asyncio.wait({waiting, stopping}, timeout=limit_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiting.cancel()
+            stopping.cancel()
+
+    def _start(self, item: Interaction) -> None:
+        assert item.lease is not None
+        entry = _InFlight(item, item.lease.token)
+        self.inflight[int(item.id)] = entry
+        entry.task = asyncio.create_task(self._process(entry), name=f"interactions:{self.name}:{item.id}")
+
+    # --- handling ------------------------------------------------------------------------------
+
+    async def _call(self, item: Interaction) -> Any:
+        args: tuple[Any, ...] = (item,)
+        if self._with_context:
+            args = (item, HandlerContext(self, item, asyncio.get_running_loop()))
+        if inspect.iscoroutinefunction(self.target):
+            return await self.target(*args)
+        result = await asyncio.to_thread(self.target, *args)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    async def _process(self, entry: _InFlight) -> None:
+        item_id = int(entry.item.id)
+        try:
+            timeout_ms = self._timeout_ms
+            try:
+                if timeout_ms:
+                    value = await asyncio.wait_for(self._call(entry.item), timeout_ms / 1000)
+                else:
+                    value = await self._call(entry.item)
+                outcome = outcomes.as_outcome(value)
+            except TimeoutError:
+                outcome = outcomes.Retry(f"processing timed out after {timeout_ms} ms")
+                log.warning("handler of %s #%s timed out after %s ms", self.name, item_id, timeout_ms)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                outcome = outcomes.Retry(f"{type(exc).__name__}: {exc}"[:10_000])
+                log.warning("handler of %s #%s raised %r; it will be retried", self.name, item_id, exc)
+            entry.releasing = True
+            release = _Release(item_id, entry.token, outcome)
+            self._releases.put_nowait(release)
+            held = await release.done
+            if not held:
+                log.info("the lease on %s #%s was lost before its outcome was stored", self.name, item_id)
+            self.handled += 1
+        except asyncio.CancelledError:
+            # Cancelled: the item was cancelled, its lease lost, or the worker stops by force. The
+            # lease is left to expire, so the item is retried elsewhere if it is still wanted.
+            pass
+        finally:
+            self.inflight.pop(item_id, None)
+            self._slot.set()
+
+    async def _release_loop(self) -> None:
+        while True:
+            first = await self._releases.get()
+            batch = [first]
+            while not self._releases.empty() and len(batch) < RELEASE_BATCH:
+                batch.append(self._releases.get_nowait())
+            for attempt in range(1, 1_000_000):
+                try:
+                    answers = await leasing.release_many(self.store, [(r.item_id, r.token, r.outcome) for r in batch])
+                    break
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("releasing %d items of %s failed (attempt %d)", len(batch), self.name, attempt)
+                    await asyncio.sleep(min(5.0, 0.05 * 2**attempt))
+            for release, held in zip(batch, answers, strict=True):
+                if not release.done.done():
+                    release.done.set_result(held)
+
+    # --- leases of running handlers -------------------------------------------------------------
+
+    async def _keep_leases(self) -> None:
+        """Heartbeat the running items' leases; cancel the handlers of items cancelled or lost."""
+        lease_ms = self.options.lease_ms or self.worker.cfg.lease_ms
+        beat_s = max(0.05, lease_ms / 3000)
+        next_beat = time.monotonic() + beat_s
+        while True:
+            waiter = self.store.notifier.waiter(finished_channel(self.name))
+            signalled = await waiter.wait(max(0.0, next_beat - time.monotonic()))
+            try:
+                if signalled:
+                    self._cancel_lost(await self._still_held())
+                    await asyncio.sleep(0.02)
+                if time.monotonic() >= next_beat:
+                    next_beat = time.monotonic() + beat_s
+                    leases = [(i, e.token) for i, e in list(self.inflight.items()) if not e.releasing]
+                    if leases:
+                        kept = await leasing.heartbeat_many(self.store, leases, self.options.lease_ms or await self._queue_lease_ms())
+                        self._cancel_lost(kept, {i for i, _ in leases})
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("keeping the leases of %s failed; retrying", self.name)
+                await asyncio.sleep(beat_s)
+
+    async def _queue_lease_ms(self) -> int:
+        from mainspring.interactions.tables import interaction_queues as queues
+
+        async with self.store.read() as conn:
+            value = (await conn.execute(select(queues.c.lease_ms).where(queues.c.name == self.name))).scalar_one_or_none()
+        return int(value or self.worker.cfg.lease_ms)
+
+    async def _still_held(self) -> set[int]:
+        checking = {i: e.token for i, e in list(self.inflight.items()) if not e.releasing}
+        if not checking:
+            return set()
+        async with self.store.read() as conn:
+            rows = (await conn.execute(select(items.c.id, items.c.state, items.c.lease_token).where(items.c.id.in_(list(checking))))).all()
+        return {r.id for r in rows if r.state == "processing" and r.lease_token == checking[r.id]}
+
+    def _cancel_lost(self, held: set[int], checked: set[int] | None = None) -> None:
+        for item_id in checked if checked is not None else list(self.inflight):
+            entry = self.inflight.get(item_id)
+            if entry is None or entry.releasing or item_id in held:
+                continue
+            if entry.task is not None and not entry.task.done():
+                log.info("cancelling the handler of %s #%s: the item was cancelled or its lease lost", self.name, item_id)
+                entry.task.cancel()
+
+    # --- stopping ------------------------------------------------------------------------------
+
+    async def stop(self, graceful: bool = True, timeout_ms: int | None = None) -> None:
+        """Stop leasing; let running handlers finish (at most ``timeout_ms``), or cancel them at once
+        when not ``graceful``. Cancelled items keep their leases until they expire, then are retried."""
+        self._leasing = False
+        self._stop_leasing.set()
+        running = [e.task for e in list(self.inflight.values()) if e.task is not None]
+        if self.stopped.is_set():
+            return
+        if graceful and running:
+            _done, pending = await asyncio.wait(running, timeout=None if timeout_ms is None else timeout_ms / 1000)
+        else:
+            pending = set(running)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+        # A handler that finished waited for its outcome to be stored, so nothing is left to release.
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.stopped.set()
+
+
+class Worker:
+    """Runs every queue handler of a ``mainspring.App`` registry against one store."""
+
+    def __init__(self, store: Store, registry: Any, cfg: InteractionsSettings | None = None, *, poll_ms: int = 1000, name: str | None = None) -> None:
+        self.store = store
+        self.registry = registry
+        self.cfg = cfg or InteractionsSettings()
+        self.poll_ms = poll_ms
+        self.id = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.runners: dict[str, QueueRunner] = {}
+
+    async def start(self) -> None:
+        for queue, registration in self.registry.queues.items():
+            runner = QueueRunner(self, queue, registration.target, QueueOptions.of(registration.options))
+            self.runners[queue] = runner
+            runner.start()
+        if self.runners:
+            log.info("worker %s runs queues %s", self.id, ", ".join(sorted(self.runners)))
+
+    async def stop_queue(self, queue: str, graceful: bool = True, timeout_ms: int | None = None) -> None:
+        """Stop one queue's handler and wait until it has stopped."""
+        runner = self.runners.pop(queue)
+        await runner.stop(graceful, timeout_ms)
+
+    async def stop(self, graceful: bool = True, timeout_ms: int | None = None) -> None:
+        """Stop every queue: gracefully (running handlers finish, bounded by ``timeout_ms``) or by force.
+        Called again with ``graceful=False`` while a graceful stop runs, it cancels what still runs."""
+        runners = list(self.runners.values())
+        await asyncio.gather(*(r.stop(graceful, timeout_ms) for r in runners))
+        for name in [n for n, r in self.runners.items() if r.stopped.is_set()]:
+            del self.runners[name]
+
+
+async def run_worker(store: Store, registry: Any, cfg: InteractionsSettings, *, poll_ms: int, graceful_ms: int) -> None:
+    """Run a standalone worker until SIGTERM/SIGINT (graceful; a second signal stops by force)."""
+    import signal
+
+    stop = asyncio.Event()
+    force = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def on_signal() -> None:
+        (force if stop.is_set() else stop).set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, on_signal)
+    await store.start()
+    worker = Worker(store, registry, cfg, poll_ms=poll_ms)
+    await worker.start()
+    await stop.wait()
+    log.info("worker %s stopping (in-flight handlers get %d ms; signal again to stop at once)", worker.id, graceful_ms)
+    graceful = asyncio.create_task(worker.stop(True, graceful_ms))
+    forced = asyncio.create_task(force.wait())
+    await asyncio.wait({graceful, forced}, return_when=asyncio.FIRST_COMPLETED)
+    if not graceful.done():
+        log.warning("worker %s stopping by force: running handlers are cancelled, their leases expire", worker.id)
+        await worker.stop(False)
+        await asyncio.gather(graceful, return_exceptions=True)
+    forced.cancel()
+    await store.close()

@@ -1,0 +1,284 @@
+"""The worker runtime in one process: handlers, outcomes, timeouts, cancellation, stopping (seed 004 §7, §8)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from mainspring.app import App
+from mainspring.config import Settings
+from mainspring.interactions import service
+from mainspring.interactions.outcomes import Fail, Repeat, Wait
+from mainspring.interactions.worker import Worker
+from mainspring.store import ManualClock, Store
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], seconds: float = 10) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if await check():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("condition not reached in time")
+
+
+async def status(store: Store, item_id: str) -> str:
+    return str((await service.read(store, item_id))["status"])
+
+
+@pytest.fixture
+def cfg(settings: Settings) -> Any:
+    return settings.interactions
+
+
+async def started(store: Store, registry: App, cfg: Any) -> Worker:
+    worker = Worker(store, registry, cfg, poll_ms=200)
+    await worker.start()
+    return worker
+
+
+async def test_handlers_async_and_sync_return_outcomes(store: Store, cfg: Any) -> None:
+    app = App()
+
+    @app.queue("async")
+    async def handle_async(item: Any) -> Any:
+        return {"echo": item.data}
+
+    @app.queue("sync")
+    def handle_sync(item: Any) -> Any:
+        return {"fail": Fail("no"), "wait": Wait(), "repeat": Repeat(in_ms=60_000)}[item.data]
+
+    worker = await started(store, app, cfg)
+    try:
+        a, _ = await service.create(store, cfg, "async", {"data": 7})
+        made = {kind: (await service.create(store, cfg, "sync", {"data": kind}))[0]["id"] for kind in ("fail", "wait", "repeat")}
+        await eventually(lambda: _is(store, a["id"], "completed"))
+        assert (await service.read(store, a["id"]))["result"] == {"echo": 7}
+        await eventually(lambda: _is(store, made["fail"], "failed"))
+        await eventually(lambda: _is(store, made["wait"], "waiting"))
+        await eventually(lambda: _is(store, made["repeat"], "scheduled"))
+    finally:
+        await worker.stop()
+
+
+async def _is(store: Store, item_id: str, wanted: str) -> bool:
+    return await status(store, item_id) == wanted
+
+
+async def test_8_1_a_raising_handler_is_retried_after_error_delay(store: Store, cfg: Any, clock: ManualClock) -> None:
+    app = App()
+    calls: list[int] = []
+
+    @app.queue("q")
+    async def flaky(item: Any) -> Any:
+        calls.append(item.attempts)
+        if len(calls) == 1:
+            raise RuntimeError("first time fails")
+        return "ok"
+
+    await service.put_queue(store, cfg, "q", {"error_delay_ms": 5000})
+    worker = await started(store, app, cfg)
+    try:
+        item, _ = await service.create(store, cfg, "q", {})
+        await eventually(lambda: _is(store, item["id"], "scheduled"))
+        assert (await service.read(store, item["id"]))["error"] == "RuntimeError: first time fails"
+        clock.advance(5000)
+        await eventually(lambda: _is(store, item["id"], "completed"))
+        assert calls == [1, 2]
+    finally:
+        await worker.stop()
+
+
+async def test_8_2_processing_timeout_cancels_the_handler(store: Store, cfg: Any) -> None:
+    app = App()
+    cancelled = asyncio.Event()
+
+    @app.queue("q", timeout_ms=200)
+    async def slow(item: Any) -> Any:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    await service.put_queue(store, cfg, "q", {"error_delay_ms": 60_000})
+    worker = await started(store, app, cfg)
+    try:
+        item, _ = await service.create(store, cfg, "q", {})
+        await asyncio.wait_for(cancelled.wait(), 10)
+        await eventually(lambda: _is(store, item["id"], "scheduled"))
+        assert "timed out" in (await service.read(store, item["id"]))["error"]
+    finally:
+        await worker.stop()
+
+
+async def test_8_2_the_queue_processing_timeout_applies_to_running_workers(store: Store, cfg: Any) -> None:
+    app = App()
+    cancelled = asyncio.Event()
+
+    @app.queue("q")
+    async def slow(item: Any) -> Any:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    await service.put_queue(store, cfg, "q", {"processing_timeout_ms": 300, "error_delay_ms": 60_000})
+    worker = await started(store, app, cfg)
+    try:
+        await service.create(store, cfg, "q", {})
+        await asyncio.wait_for(cancelled.wait(), 10)
+    finally:
+        await worker.stop()
+
+
+async def test_cancelling_an_item_being_processed_cancels_its_handler(store: Store, cfg: Any) -> None:
+    app = App()
+    running = asyncio.Event()
+    cancelled = asyncio.Event()
+
+    @app.queue("q")
+    async def long(item: Any) -> Any:
+        running.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    worker = await started(store, app, cfg)
+    try:
+        item, _ = await service.create(store, cfg, "q", {})
+        await asyncio.wait_for(running.wait(), 10)
+        await service.cancel(store, item["id"])
+        await asyncio.wait_for(cancelled.wait(), 5)
+        assert await status(store, item["id"]) == "cancelled"
+    finally:
+        await worker.stop()
+
+
+async def test_7_1_stop_one_queue_and_await_it(store: Store, cfg: Any) -> None:
+    app = App()
+    release_a = asyncio.Event()
+    a_running = asyncio.Event()
+
+    @app.queue("a")
+    async def handle_a(item: Any) -> Any:
+        a_running.set()
+        await release_a.wait()
+        return "a done"
+
+    @app.queue("b")
+    async def handle_b(item: Any) -> Any:
+        return "b done"
+
+    worker = await started(store, app, cfg)
+    try:
+        first, _ = await service.create(store, cfg, "a", {})
+        await asyncio.wait_for(a_running.wait(), 10)
+        stopping = asyncio.create_task(worker.stop_queue("a"))
+        await asyncio.sleep(0.1)
+        assert not stopping.done()
+        release_a.set()
+        await asyncio.wait_for(stopping, 10)
+        assert await status(store, first["id"]) == "completed"
+        later, _ = await service.create(store, cfg, "a", {})
+        b, _ = await service.create(store, cfg, "b", {})
+        await eventually(lambda: _is(store, b["id"], "completed"))
+        assert await status(store, later["id"]) == "ready"
+    finally:
+        await worker.stop()
+
+
+async def test_7_2_graceful_stop_lets_running_handlers_finish(store: Store, cfg: Any) -> None:
+    app = App()
+    running = asyncio.Event()
+
+    @app.queue("q")
+    async def handle(item: Any) -> Any:
+        running.set()
+        await asyncio.sleep(0.3)
+        return "finished"
+
+    worker = await started(store, app, cfg)
+    item, _ = await service.create(store, cfg, "q", {})
+    await asyncio.wait_for(running.wait(), 10)
+    await worker.stop(graceful=True, timeout_ms=5000)
+    assert await status(store, item["id"]) == "completed"
+
+
+async def test_7_3_forced_stop_cancels_handlers_and_their_leases_expire(store: Store, cfg: Any, clock: ManualClock) -> None:
+    app = App()
+    running = asyncio.Event()
+    cancelled = asyncio.Event()
+
+    @app.queue("q", lease_ms=1000)
+    async def handle(item: Any) -> Any:
+        running.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    await service.put_queue(store, cfg, "q", {"error_delay_ms": 0})
+    worker = await started(store, app, cfg)
+    item, _ = await service.create(store, cfg, "q", {})
+    await asyncio.wait_for(running.wait(), 10)
+    await worker.stop(graceful=False)
+    assert cancelled.is_set()
+    assert await status(store, item["id"]) == "processing"
+    clock.advance(1000)
+    from mainspring.interactions import leasing
+
+    taken = await leasing.lease(store, cfg, "q", "next", 1)
+    assert [i["id"] for i in taken.items] == [item["id"]] and taken.items[0]["attempts"] == 2
+
+
+async def test_a_graceful_stop_is_bounded(store: Store, cfg: Any) -> None:
+    app = App()
+    running = asyncio.Event()
+
+    @app.queue("q")
+    async def handle(item: Any) -> Any:
+        running.set()
+        await asyncio.sleep(60)
+
+    worker = await started(store, app, cfg)
+    await service.create(store, cfg, "q", {})
+    await asyncio.wait_for(running.wait(), 10)
+    began = time.monotonic()
+    await worker.stop(graceful=True, timeout_ms=200)
+    assert time.monotonic() - began < 3
+
+
+async def test_a_handler_waits_for_the_child_it_created_and_is_woken_when_it_finishes(store: Store, cfg: Any) -> None:
+    app = App()
+    calls: list[int] = []
+
+    @app.queue("orders")
+    async def order(item: Any, ctx: Any) -> Any:
+        calls.append(1)
+        paid = await ctx.children("payment")
+        if not paid:
+            await ctx.create_child("payment", queue="payments", data={"amount": item.data["total"]})
+            return Wait()
+        return {"paid": paid[0]["result"]}
+
+    @app.queue("payments")
+    def payment(item: Any) -> Any:
+        return {"charged": item.data["amount"]}
+
+    worker = await started(store, app, cfg)
+    try:
+        item, _ = await service.create(store, cfg, "orders", {"data": {"total": 12}})
+        await eventually(lambda: _is(store, item["id"], "completed"))
+        assert (await service.read(store, item["id"]))["result"] == {"paid": {"charged": 12}}
+        assert len(calls) == 2
+    finally:
+        await worker.stop()
