@@ -1,7 +1,14 @@
-"""Settings of the batching face (section `[batching]` of the config file, env `MAINSPRING_BATCHING__<KEY>`)."""
+"""Settings of the batching face (section `[batching]` of the config file, env `MAINSPRING_BATCHING__<KEY>`).
 
-from pydantic import BaseModel
+Each batcher's own rules (sizes, timers, leases) are stored per batcher (``PUT /v1/batchers/{name}``),
+not here, so they change at runtime on every server at once.
+"""
+
+from pydantic import BaseModel, Field
 
 
 class BatchingSettings(BaseModel):
-    pass
+    max_claim_wait_ms: int = Field(60_000, ge=0)
+    """The longest a claim long-polls, whatever ``wait_ms`` asks."""
+    worker_poll_ms: int = Field(1_000, ge=10)
+    """How long an in-process ``@app.batcher`` worker long-polls between checks of the stop signal."""

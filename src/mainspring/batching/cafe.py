@@ -1,0 +1,331 @@
+"""The package cafe: packages wait here until exactly one worker claims them under a lease.
+
+A claim takes the oldest ready package (or one whose lease expired) with ``SKIP LOCKED``, so concurrent
+claimers on any number of servers never get the same package. Every finishing write is fenced by the
+lease token: a worker whose lease was taken over gets ``409 lease_lost`` and changes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import and_, func, or_, select
+
+from mainspring.batching.errors import PackageNotFound, UnknownTaskResult
+from mainspring.batching.models import DEFAULTS, TaskResult
+from mainspring.batching.service import cafe_channel, task_subject
+from mainspring.batching.tables import batch_packages, batch_tasks, batchers
+from mainspring.core import outbox
+from mainspring.core.errors import LeaseLost
+from mainspring.core.leases import new_token
+from mainspring.core.paging import decode_cursor, encode_cursor
+from mainspring.store import Store, Transaction, format_time
+
+Authorize = Callable[[str], None]
+
+
+def package_to_api(row: Any, tasks: list[Any], *, with_lease: bool = True) -> dict[str, Any]:
+    lease = None
+    if with_lease and row.status == "claimed" and row.lease_token:
+        lease = {"token": row.lease_token, "expires_at": format_time(row.lease_expires_at)}
+    return {
+        "id": row.id,
+        "batcher": row.batcher,
+        "status": row.status,
+        "size": row.size,
+        "worker": row.worker,
+        "attempts": row.attempts,
+        "error": row.error,
+        "lease": lease,
+        "tasks": [
+            {
+                "id": t.id,
+                "group": t.group,
+                "member": t.member,
+                "version": t.version,
+                "sha256": t.sha256,
+                "content": t.content,
+                "data": t.data,
+                "status": t.status,
+            }
+            for t in tasks
+        ],
+        "created_at": format_time(row.created_at),
+        "updated_at": format_time(row.updated_at),
+    }
+
+
+async def _tasks_of(conn: Any, package_id: str) -> list[Any]:
+    return list(
+        (await conn.execute(select(batch_tasks).where(batch_tasks.c.package_id == package_id).order_by(batch_tasks.c.seq))).all()
+    )
+
+
+async def _set_task_status(tx: Transaction, package_id: str, status: str, **values: Any) -> None:
+    await tx.execute(
+        batch_tasks.update()
+        .where(batch_tasks.c.package_id == package_id)
+        .values(status=status, updated_at=tx.store.now_ms(), **values)
+    )
+
+
+async def claim_once(store: Store, name: str, worker: str, lease_ms: int | None) -> dict[str, Any] | None:
+    """Claim the oldest waiting package of ``name`` for ``worker``, or None."""
+    async with store.transaction() as tx:
+        now = store.now_ms()
+        query = (
+            select(batch_packages)
+            .where(
+                batch_packages.c.batcher == name,
+                or_(
+                    batch_packages.c.status == "ready",
+                    and_(batch_packages.c.status == "claimed", batch_packages.c.lease_expires_at <= now),
+                ),
+            )
+            .order_by(batch_packages.c.seq)
+            .limit(1)
+        )
+        row = (await tx.execute(store.dialect.skip_locked(query))).first()
+        if row is None:
+            return None
+        if lease_ms is None:
+            configured = (await tx.execute(select(batchers.c.lease_ms).where(batchers.c.name == name))).scalar()
+            lease_ms = int(configured or DEFAULTS["lease_ms"])
+        token = new_token()
+        retaken = row.status == "claimed"
+        await tx.execute(
+            batch_packages.update()
+            .where(batch_packages.c.seq == row.seq)
+            .values(
+                status="claimed",
+                worker=worker,
+                lease_token=token,
+                lease_expires_at=now + lease_ms,
+                lease_ms=lease_ms,
+                attempts=batch_packages.c.attempts + 1,
+                updated_at=now,
+            )
+        )
+        await _set_task_status(tx, row.id, "claimed")
+        await outbox.emit(
+            tx, "batch.package.claimed", "batch_package", row.id,
+            {"batcher": name, "worker": worker, "attempt": row.attempts + 1, "retaken_after_expiry": retaken},
+        )
+        fresh = (await tx.execute(select(batch_packages).where(batch_packages.c.seq == row.seq))).one()
+        return package_to_api(fresh, await _tasks_of(tx.conn, row.id))
+
+
+async def claim(
+    store: Store, name: str, worker: str, lease_ms: int | None, wait_ms: int, poll_ms: int
+) -> dict[str, Any] | None:
+    """Claim a package, waiting up to ``wait_ms`` (real time) for one to be made."""
+    deadline = time.monotonic() + wait_ms / 1000
+    while True:
+        # Taken before looking, so a package made between the look and the wait still wakes us.
+        waiter = store.notifier.waiter(cafe_channel(name))
+        package = await claim_once(store, name, worker, lease_ms)
+        if package is not None:
+            return package
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return None
+        await waiter.wait(min(remaining, poll_ms / 1000))
+        await asyncio.sleep(0)
+
+
+async def _locked_package(tx: Transaction, package_id: str, authorize: Authorize | None) -> Any:
+    row = (
+        await tx.execute(tx.store.dialect.for_update(select(batch_packages).where(batch_packages.c.id == package_id)))
+    ).first()
+    if row is None:
+        raise PackageNotFound(f"no package {package_id!r}")
+    if authorize is not None:
+        authorize(row.batcher)
+    return row
+
+
+def _normalize_results(results: Any, task_ids: list[str]) -> dict[str, TaskResult]:
+    if results is None:
+        outcomes: dict[str, TaskResult] = {}
+    elif isinstance(results, dict):
+        outcomes = {tid: TaskResult(task_id=tid, result=value) for tid, value in results.items()}
+    else:
+        outcomes = {}
+        for item in results:
+            item = item if isinstance(item, TaskResult) else TaskResult.model_validate(item)
+            outcomes[item.task_id] = item
+    unknown = sorted(set(outcomes) - set(task_ids))
+    if unknown:
+        raise UnknownTaskResult(
+            "results name tasks that are not in this package",
+            errors=[{"loc": ["body", "results", tid], "msg": "not a task of this package"} for tid in unknown],
+        )
+    return outcomes
+
+
+async def complete_package(
+    store: Store, package_id: str, token: str, results: Any, authorize: Authorize | None = None
+) -> dict[str, Any]:
+    """Finish a claimed package with per-task outcomes (a task left out is done)."""
+    async with store.transaction() as tx:
+        row = await _locked_package(tx, package_id, authorize)
+        tasks = await _tasks_of(tx.conn, package_id)
+        if row.status == "done" and row.lease_token == token:
+            return package_to_api(row, tasks, with_lease=False)  # a repeat of the same completion
+        if row.status != "claimed" or row.lease_token != token:
+            raise LeaseLost(f"package {package_id} is not held with this token")
+        outcomes = _normalize_results(results, [t.id for t in tasks])
+        now = store.now_ms()
+        events: list[outbox.Event] = []
+        for task in tasks:
+            outcome = outcomes.get(task.id) or TaskResult(task_id=task.id)
+            status = outcome.status
+            error = outcome.error if status == "failed" else None
+            if status == "failed" and error is None:
+                error = "failed by the worker"
+            await tx.execute(
+                batch_tasks.update()
+                .where(batch_tasks.c.seq == task.seq)
+                .values(status=status, result=outcome.result, error=error, updated_at=now)
+            )
+            data = {"batcher": row.batcher, "id": task.id, "package_id": package_id}
+            if status == "failed":
+                data["error"] = error
+            events.append(outbox.Event(f"batch.task.{status}", "batch_task", task_subject(row.batcher, task.id), data))
+        await tx.execute(
+            batch_packages.update()
+            .where(batch_packages.c.seq == row.seq)
+            .values(status="done", lease_expires_at=None, updated_at=now, error=None)
+        )
+        events.append(
+            outbox.Event("batch.package.done", "batch_package", package_id,
+                         {"batcher": row.batcher, "worker": row.worker, "size": row.size})
+        )
+        await outbox.emit_many(tx, events)
+        fresh = (await tx.execute(select(batch_packages).where(batch_packages.c.seq == row.seq))).one()
+        return package_to_api(fresh, await _tasks_of(tx.conn, package_id), with_lease=False)
+
+
+async def fail_package(
+    store: Store, package_id: str, token: str, error: str, retry: bool, authorize: Authorize | None = None
+) -> dict[str, Any]:
+    """Give a claimed package up: back to the cafe (``retry``) or failed for good with its tasks."""
+    async with store.transaction() as tx:
+        row = await _locked_package(tx, package_id, authorize)
+        if row.status == "failed" and row.lease_token == token and not retry:
+            return package_to_api(row, await _tasks_of(tx.conn, package_id), with_lease=False)
+        if row.status != "claimed" or row.lease_token != token:
+            raise LeaseLost(f"package {package_id} is not held with this token")
+        now = store.now_ms()
+        events: list[outbox.Event] = []
+        if retry:
+            await tx.execute(
+                batch_packages.update()
+                .where(batch_packages.c.seq == row.seq)
+                .values(status="ready", lease_token=None, lease_expires_at=None, error=error, updated_at=now)
+            )
+            await _set_task_status(tx, package_id, "packed")
+            tx.notify(cafe_channel(row.batcher))
+        else:
+            await tx.execute(
+                batch_packages.update()
+                .where(batch_packages.c.seq == row.seq)
+                .values(status="failed", lease_expires_at=None, error=error, updated_at=now)
+            )
+            tasks = await _tasks_of(tx.conn, package_id)
+            await _set_task_status(tx, package_id, "failed", error=error)
+            events.extend(
+                outbox.Event("batch.task.failed", "batch_task", task_subject(row.batcher, t.id),
+                             {"batcher": row.batcher, "id": t.id, "package_id": package_id, "error": error})
+                for t in tasks
+            )
+        events.append(
+            outbox.Event("batch.package.failed", "batch_package", package_id,
+                         {"batcher": row.batcher, "worker": row.worker, "error": error, "retry": retry})
+        )
+        await outbox.emit_many(tx, events)
+        fresh = (await tx.execute(select(batch_packages).where(batch_packages.c.seq == row.seq))).one()
+        return package_to_api(fresh, await _tasks_of(tx.conn, package_id), with_lease=False)
+
+
+async def heartbeat_package(
+    store: Store, package_id: str, token: str, lease_ms: int | None, authorize: Authorize | None = None
+) -> dict[str, Any]:
+    """Extend a held lease."""
+    async with store.transaction() as tx:
+        row = await _locked_package(tx, package_id, authorize)
+        if row.status != "claimed" or row.lease_token != token:
+            raise LeaseLost(f"package {package_id} is not held with this token")
+        now = store.now_ms()
+        span = lease_ms or row.lease_ms or DEFAULTS["lease_ms"]
+        await tx.execute(
+            batch_packages.update()
+            .where(batch_packages.c.seq == row.seq)
+            .values(lease_expires_at=now + span, lease_ms=span, updated_at=now)
+        )
+        fresh = (await tx.execute(select(batch_packages).where(batch_packages.c.seq == row.seq))).one()
+        return package_to_api(fresh, await _tasks_of(tx.conn, package_id))
+
+
+async def expire_leases(tx: Transaction, name: str, now: int) -> None:
+    """Put packages whose lease ran out back in the cafe (their tasks back to ``packed``)."""
+    rows = (
+        await tx.execute(
+            tx.store.dialect.skip_locked(
+                select(batch_packages).where(
+                    batch_packages.c.batcher == name,
+                    batch_packages.c.status == "claimed",
+                    batch_packages.c.lease_expires_at <= now,
+                )
+            )
+        )
+    ).all()
+    for row in rows:
+        await tx.execute(
+            batch_packages.update()
+            .where(batch_packages.c.seq == row.seq)
+            .values(status="ready", lease_token=None, lease_expires_at=None, error="lease expired", updated_at=now)
+        )
+        await _set_task_status(tx, row.id, "packed")
+        await outbox.emit(
+            tx, "batch.package.failed", "batch_package", row.id,
+            {"batcher": name, "worker": row.worker, "error": "lease expired", "retry": True, "lease_expired": True},
+        )
+    if rows:
+        tx.notify(cafe_channel(name))
+
+
+async def next_lease_expiry(conn: Any) -> int | None:
+    return (
+        await conn.execute(select(func.min(batch_packages.c.lease_expires_at)).where(batch_packages.c.status == "claimed"))
+    ).scalar()
+
+
+async def get_package(store: Store, package_id: str, authorize: Authorize | None = None) -> dict[str, Any]:
+    async with store.read() as conn:
+        row = (await conn.execute(select(batch_packages).where(batch_packages.c.id == package_id))).first()
+        if row is None:
+            raise PackageNotFound(f"no package {package_id!r}")
+        if authorize is not None:
+            authorize(row.batcher)
+        # The token is the claimer's secret: reading a package never shows it.
+        return package_to_api(row, await _tasks_of(conn, package_id), with_lease=False)
+
+
+async def list_packages(
+    store: Store, name: str, status: str | None, limit: int, cursor: str | None
+) -> tuple[list[dict[str, Any]], str | None]:
+    after = int(decode_cursor(cursor, 1)[0]) if cursor else 0
+    query = select(batch_packages).where(batch_packages.c.batcher == name, batch_packages.c.seq > after)
+    if status:
+        query = query.where(batch_packages.c.status == status)
+    query = query.order_by(batch_packages.c.seq).limit(limit + 1)
+    async with store.read() as conn:
+        rows = (await conn.execute(query)).all()
+        more = len(rows) > limit
+        rows = rows[:limit]
+        items = [package_to_api(r, await _tasks_of(conn, r.id), with_lease=False) for r in rows]
+    return items, encode_cursor(rows[-1].seq) if more else None

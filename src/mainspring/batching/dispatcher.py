@@ -1,0 +1,162 @@
+"""The dispatcher: turns the tasks really pending in the store into packages, once.
+
+Each round locks the batcher's row (``FOR UPDATE SKIP LOCKED`` on PostgreSQL: a server that finds it
+locked leaves the round to the one holding it; SQLite has one writer), reads the pending tasks, asks
+``planner.plan`` what the thresholds and timers say, and writes packages, rejections and the timer state
+in that same transaction. A task only moves ``pending → packed`` with a guarded update, so even a broken
+lock could not put it in two packages.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from sqlalchemy import select, union
+
+from mainspring.batching.cafe import expire_leases, next_lease_expiry
+from mainspring.batching.planner import PendingTask, Plan, Rules, TimerState, plan
+from mainspring.batching.service import cafe_channel, task_subject
+from mainspring.batching.tables import batch_packages, batch_tasks, batch_versions, batchers
+from mainspring.core import outbox
+from mainspring.core.runtime import Context, run_loop
+from mainspring.store import Store, Transaction
+
+log = logging.getLogger("mainspring.batching.dispatcher")
+
+
+class DoubleFlush(RuntimeError):
+    """A task was not pending any more when it was being packed: the round is rolled back."""
+
+
+def new_package_id() -> str:
+    return "pkg_" + uuid.uuid4().hex
+
+
+async def dispatch_batcher(store: Store, name: str) -> int | None:
+    """One dispatcher round for ``name``; answers when it must look again (epoch ms) or None."""
+    async with store.transaction() as tx:
+        row = (
+            await tx.execute(store.dialect.skip_locked(select(batchers).where(batchers.c.name == name)))
+        ).first()
+        if row is None:
+            return None  # another server is running this round right now
+        now = store.now_ms()
+        await expire_leases(tx, name, now)
+        pending = [
+            PendingTask(r.seq, r.id, r.group, r.member, r.version, r.created_at)
+            for r in (
+                await tx.execute(
+                    select(
+                        batch_tasks.c.seq, batch_tasks.c.id, batch_tasks.c.group, batch_tasks.c.member,
+                        batch_tasks.c.version, batch_tasks.c.created_at,
+                    )
+                    .where(batch_tasks.c.batcher == name, batch_tasks.c.status == "pending")
+                    .order_by(batch_tasks.c.seq)
+                )
+            ).all()
+        ]
+        rules = Rules(row.min_size, row.max_size, row.linger_ms, row.max_wait_ms, row.group_size, row.incomplete_group)
+        state = TimerState(row.linger_started_at, row.linger_ends_at, row.last_flush_at, row.carried_through_seq)
+        decided = plan(pending, rules, state, now)
+        await apply_plan(tx, name, decided, state, now)
+        return decided.next_due
+
+
+async def apply_plan(tx: Transaction, name: str, decided: Plan, state: TimerState, now: int) -> None:
+    events: list[outbox.Event] = []
+    for tasks, why in zip(decided.packages, decided.flushes, strict=True):
+        package_id = new_package_id()
+        await tx.execute(
+            batch_packages.insert().values(
+                id=package_id, batcher=name, status="ready", size=len(tasks), attempts=0, created_at=now, updated_at=now
+            )
+        )
+        moved = await tx.execute(
+            batch_tasks.update()
+            .where(batch_tasks.c.seq.in_([t.seq for t in tasks]), batch_tasks.c.status == "pending")
+            .values(status="packed", package_id=package_id, updated_at=now)
+        )
+        if moved.rowcount != len(tasks):
+            raise DoubleFlush(f"batcher {name}: {len(tasks) - moved.rowcount} task(s) were no longer pending")
+        events.extend(
+            outbox.Event("batch.task.packed", "batch_task", task_subject(name, t.id),
+                         {"batcher": name, "id": t.id, "package_id": package_id})
+            for t in tasks
+        )
+        events.append(
+            outbox.Event("batch.package.created", "batch_package", package_id,
+                         {"batcher": name, "size": len(tasks), "task_ids": [t.id for t in tasks], "trigger": why})
+        )
+    if decided.rejected:
+        seqs = [t.seq for t in decided.rejected]
+        moved = await tx.execute(
+            batch_tasks.update()
+            .where(batch_tasks.c.seq.in_(seqs), batch_tasks.c.status == "pending")
+            .values(status="rejected", reason="incomplete_group", updated_at=now)
+        )
+        if moved.rowcount != len(seqs):
+            raise DoubleFlush(f"batcher {name}: a rejected task was no longer pending")
+        # The version number stays taken in the log; the content is marked as never delivered so the
+        # sender may submit it again (it would otherwise count as a duplicate forever).
+        await tx.execute(
+            batch_versions.update()
+            .where(
+                batch_versions.c.batcher == name,
+                batch_versions.c.task_id.in_([t.id for t in decided.rejected]),
+                batch_versions.c.withdrawn_at.is_(None),
+            )
+            .values(withdrawn_at=now)
+        )
+        events.extend(
+            outbox.Event("batch.task.rejected", "batch_task", task_subject(name, t.id),
+                         {"batcher": name, "id": t.id, "group": t.group, "member": t.member,
+                          "version": t.version, "reason": "incomplete_group"})
+            for t in decided.rejected
+        )
+    await outbox.emit_many(tx, events)
+    if decided.timer != state:
+        timer = decided.timer
+        await tx.execute(
+            batchers.update()
+            .where(batchers.c.name == name)
+            .values(
+                linger_started_at=timer.linger_started_at,
+                linger_ends_at=timer.linger_ends_at,
+                last_flush_at=timer.last_flush_at,
+                carried_through_seq=timer.carried_through_seq,
+            )
+        )
+    if decided.packages:
+        tx.notify(cafe_channel(name))
+
+
+async def batchers_needing_a_round(store: Store) -> list[str]:
+    now = store.now_ms()
+    query = union(
+        select(batch_tasks.c.batcher).where(batch_tasks.c.status == "pending").distinct(),
+        select(batch_packages.c.batcher)
+        .where(batch_packages.c.status == "claimed", batch_packages.c.lease_expires_at <= now)
+        .distinct(),
+    )
+    async with store.read() as conn:
+        return sorted(r[0] for r in (await conn.execute(query)).all())
+
+
+async def dispatch_all(store: Store) -> int | None:
+    """One round over every batcher with work; answers the earliest next due time."""
+    dues: list[int] = []
+    for name in await batchers_needing_a_round(store):
+        due = await dispatch_batcher(store, name)
+        if due is not None:
+            dues.append(due)
+    async with store.read() as conn:
+        lease = await next_lease_expiry(conn)
+    if lease is not None:
+        dues.append(lease)
+    # A due time already past (a batcher locked by another server this instant) must not spin the loop.
+    return max(min(dues), store.now_ms() + 10) if dues else None
+
+
+async def dispatcher_loop(ctx: Context) -> None:
+    await run_loop(ctx, "batching-dispatcher", lambda: dispatch_all(ctx.store), channel="batching")

@@ -1,0 +1,293 @@
+"""Batchers, task submission with content versions, task status and the version log (API.md §4).
+
+The dispatcher (batch forming) is in ``dispatcher.py``; the package cafe (claim, heartbeat, finish) in
+``cafe.py``. All three write only through ``store.transaction()`` and emit their events in it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import weakref
+from types import SimpleNamespace
+from typing import Any
+
+from sqlalchemy import case, func, select
+from sqlalchemy.exc import IntegrityError
+
+from mainspring.batching.errors import BatcherNotFound, InvalidBatcherSettings, TaskIdConflict, TaskNotFound
+from mainspring.batching.models import DEFAULTS, SETTING_KEYS, BatcherSettingsIn, TaskIn
+from mainspring.batching.tables import batch_packages, batch_tasks, batch_versions, batchers
+from mainspring.core import outbox
+from mainspring.core.paging import decode_cursor, encode_cursor
+from mainspring.store import Store, Transaction, format_time
+
+TASK_STATUSES = ("pending", "packed", "claimed", "done", "failed", "rejected")
+PACKAGE_STATUSES = ("ready", "claimed", "done", "failed")
+
+
+def dispatcher_channel(name: str) -> str:
+    """Wakes the dispatcher loops (they wait on the ``batching`` prefix)."""
+    return f"batching:{name}"
+
+
+def cafe_channel(name: str) -> str:
+    """Wakes claimers waiting for a package of ``name``; kept apart so submits do not wake them."""
+    return f"batching-cafe:{name}"
+
+
+def task_subject(batcher: str, task_id: str) -> str:
+    return f"{batcher}/{task_id}"
+
+
+def content_sha256(content: Any) -> str:
+    """A string is hashed as its UTF-8 bytes (a book's plain text); any other JSON as canonical JSON."""
+    if isinstance(content, str):
+        raw = content.encode()
+    else:
+        raw = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    return hashlib.sha256(raw).hexdigest()
+
+
+# --- batchers -------------------------------------------------------------------------------------------
+
+
+def check_rules(values: dict[str, Any]) -> None:
+    errors = []
+    if values["min_size"] > values["max_size"]:
+        errors.append({"loc": ["body", "min_size"], "msg": "min_size must not exceed max_size"})
+    if values["group_size"] > values["max_size"]:
+        errors.append({"loc": ["body", "group_size"], "msg": "group_size must not exceed max_size"})
+    if errors:
+        raise InvalidBatcherSettings("inconsistent batcher settings", errors=errors)
+
+
+def batcher_to_api(row: Any, counts: dict[str, int] | None = None, package_counts: dict[str, int] | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": row.name, **{k: getattr(row, k) for k in SETTING_KEYS}}
+    out["linger_started_at"] = format_time(row.linger_started_at)
+    out["linger_ends_at"] = format_time(row.linger_ends_at)
+    out["created_at"] = format_time(row.created_at)
+    out["updated_at"] = format_time(row.updated_at)
+    if counts is not None:
+        out["counts"] = {s: counts.get(s, 0) for s in TASK_STATUSES}
+    if package_counts is not None:
+        out["package_counts"] = {s: package_counts.get(s, 0) for s in PACKAGE_STATUSES}
+    return out
+
+
+# Batchers are never deleted, so once a server has seen one it need not look again on every submit.
+_known_batchers: weakref.WeakKeyDictionary[Store, set[str]] = weakref.WeakKeyDictionary()
+
+
+async def ensure_batcher(tx: Transaction, name: str, defaults: dict[str, Any] | None = None) -> None:
+    """Create the batcher with ``defaults`` (else the API defaults) on first use."""
+    known = _known_batchers.setdefault(tx.store, set())
+    if name in known:
+        return
+    row = (await tx.execute(select(batchers.c.name).where(batchers.c.name == name))).first()
+    if row is not None:
+        tx.after_commit(lambda: known.add(name))
+        return
+    values = {**DEFAULTS, **{k: v for k, v in (defaults or {}).items() if k in SETTING_KEYS}}
+    check_rules(values)
+    now = tx.store.now_ms()
+    await tx.execute(
+        tx.store.dialect.insert(batchers)
+        .values(name=name, **values, carried_through_seq=0, created_at=now, updated_at=now)
+        .on_conflict_do_nothing(index_elements=["name"])
+    )
+    tx.after_commit(lambda: known.add(name))
+
+
+async def put_batcher(store: Store, name: str, body: BatcherSettingsIn) -> dict[str, Any]:
+    """Create or change a batcher's stored settings; every server's dispatcher uses them from its next round."""
+    changes = body.model_dump(exclude_none=True)
+    async with store.transaction() as tx:
+        await ensure_batcher(tx, name)
+        row = (await tx.execute(store.dialect.for_update(select(batchers).where(batchers.c.name == name)))).one()
+        values = {**{k: getattr(row, k) for k in SETTING_KEYS}, **changes}
+        check_rules(values)
+        await tx.execute(batchers.update().where(batchers.c.name == name).values(**values, updated_at=store.now_ms()))
+        tx.notify(dispatcher_channel(name))
+    return await get_batcher(store, name)
+
+
+async def get_batcher(store: Store, name: str) -> dict[str, Any]:
+    async with store.read() as conn:
+        row = (await conn.execute(select(batchers).where(batchers.c.name == name))).first()
+        if row is None:
+            raise BatcherNotFound(f"no batcher {name!r}")
+        counts = dict(
+            (await conn.execute(
+                select(batch_tasks.c.status, func.count()).where(batch_tasks.c.batcher == name).group_by(batch_tasks.c.status)
+            )).tuples().all()
+        )
+        package_counts = dict(
+            (await conn.execute(
+                select(batch_packages.c.status, func.count())
+                .where(batch_packages.c.batcher == name)
+                .group_by(batch_packages.c.status)
+            )).tuples().all()
+        )
+    return batcher_to_api(row, counts, package_counts)
+
+
+# --- tasks ----------------------------------------------------------------------------------------------
+
+
+def task_to_api(row: Any) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "batcher": row.batcher,
+        "group": row.group,
+        "member": row.member,
+        "sha256": row.sha256,
+        "version": row.version,
+        "status": row.status,
+        "reason": row.reason,
+        "package_id": row.package_id,
+        "data": row.data,
+        "result": row.result,
+        "error": row.error,
+        "created_at": format_time(row.created_at),
+        "updated_at": format_time(row.updated_at),
+    }
+
+
+async def submit_task(store: Store, name: str, body: TaskIn, defaults: dict[str, Any] | None = None) -> tuple[dict[str, Any], bool]:
+    """Accept a task. Answers (task, accepted_now): accepted_now is False for a repeat of a known id and
+    for a duplicate content (status ``rejected``, reason ``duplicate``)."""
+    sha = content_sha256(body.content)
+    for attempt in range(3):
+        try:
+            return await _submit_once(store, name, body, sha, defaults)
+        except IntegrityError as exc:
+            # Two submits of one id (or two servers creating one batcher) raced; the retry reads the winner.
+            if not store.dialect.is_unique_violation(exc) or attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+async def _submit_once(
+    store: Store, name: str, body: TaskIn, sha: str, defaults: dict[str, Any] | None
+) -> tuple[dict[str, Any], bool]:
+    async with store.transaction() as tx:
+        await ensure_batcher(tx, name, defaults)
+        # One group's versions are numbered one submit at a time, on every server.
+        await store.dialect.advisory_xact_lock(tx.conn, f"batching:{name}:{body.group}")
+        known = (
+            await tx.execute(select(batch_tasks).where(batch_tasks.c.batcher == name, batch_tasks.c.id == body.id))
+        ).first()
+        if known is not None:
+            if (known.sha256, known.group, known.member) != (sha, body.group, body.member):
+                raise TaskIdConflict(
+                    f"task {body.id!r} is already stored with other content, group or member", task_id=body.id
+                )
+            return task_to_api(known), False
+        now = store.now_ms()
+        row: dict[str, Any] = {
+            "batcher": name,
+            "id": body.id,
+            "group": body.group,
+            "member": body.member,
+            "sha256": sha,
+            "content": body.content,
+            "data": body.data,
+            "package_id": None,
+            "result": None,
+            "error": None,
+            "created_at": now,
+            "updated_at": now,
+        }
+        same = (
+            await tx.execute(
+                select(batch_versions.c.version)
+                .where(
+                    batch_versions.c.batcher == name,
+                    batch_versions.c.group == body.group,
+                    batch_versions.c.member == body.member,
+                    batch_versions.c.sha256 == sha,
+                    batch_versions.c.withdrawn_at.is_(None),
+                )
+                .order_by(batch_versions.c.version)
+                .limit(1)
+            )
+        ).scalar()
+        if same is not None:
+            row.update(status="rejected", reason="duplicate", version=same)
+            await tx.execute(batch_tasks.insert().values(**row))
+            await outbox.emit(
+                tx, "batch.task.rejected", "batch_task", task_subject(name, body.id),
+                {"batcher": name, "id": body.id, "group": body.group, "member": body.member,
+                 "reason": "duplicate", "version": same, "sha256": sha},
+            )
+            return task_to_api(SimpleNamespace(**row)), False
+        own_and_top = (
+            await tx.execute(
+                select(
+                    func.max(case((batch_versions.c.member == body.member, batch_versions.c.version))),
+                    func.max(batch_versions.c.version),
+                ).where(batch_versions.c.batcher == name, batch_versions.c.group == body.group)
+            )
+        ).one()
+        own, top = own_and_top
+        version = max((own or 0) + 1, top or 0)
+        await tx.execute(
+            batch_versions.insert().values(
+                batcher=name, group=body.group, member=body.member, version=version, sha256=sha, task_id=body.id, at=now
+            )
+        )
+        row.update(status="pending", reason=None, version=version)
+        await tx.execute(batch_tasks.insert().values(**row))
+        await outbox.emit(
+            tx, "batch.task.accepted", "batch_task", task_subject(name, body.id),
+            {"batcher": name, "id": body.id, "group": body.group, "member": body.member, "version": version, "sha256": sha},
+        )
+        tx.notify(dispatcher_channel(name))
+        return task_to_api(SimpleNamespace(**row)), True
+
+
+async def get_task(store: Store, name: str, task_id: str) -> dict[str, Any]:
+    async with store.read() as conn:
+        row = (
+            await conn.execute(select(batch_tasks).where(batch_tasks.c.batcher == name, batch_tasks.c.id == task_id))
+        ).first()
+    if row is None:
+        raise TaskNotFound(f"no task {task_id!r} in batcher {name!r}")
+    return task_to_api(row)
+
+
+# --- the version log ------------------------------------------------------------------------------------
+
+
+async def list_versions(
+    store: Store, name: str, group: str, member: str, limit: int, cursor: str | None
+) -> tuple[list[dict[str, Any]], str | None]:
+    """The permanent log of one group+member, oldest version first."""
+    after = int(decode_cursor(cursor, 1)[0]) if cursor else 0
+    query = (
+        select(batch_versions)
+        .where(
+            batch_versions.c.batcher == name,
+            batch_versions.c.group == group,
+            batch_versions.c.member == member,
+            batch_versions.c.version > after,
+        )
+        .order_by(batch_versions.c.version)
+        .limit(limit + 1)
+    )
+    async with store.read() as conn:
+        rows = (await conn.execute(query)).all()
+    more = len(rows) > limit
+    rows = rows[:limit]
+    items = [
+        {
+            "version": r.version,
+            "sha256": r.sha256,
+            "task_id": r.task_id,
+            "at": format_time(r.at),
+            "withdrawn_at": format_time(r.withdrawn_at),
+        }
+        for r in rows
+    ]
+    return items, encode_cursor(rows[-1].version) if more else None

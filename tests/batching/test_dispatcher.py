@@ -1,0 +1,118 @@
+"""The dispatcher against the store: thresholds, carry, max_wait, runtime settings, one flush only."""
+
+from __future__ import annotations
+
+import asyncio
+
+from sqlalchemy import func, select
+
+from mainspring.batching.dispatcher import dispatch_batcher
+from mainspring.batching.models import BatcherSettingsIn, TaskIn
+from mainspring.batching.service import put_batcher as put_batcher_service
+from mainspring.batching.service import submit_task
+from mainspring.batching.tables import batch_packages, batch_tasks
+from mainspring.store import Store
+from tests.batching.conftest import put_batcher, settle, statuses, submit, submit_pair, wait_status
+
+
+async def test_at_max_size_the_oldest_complete_groups_are_packed_and_a_lone_task_stays(client) -> None:
+    await put_batcher(client)
+    await submit(client, "x-en", "x", "en")
+    ids = await submit_pair(client, "a") + await submit_pair(client, "b") + await submit_pair(client, "c")
+    # Whether the dispatcher looked at six or seven tasks, only whole pairs leave, never the lone task.
+    packed = await wait_status(client, ids[:4], "packed")
+    assert len({t["package_id"] for t in packed}) == 1
+    assert (await statuses(client, ["x-en"])) == {"x-en": "pending"}
+
+
+async def test_with_carry_an_incomplete_group_waits_for_its_partner(client, clock) -> None:
+    await put_batcher(client, incomplete_group="carry")
+    pair = await submit_pair(client, "a")
+    await submit(client, "b-en", "b", "en")
+    clock.advance(5000)
+    await wait_status(client, pair, "packed")
+    await settle()
+    assert (await statuses(client, ["b-en"])) == {"b-en": "pending"}
+    clock.advance(10_000)
+    await submit(client, "b-ru", "b", "ru")
+    clock.advance(5000)
+    both = await wait_status(client, ["b-en", "b-ru"], "packed")
+    assert both[0]["package_id"] == both[1]["package_id"]
+
+
+async def test_with_carry_a_task_still_incomplete_at_max_wait_is_rejected(client, clock) -> None:
+    await put_batcher(client, incomplete_group="carry", max_wait_ms=20_000)
+    await submit_pair(client, "a")
+    await submit(client, "b-en", "b", "en")
+    clock.advance(5000)
+    await settle()
+    assert (await statuses(client, ["b-en"])) == {"b-en": "pending"}
+    clock.advance(15_000)
+    rejected = await wait_status(client, ["b-en"], "rejected")
+    assert rejected[0]["reason"] == "incomplete_group"
+
+
+async def test_a_lone_task_never_reaching_min_size_is_rejected_at_max_wait(client, clock) -> None:
+    await put_batcher(client)
+    await submit(client, "lone", "g", "en")
+    clock.advance(29_999)
+    await settle()
+    assert (await statuses(client, ["lone"])) == {"lone": "pending"}
+    clock.advance(1)
+    assert (await wait_status(client, ["lone"], "rejected"))[0]["reason"] == "incomplete_group"
+
+
+async def test_a_lone_complete_group_is_packed_at_max_wait(client, clock) -> None:
+    await put_batcher(client, min_size=3, group_size=1)
+    await submit(client, "lone", "g", "en")
+    clock.advance(30_000)
+    await wait_status(client, ["lone"], "packed")
+
+
+async def test_changed_settings_apply_to_the_next_batch_on_the_running_server(client, clock) -> None:
+    await put_batcher(client)
+    await put_batcher(client, max_size=2)
+    ids = await submit_pair(client, "a")
+    await wait_status(client, ids, "packed")  # no timer: the pair is max_size now
+
+
+async def test_concurrent_dispatcher_rounds_on_several_stores_flush_each_task_once(database_url, clock, store) -> None:
+    others = [Store(database_url, clock=clock, pool_size=3, sqlite_synchronous="NORMAL") for _ in range(3)]
+    stores = [store, *others]
+    try:
+        await put_batcher_service(store, "books", BatcherSettingsIn(min_size=2, max_size=6, linger_ms=50, group_size=2))
+
+        async def rounds(s: Store) -> None:
+            for _ in range(30):
+                await dispatch_batcher(s, "books")
+                await asyncio.sleep(0)
+
+        async def feed() -> None:
+            for i in range(60):
+                for member in ("en", "ru"):
+                    await submit_task(store, "books", TaskIn(id=f"{i}-{member}", group=str(i), member=member, content=f"{i}{member}"))
+                if i % 7 == 0:
+                    clock.advance(60)
+
+        await asyncio.gather(feed(), *(rounds(s) for s in stores))
+        for _ in range(2):  # a last max_size flush may leave a remainder with a timer of its own
+            clock.advance(100)
+            await dispatch_batcher(store, "books")
+        async with store.read() as conn:
+            tasks = (await conn.execute(select(batch_tasks.c.status, batch_tasks.c.package_id, batch_tasks.c.group))).all()
+            sizes = dict((await conn.execute(select(batch_packages.c.id, batch_packages.c.size))).tuples().all())
+            members = dict(
+                (await conn.execute(
+                    select(batch_tasks.c.package_id, func.count()).group_by(batch_tasks.c.package_id)
+                )).tuples().all()
+            )
+        assert {t.status for t in tasks} == {"packed"}
+        assert all(members[p] == size for p, size in sizes.items())
+        assert sum(sizes.values()) == 120
+        by_group: dict[str, set[str]] = {}
+        for t in tasks:
+            by_group.setdefault(t.group, set()).add(t.package_id)
+        assert all(len(p) == 1 for p in by_group.values())  # a pair never split
+    finally:
+        for s in others:
+            await s.close()

@@ -1,0 +1,55 @@
+"""The batch-forming rules on their own (no store): thresholds, timer, groups, max_wait."""
+
+from __future__ import annotations
+
+from mainspring.batching.planner import PendingTask, Rules, TimerState, plan, units_of
+
+RULES = Rules(min_size=2, max_size=6, linger_ms=5000, max_wait_ms=30000, group_size=2, incomplete_group="reject")
+IDLE = TimerState(None, None, None, 0)
+
+
+def pair(seq: int, group: str, at: int = 0, version: int = 1) -> list[PendingTask]:
+    return [PendingTask(seq, f"{group}-en", group, "en", version, at), PendingTask(seq + 1, f"{group}-ru", group, "ru", version, at)]
+
+
+def test_below_min_size_nothing_happens_until_max_wait() -> None:
+    lone = [PendingTask(1, "a", "g", "en", 1, 0)]
+    decided = plan(lone, RULES, IDLE, 1000)
+    assert decided.packages == [] and decided.rejected == [] and decided.timer.linger_ends_at is None
+    assert decided.next_due == 30000
+
+
+def test_min_size_starts_the_timer_at_the_arrival_of_the_min_size_th_task() -> None:
+    tasks = [PendingTask(1, "a", "g", "en", 1, 100), PendingTask(2, "b", "g", "ru", 1, 700)]
+    decided = plan(tasks, RULES, IDLE, 900)
+    assert (decided.timer.linger_started_at, decided.timer.linger_ends_at) == (700, 5700)
+    assert decided.next_due == 5700 and decided.packages == []
+
+
+def test_a_timer_found_ended_late_flushes_at_once() -> None:
+    decided = plan(pair(1, "g"), RULES, IDLE, 60_000)
+    assert [[t.id for t in p] for p in decided.packages] == [["g-en", "g-ru"]]
+
+
+def test_max_size_packs_only_whole_groups_oldest_first() -> None:
+    tasks = [PendingTask(1, "x", "x", "en", 1, 0), *pair(2, "a"), *pair(4, "b"), *pair(6, "c"), *pair(8, "d")]
+    decided = plan(tasks, RULES, IDLE, 0)
+    assert [[t.id for t in p] for p in decided.packages] == [["a-en", "a-ru", "b-en", "b-ru", "c-en", "c-ru"]]
+    assert decided.flushes == ["max_size"]
+
+
+def test_units_keep_versions_apart() -> None:
+    tasks = [PendingTask(1, "a1", "g", "en", 1, 0), PendingTask(2, "b2", "g", "ru", 2, 0)]
+    assert [u.complete for u in units_of(tasks, 2)] == [False, False]
+
+
+def test_carry_keeps_incomplete_groups_without_restarting_the_timer_for_them() -> None:
+    rules = Rules(2, 6, 5000, 30000, 2, "carry")
+    tasks = [PendingTask(1, "a", "a", "en", 1, 0), PendingTask(2, "b", "b", "en", 1, 0)]
+    decided = plan(tasks, rules, IDLE, 5000)
+    assert decided.packages == [] and decided.rejected == []
+    assert decided.timer.linger_ends_at is None and decided.timer.carried_through_seq == 2
+    again = plan(tasks, rules, decided.timer, 6000)
+    assert again.timer.linger_ends_at is None and again.next_due == 30000
+    late = plan(tasks, rules, decided.timer, 30000)
+    assert [t.id for t in late.rejected] == ["a", "b"]

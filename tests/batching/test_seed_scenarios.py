@@ -1,0 +1,102 @@
+"""The seed's three integration scenarios, with the ManualClock instead of 5-second sleeps."""
+
+from __future__ import annotations
+
+from tests.batching.conftest import (
+    claim,
+    eventually,
+    put_batcher,
+    settle,
+    statuses,
+    submit,
+    submit_pair,
+    task,
+    wait_status,
+)
+
+
+async def test_a_pair_of_books_goes_through_the_whole_chain(client, clock, batch_events) -> None:
+    await put_batcher(client)
+    ids = await submit_pair(client, "79")
+    assert await statuses(client, ids) == {i: "pending" for i in ids}
+
+    async def timer_started() -> dict | None:
+        batcher = (await client.get("/v1/batchers/books")).json()
+        return batcher if batcher["linger_ends_at"] else None
+
+    # Two tasks reached min_size: the linger timer runs from the second one's arrival, and is stored.
+    batcher = await eventually(timer_started, what="the linger timer")
+    assert batcher["linger_started_at"] == (await task(client, ids[1]))["created_at"]
+
+    clock.advance(4999)
+    await settle()
+    assert set((await statuses(client, ids)).values()) == {"pending"}
+
+    clock.advance(1)
+    packed = await wait_status(client, ids, "packed")
+    assert packed[0]["package_id"] == packed[1]["package_id"]
+    assert [t["version"] for t in packed] == [1, 1]
+
+    package = await claim(client, worker="back-server-1")
+    assert package is not None and package["id"] == packed[0]["package_id"]
+    assert sorted(t["member"] for t in package["tasks"]) == ["en", "ru"]
+    # The cafe key disappeared: the package is taken, nothing else waits.
+    assert await claim(client, worker="back-server-2") is None
+    await wait_status(client, ids, "claimed")
+
+    done = await client.post(f"/v1/packages/{package['id']}/complete", json={"token": package["lease"]["token"]})
+    assert done.status_code == 200 and done.json()["status"] == "done"
+    await wait_status(client, ids, "done")
+    kinds = [e["type"] for e in await batch_events("batch.*") if e["subject"]["id"] in ("books/79-en", package["id"])]
+    assert kinds == ["batch.task.accepted", "batch.task.packed", "batch.package.created", "batch.package.claimed",
+                     "batch.task.done", "batch.package.done"]
+
+
+async def test_two_pairs_then_two_more_near_the_end_of_the_timer(client, clock, batch_events) -> None:
+    await put_batcher(client)
+    first = await submit_pair(client, "1") + await submit_pair(client, "2")
+    clock.advance(4800)
+    later = await submit_pair(client, "3") + await submit_pair(client, "4")
+
+    # Six tasks: packed at once, the three oldest pairs, without waiting for any timer.
+    six = await wait_status(client, first + later[:2], "packed")
+    assert len({t["package_id"] for t in six}) == 1
+    assert set((await statuses(client, later[2:])).values()) == {"pending"}
+
+    # The first timer was stopped by the flush: its end changes nothing for the pair left over.
+    clock.advance(200)
+    await settle()
+    assert set((await statuses(client, later[2:])).values()) == {"pending"}
+
+    # The leftover pair got a timer of its own, from the flush.
+    clock.advance(4799)
+    await settle()
+    assert set((await statuses(client, later[2:])).values()) == {"pending"}
+    clock.advance(1)
+    last = await wait_status(client, later[2:], "packed")
+    assert last[0]["package_id"] == last[1]["package_id"] != six[0]["package_id"]
+    created = await batch_events("batch.package.created")
+    assert [e["data"]["size"] for e in created] == [6, 2]
+    assert [e["data"]["trigger"] for e in created] == ["max_size", "linger"]
+
+
+async def test_an_odd_third_task_near_the_end_of_the_timer_is_rejected_and_its_sender_told(client, clock, batch_events) -> None:
+    await put_batcher(client)
+    pair = await submit_pair(client, "79")
+    clock.advance(4800)
+    odd = await submit(client, "80-en", "80", "en", "a lone English book")
+    assert odd["status"] == "pending"
+
+    clock.advance(200)
+    packed = await wait_status(client, pair, "packed")
+    rejected = (await wait_status(client, ["80-en"], "rejected"))[0]
+    assert rejected["reason"] == "incomplete_group" and rejected["package_id"] is None
+    package = await claim(client)
+    assert package is not None and {t["id"] for t in package["tasks"]} == set(pair)
+    assert packed[0]["package_id"] == package["id"]
+    told = [e for e in await batch_events("batch.task.rejected") if e["subject"]["id"] == "books/80-en"]
+    assert len(told) == 1 and told[0]["data"]["reason"] == "incomplete_group"
+    # Rejected before it left the dispatcher, the book may be sent again (with its pair) and is not a duplicate.
+    again = await submit(client, "80-en-again", "80", "en", "a lone English book")
+    assert again["status"] == "pending"
+    assert (await task(client, "80-en")).get("status") == "rejected"
