@@ -151,7 +151,7 @@ async def start_machine(ctx: Context, namespace: str, machine_id: str, args: Any
             elif timer_at is not None:
                 tx.notify(CHANNEL)
                 tx.store.notifier.signal(CHANNEL)
-            body = await _machine_body(tx.conn, ctx, row, answer, now)
+            body = _created_body(row, answer, now)
             await save_operation(tx, namespace, machine_id, key, "start", 201, body)
     except IntegrityError as exc:
         if not ctx.store.dialect.is_unique_violation(exc):
@@ -163,11 +163,17 @@ async def start_machine(ctx: Context, namespace: str, machine_id: str, args: Any
     return Reply(201, body)
 
 
-async def _machine_body(conn: Any, ctx: Context, row: Any, answer: Answer, now: int) -> dict[str, Any]:
+def _created_body(row: Any, answer: Answer, now: int) -> dict[str, Any]:
+    """The new machine as Get would show it, built from what the step just wrote (no re-read)."""
     if answer.remove:
         return {"namespace": row.namespace, "id": row.id, "status": "removed", "history": [], "aux_state": None, "timer": None, "error": None}
-    fresh = (await conn.execute(select(machines).where(machines.c.uid == row.uid))).one()
-    return await machine_to_api(conn, ctx, fresh, HistoryRange())
+    created = format_time(now)
+    return {
+        **summary(row),
+        "history": [{"id": i, "created_at": created, "data": data} for i, data in enumerate(answer.events, start=1)],
+        "pending_notifications": 0,
+        "failures": [],
+    }
 
 
 async def call_machine(ctx: Context, namespace: str, machine_id: str, args: Any, key: str | None = None, timeout_ms: int | None = None) -> Reply:
