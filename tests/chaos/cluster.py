@@ -101,7 +101,7 @@ class Server:
             await asyncio.to_thread(proc.wait, 30)
         self.paused = False
 
-    async def restart(self, ready_within_s: float = 60) -> None:
+    async def restart(self, ready_within_s: float = 180) -> None:
         self.process.start(wait=False)
         await asyncio.to_thread(self.process.wait_ready, ready_within_s)
 

@@ -39,8 +39,8 @@ class Profile:
     nemesis: NemesisPlan = field(default_factory=NemesisPlan)
 
 
-SHORT = Profile("short", duration_s=50, drain_s=45, rate=3.0,
-                nemesis=NemesisPlan(interval_s=(1.5, 3.0), duration_s=50, min_kills=3))
+SHORT = Profile("short", duration_s=45, drain_s=45, rate=3.0,
+                nemesis=NemesisPlan(interval_s=(1.0, 2.5), duration_s=45, min_kills=3))
 
 
 def long_profile(minutes: float, kills: int, pg_restarts: bool = False) -> Profile:
@@ -59,6 +59,7 @@ class Result:
     skipped_faults: dict[str, str]
     operations: dict[str, dict[str, int]]
     operation_count: int
+    restarts: dict[str, int]
     violations: list[str]
     outstanding_after_drain: int
     workdir: str
@@ -107,6 +108,7 @@ async def run(profile: Profile, workdir: Path) -> Result:
         await asyncio.sleep(profile.duration_s)
         faulting.set()
         await faults
+        await nemesis.settle()
         await cluster.heal()
         producing.set()
         await asyncio.gather(*producers, return_exceptions=True)
@@ -131,6 +133,7 @@ async def run(profile: Profile, workdir: Path) -> Result:
             faults=dict(nemesis.counts),
             skipped_faults=nemesis.skipped,
             operations=summarize([op for op in history.ops if op.face != "nemesis"]),
+            restarts=summarize([op for op in history.ops if op.face == "nemesis" and op.kind == "restart"]).get("nemesis.restart", {}),
             operation_count=sum(1 for op in history.ops if op.face != "nemesis"),
             violations=[str(v) for v in violations],
             outstanding_after_drain=left,

@@ -10,7 +10,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from tests.chaos.cluster import Cluster
+from tests.chaos.cluster import Cluster, Server
 from tests.chaos.history import OK, History
 
 FAULTS = ("kill", "pause", "drop", "stall", "disk_full", "disk_readonly", "pg_restart")
@@ -37,11 +37,24 @@ class Nemesis:
         self.counts: Counter[str] = Counter()
         self.skipped: dict[str, str] = {}
         self.deadline = 0.0
+        self.restarting: dict[int, asyncio.Task[None]] = {}
         if not cluster.disk.mounted:
             for kind in ("disk_full", "disk_readonly"):
                 self.skipped[kind] = f"no tmpfs for the exchange dir: {cluster.disk.why_not or 'mount failed'}"
         if plan.pg_restart_every and os.environ.get("MAINSPRING_CHAOS_PG_RESTART") != "1":
             self.skipped["pg_restart"] = "MAINSPRING_CHAOS_PG_RESTART=1 not set (PostgreSQL is shared)"
+
+    async def _restart(self, server: Server) -> None:
+        try:
+            await asyncio.sleep(random.uniform(0, 1.0))
+            with self.history.op("nemesis", "restart", str(server.index)):
+                await server.restart()
+        finally:
+            self.restarting.pop(server.index, None)
+
+    async def settle(self) -> None:
+        """Wait for the restarts still running."""
+        await asyncio.gather(*self.restarting.values(), return_exceptions=True)
 
     def choose(self) -> str:
         """A fault by weight, or a kill when the run is behind its kill target."""
@@ -78,13 +91,16 @@ class Nemesis:
             self.skipped.setdefault(f"{kind} (error)", f"{type(exc).__name__}: {exc}"[:200])
 
     async def _inject(self, kind: str) -> None:
-        server = random.choice(self.cluster.servers)
+        up = [s for s in self.cluster.servers if s.alive and s.index not in self.restarting]
+        if kind == "kill" and len(up) < 2:
+            kind = random.choice(["drop", "stall"])  # keep one server up, or nothing could be checked live
+        server = random.choice(up or self.cluster.servers)
         hold = random.uniform(0.5, 3.0)
         with self.history.op("nemesis", kind, str(server.index), hold_s=round(hold, 2)) as op:
             if kind == "kill":
                 await server.crash()
-                await asyncio.sleep(random.uniform(0, 1.0))
-                await server.restart()
+                # Restarting takes seconds on a loaded machine: it runs beside the next faults.
+                self.restarting[server.index] = asyncio.create_task(self._restart(server))
             elif kind == "pause":
                 server.pause()
                 await asyncio.sleep(hold)
