@@ -94,16 +94,21 @@ class Server:
         self.paused = False
 
     async def crash(self) -> None:
-        """SIGKILL without blocking the event loop while the kernel reaps it."""
+        """SIGKILL without blocking the event loop while the kernel reaps it; its proxy refuses connections
+        until it is back."""
         proc = self.process.proc
         if proc is not None and proc.poll() is None:
             proc.kill()
             await asyncio.to_thread(proc.wait, 30)
         self.paused = False
+        await self.proxy.unlisten()
 
     async def restart(self, ready_within_s: float = 180) -> None:
         self.process.start(wait=False)
-        await asyncio.to_thread(self.process.wait_ready, ready_within_s)
+        try:
+            await asyncio.to_thread(self.process.wait_ready, ready_within_s)
+        finally:
+            await self.proxy.listen()
 
     def pause(self) -> None:
         if self.alive:
@@ -151,6 +156,9 @@ class Cluster:
         for server in self.servers:
             if not server.alive:
                 await server.restart()
+            else:
+                await asyncio.to_thread(server.process.wait_ready, 180)
+                await server.proxy.listen()
 
     async def stop(self, drop_database: bool = True) -> None:
         for server in self.servers:

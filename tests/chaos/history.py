@@ -49,6 +49,8 @@ def status_of(exc: BaseException) -> int | None:
 
 def outcome_of(exc: BaseException) -> str:
     """``fail`` when the server definitely refused, ``unknown`` when the operation may have happened."""
+    if isinstance(exc, httpx.ConnectError):
+        return FAIL  # no connection, so the request was never sent (clients here do not retry inside a call)
     if isinstance(exc, httpx.TransportError | TimeoutError | OSError):
         return UNKNOWN
     status = status_of(exc)

@@ -93,7 +93,9 @@ class Nemesis:
     async def _inject(self, kind: str) -> None:
         up = [s for s in self.cluster.servers if s.alive and s.index not in self.restarting]
         if kind == "kill" and len(up) < 2:
-            kind = random.choice(["drop", "stall"])  # keep one server up, or nothing could be checked live
+            # Keep two servers up (one may be paused next): another kind of fault instead.
+            others = [(k, w) for k, w in self.kinds() if k != "kill"]
+            kind = random.choices([k for k, _ in others], [w for _, w in others])[0]
         server = random.choice(up or self.cluster.servers)
         hold = random.uniform(0.5, 3.0)
         with self.history.op("nemesis", kind, str(server.index), hold_s=round(hold, 2)) as op:

@@ -26,12 +26,26 @@ class Proxy:
         self._links: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
 
     async def start(self) -> Proxy:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", self.port)
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", self.port, reuse_address=True)
         return self
+
+    async def unlisten(self) -> None:
+        """Refuse new connections (as the dead server behind would) and reset the open ones, so a client
+        knows a refused request never reached the server instead of seeing it vanish after it was sent."""
+        if self._server:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+        self.drop()
+
+    async def listen(self) -> None:
+        if self._server is None:
+            await self.start()
 
     async def close(self) -> None:
         if self._server:
             self._server.close()
+            self._server = None
         self.drop()
         self._flowing.set()
 

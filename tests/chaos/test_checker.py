@@ -217,4 +217,5 @@ def test_outcome_of_a_refusal_is_fail_and_of_a_dying_server_unknown() -> None:
     assert outcome_of(Refused()) == FAIL
     assert outcome_of(Dying()) == UNKNOWN
     assert outcome_of(httpx.ReadTimeout("slow")) == UNKNOWN
+    assert outcome_of(httpx.ConnectError("refused")) == FAIL
 
