@@ -19,7 +19,7 @@ from typing import Any
 
 from tests.chaos.checker import FinalState, Violation, check
 from tests.chaos.cluster import Cluster
-from tests.chaos.history import History, summarize
+from tests.chaos.history import History, summarize, verdicts
 from tests.chaos.nemesis import Nemesis, NemesisPlan
 from tests.chaos.workloads import ALL, Workload
 
@@ -59,6 +59,8 @@ class Result:
     skipped_faults: dict[str, str]
     operations: dict[str, dict[str, int]]
     operation_count: int
+    keys: dict[str, dict[str, int]]
+    """Per face.kind: how many distinct operations (keys) ended ok / fail / unknown over all their attempts."""
     restarts: dict[str, int]
     violations: list[str]
     outstanding_after_drain: int
@@ -135,6 +137,7 @@ async def run(profile: Profile, workdir: Path) -> Result:
             operations=summarize([op for op in history.ops if op.face != "nemesis"]),
             restarts=summarize([op for op in history.ops if op.face == "nemesis" and op.kind == "restart"]).get("nemesis.restart", {}),
             operation_count=sum(1 for op in history.ops if op.face != "nemesis"),
+            keys=verdicts([op for op in history.ops if op.face != "nemesis"]),
             violations=[str(v) for v in violations],
             outstanding_after_drain=left,
             workdir=str(workdir),
@@ -154,11 +157,14 @@ def describe(result: Result) -> str:
     """A human summary of a result."""
     lines: list[Any] = [
         f"profile {result.profile}: {result.duration_s:.0f} s of faults, drained in {result.drain_s:.0f} s",
+        "restarts: " + ", ".join(f"{k} {v}" for k, v in result.restarts.items()),
         "faults: " + ", ".join(f"{k} {v}" for k, v in sorted(result.faults.items())),
         f"operations: {result.operation_count}",
     ]
     for kind, counts in result.operations.items():
-        lines.append(f"  {kind}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+        keys = result.keys.get(kind, {})
+        lines.append(f"  {kind}: attempts " + ", ".join(f"{k} {v}" for k, v in counts.items())
+                     + " | keys " + ", ".join(f"{k} {v}" for k, v in keys.items()))
     for kind, why in result.skipped_faults.items():
         lines.append(f"not injected: {kind}: {why}")
     lines.append(f"violations: {len(result.violations)}")

@@ -124,3 +124,17 @@ def summarize(ops: list[Op]) -> dict[str, dict[str, int]]:
         row = counts.setdefault(f"{op.face}.{op.kind}", {OK: 0, FAIL: 0, UNKNOWN: 0})
         row[op.outcome] = row.get(op.outcome, 0) + 1
     return dict(sorted(counts.items()))
+
+
+def verdicts(ops: list[Op]) -> dict[str, dict[str, int]]:
+    """Counts by ``face.kind`` of each key's final word over all its attempts: ok if any attempt was, else
+    unknown if any was, else fail (what the checker could hold the servers to)."""
+    seen: dict[tuple[str, str], set[str]] = {}
+    for op in ops:
+        seen.setdefault((f"{op.face}.{op.kind}", op.key), set()).add(op.outcome)
+    counts: dict[str, dict[str, int]] = {}
+    for (kind, _key), outcomes in seen.items():
+        word = OK if OK in outcomes else UNKNOWN if UNKNOWN in outcomes else FAIL
+        row = counts.setdefault(kind, {OK: 0, FAIL: 0, UNKNOWN: 0})
+        row[word] += 1
+    return dict(sorted(counts.items()))
