@@ -17,7 +17,9 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-from collections.abc import Iterable
+import threading
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 _replace = os.replace
@@ -49,6 +51,25 @@ class Disk:
 
     def __init__(self, root: Path) -> None:
         self.root = root.resolve()
+        self._local = threading.local()
+
+    @contextlib.contextmanager
+    def deferred_fsync(self) -> Iterator[None]:
+        """Collect the folder fsyncs of the moves in this block (this thread only) and do them at the end,
+        in parallel, once per folder. Raises OSError if any fails: then nothing in the block counts."""
+        self._local.pending = set()
+        try:
+            yield
+        finally:
+            pending: set[Path] = self._local.pending
+            self._local.pending = None
+        folders = [f for f in pending if f.exists()]
+        if len(folders) <= 1:
+            for folder in folders:
+                self._fsync_now(folder)
+            return
+        with ThreadPoolExecutor(max_workers=min(16, len(folders))) as pool:
+            list(pool.map(self._fsync_now, folders))
 
     def full(self, relative: str) -> Path:
         path = (self.root / relative).resolve()
@@ -57,6 +78,13 @@ class Disk:
         return path
 
     def _fsync_dir(self, folder: Path) -> None:
+        pending = getattr(self._local, "pending", None)
+        if pending is not None:
+            pending.add(folder)
+            return
+        self._fsync_now(folder)
+
+    def _fsync_now(self, folder: Path) -> None:
         fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
         try:
             _fsync(fd)
@@ -146,7 +174,9 @@ class Disk:
             if source.parent != destination.parent:
                 self._fsync_dir(source.parent)
             return True
-        return False
+        # Last resort, after interrupted moves through several quarantines: any unknown/*/<name>.
+        strays = [p for p in self.quarantined_paths(destination.name) if p != target]
+        return self.place(target, strays) if strays else False
 
     def remove(self, candidates: Iterable[str | None]) -> None:
         """Delete the file wherever it may be; deleting what is already gone succeeds."""

@@ -323,6 +323,8 @@ async def _commit(tx: Transaction, row: Any, backup: bool, resolving: bool) -> N
     await tx.execute(update(P).where(P.c.id == row.id).values(state="CLEANUP", deadline=None, updated_at=now,
                                                                next_attempt_at=now))
     await _event(tx, "committed", row, state="CLEANUP", previous=row.state)
+    tx.after_commit(lambda: log.info("process %s of %s/%s committed (was %s); cleaning up",
+                                     row.id, row.addressee, row.database, row.state))
     if resolving:
         await _event(tx, "resolved", row, state="CLEANUP", committed=True)
     await outbox.emit_many(tx, [
@@ -387,6 +389,8 @@ async def abort(tx: Transaction, row: Any, error: str | None, *, resolving: bool
     await tx.execute(update(P).where(P.c.id == row.id).values(state=state, deadline=None, updated_at=now,
                                                               error=error))
     await _event(tx, state.lower(), row, state=state, previous=row.state, error=error)
+    tx.after_commit(lambda: log.info("process %s of %s/%s %s (was %s): %s", row.id, row.addressee,
+                                     row.database, state, row.state, error or "no reason given"))
     if resolving:
         await _event(tx, "resolved", row, state=state, committed=False)
     tx.notify(CHANNEL)

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import case, func, or_, select, update
+from sqlalchemy import bindparam, case, func, or_, select, update
 
 from mainspring.core import outbox
 from mainspring.core.alerts import raise_alert
@@ -25,6 +26,8 @@ from mainspring.exchange.tables import exchange_processes as P
 from mainspring.store import Transaction
 
 log = logging.getLogger("mainspring.exchange")
+
+FILE_THREADS = 8
 
 
 @dataclass
@@ -38,7 +41,6 @@ class Outcome:
 def _apply(disk: files.Disk, row: Any) -> Outcome:
     candidates = [c for c in file_candidates(row) if c != row.path]
     try:
-        candidates += disk.quarantined_paths(row.id)
         if row.path is None:
             disk.remove(candidates)
             return Outcome(row, True)
@@ -50,7 +52,26 @@ def _apply(disk: files.Disk, row: Any) -> Outcome:
 
 
 def _apply_all(disk: files.Disk, rows: list[Any]) -> list[Outcome]:
-    return [_apply(disk, row) for row in rows]
+    """Apply a batch; file calls wait on the disk, not the CPU, so large batches run on a few threads."""
+    if len(rows) < 32:
+        return _apply_chunk(disk, rows)
+    step = -(-len(rows) // FILE_THREADS)
+    chunks = [rows[i:i + step] for i in range(0, len(rows), step)]
+    with ThreadPoolExecutor(max_workers=len(chunks)) as pool:
+        return [o for part in pool.map(lambda chunk: _apply_chunk(disk, chunk), chunks) for o in part]
+
+
+def _apply_chunk(disk: files.Disk, rows: list[Any]) -> list[Outcome]:
+    outcomes: list[Outcome] = []
+    try:
+        with disk.deferred_fsync():
+            outcomes = [_apply(disk, row) for row in rows]
+    except OSError as exc:
+        # The moves may not be durable: none counts as done; they are re-run (idempotently) later.
+        error = f"fsync: {type(exc).__name__}: {exc}"
+        return [Outcome(o.row, False, error=o.error or error) for o in outcomes] or [
+            Outcome(row, False, error=error) for row in rows]
+    return outcomes
 
 
 def retry_delay(ctx: Context, attempts: int) -> int:
@@ -108,17 +129,23 @@ async def _record(ctx: Context, tx: Transaction, outcomes: list[Outcome]) -> Non
     alert_after = ctx.settings.exchange.cleanup_alert_after
     cleanup_pids: set[str] = set()
     failed_pids: dict[str, str] = {}
+    synced = [
+        {"b_id": o.row.id, "b_version": o.row.file_version, "b_error": "file missing" if o.missing else None}
+        for o in outcomes if o.done
+    ]
+    if synced:
+        await tx.execute(
+            update(M)
+            .where(M.c.id == bindparam("b_id"), M.c.file_version == bindparam("b_version"))
+            .values(synced=True, sync_error=bindparam("b_error"),
+                    state=case((M.c.state == "COMMITTED", "GONE"), else_=M.c.state)),
+            synced,
+        )
     for outcome in outcomes:
         row = outcome.row
         if row.state == "COMMITTED" and row.process_id:
             cleanup_pids.add(row.process_id)
         if outcome.done:
-            await tx.execute(
-                update(M)
-                .where(M.c.id == row.id, M.c.file_version == row.file_version)
-                .values(synced=True, sync_error="file missing" if outcome.missing else None,
-                        state=case((M.c.state == "COMMITTED", "GONE"), else_=M.c.state))
-            )
             if outcome.missing and row.state != "COMMITTED":
                 await raise_alert(tx, "exchange_message_file_missing", "exchange.message", row.id,
                                   f"the file of message {row.id} was not found anywhere under the exchange folder")
@@ -182,7 +209,8 @@ async def finish_cleanups(tx: Transaction, process_ids: list[str]) -> int:
 async def sync_process_files(ctx: Context, process_id: str) -> None:
     """Right after API_4/API_5: do this process's file moves now; a failure is left to the watchdog."""
     try:
-        await sync_files(ctx, process_id=process_id)
+        while await sync_files(ctx, process_id=process_id) >= ctx.settings.exchange.batch_size:
+            pass
     except Exception:
         log.exception("file moves of process %s failed; the watchdog retries them", process_id)
 

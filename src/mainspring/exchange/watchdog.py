@@ -14,7 +14,7 @@ import time
 from sqlalchemy import delete, func, literal, select, update
 
 from mainspring.core import outbox
-from mainspring.core.alerts import raise_alert
+from mainspring.core.alerts_bulk import raise_alerts
 from mainspring.core.runtime import Context, run_loop
 from mainspring.exchange import sync
 from mainspring.exchange.service import SUBJECT, abort
@@ -70,13 +70,12 @@ async def doubt_ready(ctx: Context, *, expired_only: bool = True) -> int:
                           "previous": "READY_TO_COMMIT", "reason": reason})
             for r in rows
         ])
-        for r in rows:
-            await raise_alert(
-                tx, "exchange_in_doubt", SUBJECT, r.id,
-                f"process {r.id} of {r.addressee}/{r.database} (client {r.client_id}) is IN_DOUBT: {reason} "
-                "before the client said whether its database committed. Its messages are kept in "
-                f"unknown/{r.id}/ until the client (or POST /v1/exchange/processes/{r.id}/resolve) tells.",
-            )
+        await raise_alerts(tx, "exchange_in_doubt", SUBJECT, [
+            (r.id, f"process {r.id} of {r.addressee}/{r.database} (client {r.client_id}) is IN_DOUBT: {reason} "
+                   "before the client said whether its database committed. Its messages are kept in "
+                   f"unknown/{r.id}/ until the client (or POST /v1/exchange/processes/{r.id}/resolve) tells.")
+            for r in rows
+        ])
     return len(rows)
 
 
