@@ -79,3 +79,13 @@ async def test_in_process_processor_as_a_class_with_sync_methods(settings: Setti
         assert (await server.post("/v1/namespaces/counters/machines/c/call", json={"args": 5})).json() == {"response": 5}
         assert (await server.post("/v1/namespaces/counters/machines/c/call", json={"args": 2})).json() == {"response": 7}
         assert (await server.get("/v1/namespaces/counters")).json()["in_process"] is True
+
+
+async def test_the_namespace_history_range_is_what_the_processor_is_sent(client: httpx.AsyncClient, fake: FakeProcessor) -> None:
+    fake.on("init", lambda a, m: {"events": [1, 2, 3, 4]})
+    await client.post("/v1/namespaces/orders/machines", json={"id": "m1"})
+    await client.post("/v1/namespaces/orders/machines/m1/call", json={})
+    assert [e["id"] for e in fake.calls[-1][2]["history"]] == [1, 2, 3, 4]
+    await client.put("/v1/namespaces/orders", json={"history": {"limit": 2, "direction": "backward"}})
+    await client.post("/v1/namespaces/orders/machines/m1/call", json={})
+    assert [e["id"] for e in fake.calls[-1][2]["history"]] == [5, 4]

@@ -9,18 +9,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import case, func, or_, select
 
 from mainspring.core.leases import new_token
 from mainspring.core.runtime import Context, run_loop
+from mainspring.machines.commit import committer
+from mainspring.machines.errors import NamespaceNotFound
 from mainspring.machines.namespaces import Namespace, find_namespace, processor_for
 from mainspring.machines.processor import ProcessorError
 from mainspring.machines.retry import next_delay_ms
 from mainspring.machines.steps import (
     CHANNEL,
-    apply_answer,
     fail_machine,
     journal,
     processor_view,
@@ -33,6 +35,7 @@ from mainspring.machines.tables import machines, namespaces, notifications
 log = logging.getLogger("mainspring.machines")
 
 INFLIGHT = "machines:inflight"
+INFLIGHT_COUNT = "machines:inflight-count"
 
 
 async def lease_due_machines(ctx: Context, limit: int) -> list[Any]:
@@ -72,18 +75,50 @@ async def next_wake(ctx: Context) -> int | None:
     return int(value) if value is not None else None
 
 
-async def run_due_step(ctx: Context, row: Any) -> None:
-    """Fire the due timer or deliver the head notification of a leased machine."""
+@dataclass
+class Due:
+    """A leased machine with what its step needs, read ahead of its due time."""
+
+    row: Any
+    namespace: Namespace | None
+    head: Any
+    events: list[dict[str, Any]]
+
+
+async def read_due(ctx: Context, rows: list[Any]) -> list[Due]:
+    """Read namespace, head notification and history of every leased machine in one read transaction."""
+    found: dict[str, Namespace | None] = {}
+    prepared = []
     async with ctx.store.read() as conn:
-        try:
-            ns = await find_namespace(conn, ctx, row.namespace)
-        except Exception:
-            log.warning("machine %s/%s is due but its namespace is gone", row.namespace, row.id)
-            return
-        head = (
-            await conn.execute(select(notifications).where(notifications.c.machine_uid == row.uid).order_by(notifications.c.seq).limit(1))
-        ).first()
-        events = await read_history(conn, row.uid, ns.config.history)
+        for row in rows:
+            if row.namespace not in found:
+                try:
+                    found[row.namespace] = await find_namespace(conn, ctx, row.namespace)
+                except NamespaceNotFound:
+                    found[row.namespace] = None
+            ns = found[row.namespace]
+            if ns is None:
+                prepared.append(Due(row, None, None, []))
+                continue
+            head = (
+                await conn.execute(select(notifications).where(notifications.c.machine_uid == row.uid).order_by(notifications.c.seq).limit(1))
+            ).first()
+            prepared.append(Due(row, ns, head, await read_history(conn, row, ns.config.history)))
+    return prepared
+
+
+async def run_due_step(ctx: Context, row: Any) -> None:
+    """Fire the due timer or deliver the head notification of one leased machine."""
+    (due,) = await read_due(ctx, [row])
+    await fire(ctx, due)
+
+
+async def fire(ctx: Context, due: Due) -> None:
+    """Wait for the due millisecond, ask the processor, and apply (group-committed) or record its failure."""
+    row, ns, head, events = due.row, due.namespace, due.head, due.events
+    if ns is None:
+        log.warning("machine %s/%s is due but its namespace is gone", row.namespace, row.id)
+        return
     await _until(ctx, row.wake_at)
     if stepped_since(ctx, row):
         # A Call on this server moved the machine on while the timer waited: read it again.
@@ -106,10 +141,7 @@ async def run_due_step(ctx: Context, row: Any) -> None:
     except Exception as error:  # A namespace without a processor on this server: retry like a transient error.
         await _record_failure(ctx, ns, row, kind, head if kind == "notification" else None, ProcessorError(str(error)))
         return
-    async with ctx.store.transaction() as tx:
-        applied = await apply_answer(
-            tx, row, answer, consume_timer=kind == "timeout", delivered_notification=head.seq if kind == "notification" else None
-        )
+    applied = await committer(ctx.extras, ctx.store).apply(row, answer, consume_timer=kind == "timeout", delivered_notification=head.seq if kind == "notification" else None)
     if not applied:
         await _release(ctx, row)
 
@@ -166,26 +198,45 @@ async def _record_failure(ctx: Context, ns: Namespace, row: Any, kind: str, head
 async def take_due_timers(ctx: Context) -> int | None:
     """One round: lease what is due (as far as free workers allow), start its steps, answer the next due time."""
     inflight: set[asyncio.Task[None]] = ctx.extras.setdefault(INFLIGHT, set())
-    free = ctx.settings.machines.concurrency - len(inflight)
+    counts: dict[str, int] = ctx.extras.setdefault(INFLIGHT_COUNT, {"rows": 0})
+    free = ctx.settings.machines.concurrency - counts["rows"]
     if free > 0:
         rows = await lease_due_machines(ctx, min(free, ctx.settings.machines.batch))
-        for row in rows:
-            task = asyncio.create_task(_guarded(ctx, row))
+        if rows:
+            counts["rows"] += len(rows)
+            task = asyncio.create_task(_guarded(ctx, rows))
             inflight.add(task)
-            task.add_done_callback(lambda t: (inflight.discard(t), ctx.store.notifier.signal(CHANNEL)))
+
+            def finished(t: asyncio.Task[None], n: int = len(rows)) -> None:
+                inflight.discard(t)
+                counts["rows"] -= n
+                ctx.store.notifier.signal(CHANNEL)
+
+            task.add_done_callback(finished)
         if len(rows) == free:
-            return ctx.now_ms() if len(inflight) < ctx.settings.machines.concurrency else None
+            return None  # every worker is busy; a finishing batch wakes the loop
+        if rows:
+            return ctx.now_ms()
     due = await next_wake(ctx)
     return None if due is None else due - ctx.settings.machines.timer_lookahead_ms
 
 
-async def _guarded(ctx: Context, row: Any) -> None:
+async def _guarded(ctx: Context, rows: list[Any]) -> None:
     try:
-        await run_due_step(ctx, row)
+        prepared = await read_due(ctx, rows)
+    except Exception:
+        log.exception("reading %d due machines failed; their leases will expire and they will be retried", len(rows))
+        return
+    await asyncio.gather(*(_fire_guarded(ctx, due) for due in prepared))
+
+
+async def _fire_guarded(ctx: Context, due: Due) -> None:
+    try:
+        await fire(ctx, due)
     except asyncio.CancelledError:
         raise
     except Exception:
-        log.exception("background step of machine %s/%s failed; its lease will expire and it will be retried", row.namespace, row.id)
+        log.exception("background step of machine %s/%s failed; its lease will expire and it will be retried", due.row.namespace, due.row.id)
 
 
 async def machines_loop(ctx: Context) -> None:

@@ -19,6 +19,7 @@ from mainspring.core import outbox
 from mainspring.core.errors import MainspringError
 from mainspring.core.paging import decode_cursor, encode_cursor
 from mainspring.core.runtime import Context
+from mainspring.machines.commit import committer
 from mainspring.machines.errors import (
     IdempotencyKeyReused,
     MachineAlreadyExists,
@@ -104,7 +105,7 @@ async def _load(ctx: Context, namespace: str, machine_id: str, rng: HistoryRange
         row = (await conn.execute(select(machines).where(machines.c.namespace == namespace, machines.c.id == machine_id))).first()
         if row is None:
             raise MachineNotFound(f"no machine {machine_id!r} in namespace {namespace!r}")
-        events = await read_history(conn, row.uid, rng or ns.config.history)
+        events = await read_history(conn, row, rng or ns.config.history)
     return ns, row, events
 
 
@@ -227,12 +228,11 @@ async def _step(ctx: Context, namespace: str, machine_id: str, kind: str, args: 
                     continue
                 return reply
             try:
-                async with ctx.store.transaction() as tx:
-                    if not await apply_answer(tx, row, answer, repaired=kind == "repair"):
-                        continue
-                    tx.after_commit(lambda row=row: note_version(ctx.extras, row.uid, row.version + 1))
-                    body = {"response": answer.response}
-                    await save_operation(tx, namespace, machine_id, key, kind, 200, body)
+                body = await committer(ctx.extras, ctx.store).run(
+                    lambda tx, row=row, answer=answer: _apply_step(ctx, tx, row, answer, kind, key)
+                )
+                if body is None:
+                    continue
             except IntegrityError as exc:
                 replay = await _replay(ctx, namespace, machine_id, key, kind) if ctx.store.dialect.is_unique_violation(exc) else None
                 if replay is None:
@@ -240,6 +240,16 @@ async def _step(ctx: Context, namespace: str, machine_id: str, kind: str, args: 
                 return replay
             return Reply(200, body)
     raise MachineBusy("other steps kept changing the machine; try again")
+
+
+async def _apply_step(ctx: Context, tx: Any, row: Any, answer: Answer, kind: str, key: str | None) -> dict[str, Any] | None:
+    """Apply a call or repair answer in ``tx`` (a group commit); None when the machine moved on."""
+    if not await apply_answer(tx, row, answer, repaired=kind == "repair"):
+        return None
+    tx.after_commit(lambda: note_version(ctx.extras, row.uid, row.version + 1))
+    body = {"response": answer.response}
+    await save_operation(tx, row.namespace, row.id, key, kind, 200, body)
+    return body
 
 
 async def _step_failed(ctx: Context, row: Any, kind: str, error: ProcessorError, key: str | None) -> Reply | None:
@@ -308,7 +318,7 @@ async def machine_to_api(conn: Any, ctx: Context, row: Any, rng: HistoryRange) -
     ).all()
     return {
         **summary(row),
-        "history": await read_history(conn, row.uid, rng),
+        "history": await read_history(conn, row, rng),
         "pending_notifications": await count_pending(conn, row.uid),
         "failures": [
             {"at": format_time(f.at), "kind": f.kind, "code": f.code, "detail": f.detail, "permanent": f.permanent, "attempt": f.attempt, "outcome": f.outcome}
@@ -335,7 +345,9 @@ def summary(row: Any) -> dict[str, Any]:
 async def remove_machine(ctx: Context, namespace: str, machine_id: str) -> None:
     """Remove a machine with its whole history."""
     async with ctx.store.transaction() as tx:
-        row = (await tx.execute(select(machines).where(machines.c.namespace == namespace, machines.c.id == machine_id))).first()
+        # Lock the machine before its children, in the order a step takes them, so the two cannot deadlock.
+        query = select(machines).where(machines.c.namespace == namespace, machines.c.id == machine_id)
+        row = (await tx.execute(ctx.store.dialect.for_update(query))).first()
         if row is None:
             raise MachineNotFound(f"no machine {machine_id!r} in namespace {namespace!r}")
         await remove_machine_rows(tx, row)

@@ -48,7 +48,7 @@ class MachinesSettings(BaseModel):
     """Due machines taken per round of the background loop."""
     concurrency: int = Field(32, ge=1, le=1_000)
     """Background steps run at once per server."""
-    timer_lookahead_ms: int = Field(250, ge=0, le=10_000)
+    timer_lookahead_ms: int = Field(1000, ge=0, le=10_000)
     """Machines due this soon are leased and read ahead, then fired on the due millisecond."""
     conflict_retries: int = Field(5, ge=0, le=100)
     """How often a Call whose step lost the version race to another step is re-run before 409."""

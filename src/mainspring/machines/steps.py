@@ -52,8 +52,14 @@ def wake_value(timer_at: int | None) -> ColumnElement[Any]:
     return case((notify_at.is_(None), literal(timer_at)), (notify_at < timer_at, notify_at), else_=literal(timer_at))
 
 
-async def read_history(conn: AsyncConnection, uid: int, rng: HistoryRange) -> list[dict[str, Any]]:
-    query = select(history.c.event_id, history.c.created_at, history.c.data).where(history.c.machine_uid == uid)
+async def read_history(conn: AsyncConnection, row: Any, rng: HistoryRange) -> list[dict[str, Any]]:
+    """The part ``rng`` of the history of the machine as read in ``row``.
+
+    Bounded by ``row.last_event_id``: under READ COMMITTED a step committing between the two reads would
+    otherwise show events newer than the row they belong with."""
+    query = select(history.c.event_id, history.c.created_at, history.c.data).where(
+        history.c.machine_uid == row.uid, history.c.event_id <= row.last_event_id
+    )
     if rng.direction == "backward":
         if rng.after is not None:
             query = query.where(history.c.event_id < rng.after)
