@@ -33,7 +33,7 @@ async def drop(pg_admin: str, name: str) -> None:
 
 
 async def pgqueuer_bench(dsn: str, jobs: int) -> dict[str, float]:
-    from pgqueuer import AsyncpgDriver, QueueManager, Queries
+    from pgqueuer import AsyncpgDriver, Queries, QueueManager
     from pgqueuer.domain.types import QueueExecutionMode
 
     conn = await asyncpg.connect(dsn)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import func, select
 
 from mainspring.config import Settings, load_settings
 from mainspring.core import outbox
+from mainspring.core.tables import events
 from mainspring.store import Store
 
 
@@ -54,8 +57,14 @@ async def put_queue(client: httpx.AsyncClient, queue: str = "q", **body: Any) ->
 
 async def events_of(client: httpx.AsyncClient, store: Store, types: str = "interaction.*") -> list[dict[str, Any]]:
     """Events so far (on PostgreSQL, numbered now rather than by the sequencer's next round)."""
-    while await outbox.assign_positions(store):
-        pass
+    for _ in range(200):
+        await outbox.assign_positions(store)
+        async with store.read() as conn:
+            # The background sequencer may hold the numbering lock: wait until it has committed.
+            unnumbered = (await conn.execute(select(func.count()).select_from(events).where(events.c.position.is_(None)))).scalar_one()
+        if not unnumbered:
+            break
+        await asyncio.sleep(0.02)
     response = await client.get("/v1/events", params={"types": types, "limit": 1000})
     assert response.status_code == 200, response.text
     return list(response.json()["events"])

@@ -6,6 +6,7 @@ import asyncio
 
 import httpx
 
+from mainspring.core.paging import encode_cursor
 from mainspring.store import ManualClock, Store, format_time
 from tests.interactions.conftest import create, events_of, get, lease, release
 
@@ -225,7 +226,9 @@ async def test_list_filters_and_cursor_paging(client: httpx.AsyncClient) -> None
     assert [i["id"] for i in ready["interactions"]] == ids[1:]
     bad = await client.get("/v1/queues/q/interactions", params={"status": "nope"})
     assert bad.status_code == 422 and bad.json()["code"] == "invalid_request"
-    assert (await client.get("/v1/queues/q/interactions", params={"cursor": "!!"})).status_code == 422
+    for forged in ("!!", encode_cursor("x"), encode_cursor(1.5), encode_cursor(2**70)):
+        assert (await client.get("/v1/queues/q/interactions", params={"cursor": forged})).status_code == 422
+        assert (await client.get(f"/v1/interactions/{ids[1]}/children", params={"cursor": forged})).status_code == 422
 
 
 async def test_bad_input_is_422_and_unknown_ids_404(client: httpx.AsyncClient) -> None:
@@ -234,6 +237,10 @@ async def test_bad_input_is_422_and_unknown_ids_404(client: httpx.AsyncClient) -
     assert both.status_code == 422
     assert (await client.post("/v1/queues/q/interactions", json={"data": "a\u0000b"})).status_code == 422
     assert (await client.post("/v1/queues/q/interactions", json={"surprise": 1})).status_code == 422
+    unstorable = ['{"data": NaN}', '{"data": Infinity}', '{"data": 1e400}', '{"data": {"a": "\\ud800"}}', '{"parent_id": true}', '[]']
+    for raw in unstorable:
+        refused = await client.post("/v1/queues/q/interactions", content=raw, headers={"content-type": "application/json"})
+        assert refused.status_code == 422 and refused.json()["code"] == "invalid_request", raw
     for path in ("/v1/interactions/abc", "/v1/interactions/99999999999999999999999", "/v1/interactions/123"):
         missing = await client.get(path)
         assert missing.status_code == 404 and missing.json()["code"] == "interaction_not_found"

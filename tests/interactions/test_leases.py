@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import httpx
 import pytest
@@ -12,6 +13,7 @@ from sqlalchemy import insert
 from mainspring.config import Settings
 from mainspring.interactions import leasing, service
 from mainspring.interactions.errors import InteractionNotFound
+from mainspring.interactions.outcomes import Complete
 from mainspring.interactions.tables import interactions as items
 from mainspring.store import Clock, ManualClock, Store, format_time
 from tests.interactions.conftest import create, get, lease, put_queue, release
@@ -280,3 +282,33 @@ async def test_retention_loop_runs_by_itself(client: httpx.AsyncClient, clock: M
             return
         await asyncio.sleep(0.05)
     raise AssertionError("the retention loop did not prune")
+
+
+async def test_a_full_queue_waits_for_a_release_or_an_expiry_not_a_busy_loop(
+    store: Store, settings: Settings, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = settings.interactions
+    await service.put_queue(store, cfg, "q", {"concurrency": 1, "lease_ms": 5000})
+    for _ in range(2):
+        await service.create(store, cfg, "q", {})
+    first = await leasing.lease(store, cfg, "q", "w", 1)
+    full = await leasing.lease(store, cfg, "q", "w", 1)
+    assert full.items == [] and full.next_due == clock.now_ms() + 5000
+    calls = 0
+    real_lease = leasing.lease
+
+    async def counted(*args: Any, **kwargs: Any) -> leasing.Leased:
+        nonlocal calls
+        calls += 1
+        return await real_lease(*args, **kwargs)
+
+    monkeypatch.setattr(leasing, "lease", counted)
+    began = time.monotonic()
+    waiting = asyncio.create_task(leasing.lease_wait(store, cfg, "q", "w", 1, None, 10_000, poll_ms=60_000))
+    await asyncio.sleep(0.3)
+    assert not waiting.done()
+    assert calls <= 2
+    item = first.items[0]
+    await leasing.release(store, item["id"], item["lease"]["token"], Complete())
+    taken = await asyncio.wait_for(waiting, 5)
+    assert len(taken.items) == 1 and time.monotonic() - began < 3

@@ -282,3 +282,25 @@ async def test_a_handler_waits_for_the_child_it_created_and_is_woken_when_it_fin
         assert len(calls) == 2
     finally:
         await worker.stop()
+
+
+async def test_5_3_the_runtime_heartbeats_a_long_handler_so_its_lease_never_lapses(database_url: str, cfg: Any) -> None:
+    from mainspring.store import Clock
+
+    real = Store(database_url, clock=Clock(), pool_size=3)
+    app = App()
+
+    @app.queue("q")
+    async def long(item: Any) -> Any:
+        await asyncio.sleep(1.5)
+        return "done"
+
+    await service.put_queue(real, cfg, "q", {"lease_ms": 500, "error_delay_ms": 0})
+    worker = await started(real, app, cfg)
+    try:
+        item, _ = await service.create(real, cfg, "q", {})
+        await eventually(lambda: _is(real, item["id"], "completed"))
+        assert (await service.read(real, item["id"]))["attempts"] == 1
+    finally:
+        await worker.stop()
+        await real.close()

@@ -26,6 +26,7 @@ from mainspring.interactions.service import (
     event_data,
     finish,
     finished_channel,
+    fmt,
     locked,
     queue_channel,
     read,
@@ -34,9 +35,15 @@ from mainspring.interactions.service import (
 from mainspring.interactions.settings import InteractionsSettings
 from mainspring.interactions.tables import interaction_queues as queues
 from mainspring.interactions.tables import interactions as items
-from mainspring.store import Store, Transaction, format_time
+from mainspring.store import Store, Transaction
 
 LEASE_EXPIRED = "lease expired"
+
+# What ending or renewing a lease reads: never the payloads, which can be large.
+LEASE_COLUMNS = [
+    items.c[name]
+    for name in ("id", "queue", "parent_id", "state", "next_processing", "attempts", "lease_token", "lease_expires_at", "leased_at", "wake")
+]
 
 
 @dataclass
@@ -47,6 +54,8 @@ class Leased:
     next_due: int | None
     processing_timeout_ms: int | None = None
     """The queue's processing timeout as the store has it now (workers apply it at once)."""
+    lease_ms: int | None = None
+    """How long the leases taken run (heartbeats must come sooner)."""
 
 
 async def _lock_queue(tx: Transaction, cfg: InteractionsSettings, queue: str) -> Any:
@@ -74,7 +83,7 @@ async def expire_leases(tx: Transaction, q: Any, now: int) -> int:
         await outbox.emit_many(
             tx,
             [
-                outbox.Event("interaction.changed", KIND, str(r.id), {"queue": q.name, "status": "scheduled" if due > now else "ready", "next_processing": format_time(due), "error": LEASE_EXPIRED})
+                outbox.Event("interaction.changed", KIND, str(r.id), {"queue": q.name, "status": "scheduled" if due > now else "ready", "next_processing": fmt(due), "error": LEASE_EXPIRED})
                 for r in retry
             ],
         )
@@ -98,11 +107,13 @@ async def lease(store: Store, cfg: InteractionsSettings, queue: str, worker: str
         await expire_leases(tx, q, now)
         room = max_items
         limited_until: int | None = None
+        slots: int | None = None
         if q.concurrency is not None:
             leased_now = (
                 await tx.execute(select(func.count()).select_from(items).where(items.c.queue == queue, items.c.state == "processing"))
             ).scalar_one()
-            room = min(room, q.concurrency - leased_now)
+            slots = q.concurrency - leased_now
+            room = min(room, slots)
         window_start, window_count = q.window_start, q.window_count
         if q.rate_limit_count is not None:
             current = now - now % q.rate_limit_per_ms
@@ -151,22 +162,26 @@ async def lease(store: Store, cfg: InteractionsSettings, queue: str, worker: str
             taken = [to_api(r, now, with_lease=True) for r in rows]
         next_due = None
         if len(rows) < max_items:
-            next_due = await _next_due(tx, queue)
+            due, expiry = await _due_and_expiry(tx, queue)
+            if slots is not None and len(rows) >= slots:
+                # Every slot is taken: one frees by a release (which wakes waiters) or by an expiry.
+                next_due = expiry
+            else:
+                next_due = min((t for t in (due, expiry) if t is not None), default=None)
             if limited_until is not None and (next_due is None or next_due < limited_until):
                 next_due = limited_until
-    return Leased(taken, next_due, q.processing_timeout_ms)
+    return Leased(taken, next_due, q.processing_timeout_ms, lease_ms or q.lease_ms)
 
 
-async def _next_due(tx: Transaction, queue: str) -> int | None:
-    """When something in ``queue`` may next be leasable: the earliest due item or lease expiry."""
+async def _due_and_expiry(tx: Transaction, queue: str) -> tuple[int | None, int | None]:
+    """The earliest due time of ``queue``'s waiting items and the earliest expiry of its leases."""
     due = (
         await tx.execute(select(func.min(items.c.next_processing)).where(items.c.queue == queue, items.c.state == "queued"))
     ).scalar_one()
     expiry = (
         await tx.execute(select(func.min(items.c.lease_expires_at)).where(items.c.queue == queue, items.c.state == "processing"))
     ).scalar_one()
-    known = [t for t in (due, expiry) if t is not None]
-    return min(known) if known else None
+    return due, expiry
 
 
 async def lease_wait(
@@ -181,10 +196,20 @@ async def lease_wait(
         left = deadline - time.monotonic()
         if result.items or left <= 0:
             return result
-        timeout = min(left, poll_ms / 1000)
-        if result.next_due is not None:
-            timeout = min(timeout, max(0.0, (result.next_due - store.now_ms()) / 1000))
-        await waiter.wait(timeout) if timeout > 0 else None
+        timeout = min(left, poll_ms / 1000, until_next(store, result.next_due))
+        await waiter.wait(timeout)
+
+
+SKIPPED_RETRY_S = 0.05
+
+
+def until_next(store: Store, next_due: int | None) -> float:
+    """Seconds to sleep before leasing again. Something due already (rows another transaction held)
+    is looked at again after a short pause rather than in a busy loop."""
+    if next_due is None:
+        return float("inf")
+    wait_s = (next_due - store.now_ms()) / 1000
+    return wait_s if wait_s > 0 else SKIPPED_RETRY_S
 
 
 def _held(row: Any, token: str, now: int) -> bool:
@@ -213,7 +238,7 @@ async def heartbeat_many(store: Store, leases: Sequence[tuple[int, str]], lease_
     async with store.transaction() as tx:
         now = store.now_ms()
         ids = [i for i, _ in leases]
-        rows = (await tx.execute(select(items).where(items.c.id.in_(ids)))).all()
+        rows = (await tx.execute(select(*LEASE_COLUMNS).where(items.c.id.in_(ids)))).all()
         tokens = dict(leases)
         held = [r for r in rows if _held(r, tokens[r.id], now)]
         names = {r.queue for r in held}
@@ -250,7 +275,8 @@ async def release_many(store: Store, releases: Sequence[tuple[int, str, outcomes
         return []
     async with store.transaction() as tx:
         ids = sorted({i for i, _, _ in releases})
-        rows = {r.id: r for r in (await tx.execute(tx.store.dialect.for_update(select(items).where(items.c.id.in_(ids))))).all()}
+        query = tx.store.dialect.for_update(select(*LEASE_COLUMNS).where(items.c.id.in_(ids)))
+        rows = {r.id: r for r in (await tx.execute(query)).all()}
         now = store.now_ms()
         answers: list[bool] = []
         plain: list[tuple[Any, Any]] = []

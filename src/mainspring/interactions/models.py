@@ -2,16 +2,54 @@
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StringConstraints,
+    model_validator,
+)
 
-from mainspring.core.types import DurationMs, JsonValue, Limit, Name, PositiveMs, ShortText, Text
+from mainspring.core.types import DurationMs, Limit, Name, PositiveMs
+from mainspring.core.types import JsonValue as CoreJsonValue
+from mainspring.core.types import ShortText as CoreShortText
+from mainspring.core.types import Text as CoreText
 from mainspring.interactions import outcomes
 from mainspring.store import parse_time
 
-Id = str | int
+
+def _storable(value: Any) -> Any:
+    """Values both engines store and every client can read back as JSON: finite numbers, and text
+    without lone surrogates (which UTF-8 cannot encode)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError("numbers must be finite (no NaN or Infinity)")
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError("text must be valid UTF-8 (no lone surrogates)") from exc
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _storable(key)
+            _storable(item)
+    elif isinstance(value, list):
+        for item in value:
+            _storable(item)
+    return value
+
+
+# The core's types, plus what PostgreSQL's jsonb and the JSON encoder refuse (tell the lead: belongs in core).
+JsonValue = Annotated[CoreJsonValue, AfterValidator(_storable)]
+Text = Annotated[CoreText, AfterValidator(_storable)]
+ShortText = Annotated[CoreShortText, AfterValidator(_storable)]
+Token = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+Id = Annotated[str, StringConstraints(max_length=40)] | StrictInt
 
 
 class Strict(BaseModel):
@@ -145,7 +183,7 @@ class LeaseIn(Strict):
 
 
 class HeartbeatIn(Strict):
-    token: str = Field(max_length=64)
+    token: Token
     lease_ms: PositiveMs | None = None
 
 
@@ -203,5 +241,5 @@ class OutcomeIn(Strict):
 
 
 class ReleaseIn(Strict):
-    token: str = Field(max_length=64)
+    token: Token
     outcome: OutcomeIn

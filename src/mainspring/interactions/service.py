@@ -8,14 +8,17 @@ is set or changed.
 from __future__ import annotations
 
 import asyncio
+import functools
+import json
 import time
 import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import and_, case, func, or_, select
+from sqlalchemy import and_, case, func, or_, select, text
 
 from mainspring.core import outbox
+from mainspring.core.errors import InvalidRequest
 from mainspring.core.paging import decode_cursor, encode_cursor
 from mainspring.interactions.errors import InteractionFinished, InteractionNotFound, ParentNotFound
 from mainspring.interactions.settings import InteractionsSettings
@@ -52,6 +55,10 @@ def parse_id(value: str | int | None) -> int | None:
     return int(text)
 
 
+# Rows written together share their times: formatting each distinct time once is a measured win.
+fmt = functools.lru_cache(maxsize=8192)(format_time)
+
+
 def status_of(row: Any, now: int) -> str:
     if row.state != "queued":
         return str(row.state)
@@ -63,7 +70,7 @@ def status_of(row: Any, now: int) -> str:
 def to_api(row: Any, now: int, *, with_lease: bool = False) -> dict[str, Any]:
     lease = None
     if with_lease and row.state == "processing":
-        lease = {"token": row.lease_token, "expires_at": format_time(row.lease_expires_at)}
+        lease = {"token": row.lease_token, "expires_at": fmt(row.lease_expires_at)}
     return {
         "id": str(row.id),
         "queue": row.queue,
@@ -77,16 +84,16 @@ def to_api(row: Any, now: int, *, with_lease: bool = False) -> dict[str, Any]:
         "result": row.result,
         "error": row.error,
         "status": status_of(row, now),
-        "next_processing": format_time(row.next_processing),
+        "next_processing": fmt(row.next_processing),
         "attempts": row.attempts,
-        "created_at": format_time(row.created_at),
-        "updated_at": format_time(row.updated_at),
+        "created_at": fmt(row.created_at),
+        "updated_at": fmt(row.updated_at),
         "lease": lease,
     }
 
 
 def event_data(row: Any, now: int, **extra: Any) -> dict[str, Any]:
-    return {"queue": row.queue, "status": status_of(row, now), "next_processing": format_time(row.next_processing), **extra}
+    return {"queue": row.queue, "status": status_of(row, now), "next_processing": fmt(row.next_processing), **extra}
 
 
 # --- queues ----------------------------------------------------------------------------------------
@@ -210,9 +217,7 @@ async def create_many(
             row, created = await _insert_one(tx, values)
             rows_out.append((row, created))
         if plain:
-            # One multi-row INSERT: bulk creates are a hot path.
-            stmt = items.insert().returning(*items.c, sort_by_parameter_order=True)
-            rows_out.extend((row, True) for row in (await tx.execute(stmt, plain)).all())
+            rows_out.extend((row, True) for row in await _insert_plain(tx, plain))
         created_rows = [row for row, created in rows_out if created]
         await outbox.emit_many(
             tx, [outbox.Event("interaction.created", KIND, str(r.id), event_data(r, now)) for r in created_rows]
@@ -225,6 +230,43 @@ async def create_many(
         if any(r.state == "queued" for r in created_rows):
             tx.notify(queue_channel(queue))
     return _in_request_order(specs, rows_out, now)
+
+
+_UNNEST_COLUMNS = (
+    ("queue", "text"),
+    ("parent_id", "bigint"),
+    ("name", "text"),
+    ("channel", "text"),
+    ("user", "text"),
+    ("source", "text"),
+    ("data", "jsonb"),
+    ("state", "text"),
+    ("next_processing", "bigint"),
+    ("created_at", "bigint"),
+    ("updated_at", "bigint"),
+)
+
+_UNNEST_INSERT = text(
+    "INSERT INTO interactions ("
+    + ", ".join(f'"{c}"' for c, _ in _UNNEST_COLUMNS)
+    + ", attempts) SELECT *, 0 FROM unnest("
+    + ", ".join(f"CAST(:{c} AS {t}[])" for c, t in _UNNEST_COLUMNS)
+    + ") RETURNING *"
+)
+
+
+async def _insert_plain(tx: Transaction, plain: list[dict[str, Any]]) -> list[Any]:
+    """Insert rows that need no conflict handling, in request order."""
+    if tx.store.is_postgres and len(plain) > 1:
+        # Measured hot path: one INSERT … SELECT FROM unnest(arrays) instead of a multi-row VALUES
+        # (bulk creates several times faster, and the statement text is the same for any batch size).
+        params = {c: [row[c] for row in plain] for c, _ in _UNNEST_COLUMNS}
+        params["data"] = [None if d is None else json.dumps(d) for d in params["data"]]
+        rows = (await tx.execute(_UNNEST_INSERT, params)).all()
+        # Ids come from the sequence in insertion order, which is the order of the arrays.
+        return sorted(rows, key=lambda r: r.id)
+    stmt = items.insert().returning(*items.c, sort_by_parameter_order=True)
+    return list((await tx.execute(stmt, plain)).all())
 
 
 def _in_request_order(specs: Sequence[dict[str, Any]], rows_out: list[tuple[Any, bool]], now: int) -> list[tuple[dict[str, Any], bool]]:
@@ -451,6 +493,13 @@ async def wait_finished(store: Store, interaction_id: str, wait_ms: int) -> dict
         await waiter.wait(min(left, 1.0))
 
 
+def _cursor_ints(cursor: str, arity: int) -> list[int]:
+    values = decode_cursor(cursor, arity)
+    if not all(isinstance(v, int) and not isinstance(v, bool) and abs(v) < 2**62 for v in values):
+        raise InvalidRequest("cursor is not one this server gave", errors=[{"loc": ["query", "cursor"], "msg": "invalid cursor"}])
+    return values
+
+
 def _status_filter(status: str, now: int) -> Any:
     if status == "waiting":
         return and_(items.c.state == "queued", items.c.next_processing.is_(None))
@@ -471,8 +520,8 @@ async def list_items(store: Store, queue: str, filters: dict[str, Any], limit: i
     if filters.get("status"):
         query = query.where(or_(*(_status_filter(s, now) for s in filters["status"])))
     if cursor:
-        (after,) = decode_cursor(cursor, 1)
-        query = query.where(items.c.id > int(after))
+        (after,) = _cursor_ints(cursor, 1)
+        query = query.where(items.c.id > after)
     query = query.order_by(items.c.id).limit(limit + 1)
     async with store.read() as conn:
         rows = (await conn.execute(query)).all()
@@ -489,8 +538,8 @@ async def children(store: Store, interaction_id: str, name: str | None, limit: i
     if name is not None:
         query = query.where(items.c.name == name)
     if cursor:
-        created, after = decode_cursor(cursor, 2)
-        query = query.where(or_(items.c.created_at > int(created), and_(items.c.created_at == int(created), items.c.id > int(after))))
+        created, after = _cursor_ints(cursor, 2)
+        query = query.where(or_(items.c.created_at > created, and_(items.c.created_at == created, items.c.id > after)))
     query = query.order_by(items.c.created_at, items.c.id).limit(limit + 1)
     async with store.read() as conn:
         rows = (await conn.execute(query)).all()

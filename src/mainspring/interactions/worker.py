@@ -140,6 +140,7 @@ class QueueRunner:
         self.options = options
         self.inflight: dict[int, _InFlight] = {}
         self._with_context = _wants_context(target)
+        self._lease_ms = options.lease_ms or worker.cfg.lease_ms
         self.handled = 0
         self._timeout_ms: int | None = options.timeout_ms
         self._leasing = True
@@ -184,16 +185,15 @@ class QueueRunner:
                 continue
             if self.options.timeout_ms is None:
                 self._timeout_ms = leased.processing_timeout_ms
+            if leased.lease_ms:
+                self._lease_ms = leased.lease_ms
             for data in leased.items:
                 self._start(Interaction.model_validate(data))
             busy = len(leased.items) == min(free, self.options.batch)
             if busy:
                 continue
-            timeout = poll_s
-            if leased.next_due is not None:
-                timeout = max(0.0, min(timeout, (leased.next_due - self.store.now_ms()) / 1000))
-            if timeout > 0:
-                await self._until(waiter.wait(timeout), timeout)
+            timeout = min(poll_s, leasing.until_next(self.store, leased.next_due))
+            await self._until(waiter.wait(timeout), timeout)
 
     async def _until(self, awaitable: Any, limit_s: float | None) -> None:
         """Wait for ``awaitable`` (at most ``limit_s``), or until leasing stops."""
@@ -280,34 +280,29 @@ class QueueRunner:
 
     async def _keep_leases(self) -> None:
         """Heartbeat the running items' leases; cancel the handlers of items cancelled or lost."""
-        lease_ms = self.options.lease_ms or self.worker.cfg.lease_ms
-        beat_s = max(0.05, lease_ms / 3000)
-        next_beat = time.monotonic() + beat_s
+        last_beat = time.monotonic()
         while True:
+            # The queue's lease may change while running: beat three times per lease as it is now.
+            beat_s = max(0.05, self._lease_ms / 3000)
+            next_beat = last_beat + beat_s
             waiter = self.store.notifier.waiter(finished_channel(self.name))
-            signalled = await waiter.wait(max(0.0, next_beat - time.monotonic()))
+            # Short naps: a lease taken meanwhile may be shorter than the one this beat was planned for.
+            signalled = await waiter.wait(min(0.1, max(0.0, next_beat - time.monotonic())))
             try:
                 if signalled:
                     self._cancel_lost(await self._still_held())
                     await asyncio.sleep(0.02)
                 if time.monotonic() >= next_beat:
-                    next_beat = time.monotonic() + beat_s
+                    last_beat = time.monotonic()
                     leases = [(i, e.token) for i, e in list(self.inflight.items()) if not e.releasing]
                     if leases:
-                        kept = await leasing.heartbeat_many(self.store, leases, self.options.lease_ms or await self._queue_lease_ms())
+                        kept = await leasing.heartbeat_many(self.store, leases, self._lease_ms)
                         self._cancel_lost(kept, {i for i, _ in leases})
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("keeping the leases of %s failed; retrying", self.name)
                 await asyncio.sleep(beat_s)
-
-    async def _queue_lease_ms(self) -> int:
-        from mainspring.interactions.tables import interaction_queues as queues
-
-        async with self.store.read() as conn:
-            value = (await conn.execute(select(queues.c.lease_ms).where(queues.c.name == self.name))).scalar_one_or_none()
-        return int(value or self.worker.cfg.lease_ms)
 
     async def _still_held(self) -> set[int]:
         checking = {i: e.token for i, e in list(self.inflight.items()) if not e.releasing}

@@ -31,9 +31,12 @@ def _upgrade(connection: Connection) -> None:
 
 
 def _pending(connection: Connection) -> set[str]:
-    heads = set(ScriptDirectory.from_config(alembic_config()).get_heads())
-    current = set(MigrationContext.configure(connection).get_current_heads())
-    return heads - current
+    script = ScriptDirectory.from_config(alembic_config())
+    current = MigrationContext.configure(connection).get_current_heads()
+    # Alembic records only the dependent revision (a face's *_0001), not core_0001 it depends on:
+    # everything below a recorded revision, dependencies included, is applied.
+    applied = {r.revision for r in script.revision_map.iterate_revisions(current, "base")} if current else set()
+    return set(script.get_heads()) - applied
 
 
 async def migrate(store: Store) -> None:
