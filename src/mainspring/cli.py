@@ -225,6 +225,9 @@ def _mount_face_clis() -> None:
     for face in FACES:
         if face.cli is not None:
             cli.add_typer(face.cli, name=face.name)
+    from mainspring.batching.selftest import selftest
+
+    cli.command("selftest")(selftest)
 
 
 def main() -> None:

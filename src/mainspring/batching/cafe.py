@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import and_, or_, select
 
 from mainspring.batching.errors import PackageNotFound, UnknownTaskResult
 from mainspring.batching.models import DEFAULTS, TaskResult
@@ -150,6 +150,11 @@ async def _locked_package(tx: Transaction, package_id: str, authorize: Authorize
 def _normalize_results(results: Any, task_ids: list[str]) -> dict[str, TaskResult]:
     if results is None:
         outcomes: dict[str, TaskResult] = {}
+    elif not isinstance(results, dict | list):
+        raise UnknownTaskResult(
+            "results must be a list of task outcomes or a map of task id to result",
+            errors=[{"loc": ["body", "results"], "msg": f"got {type(results).__name__}"}],
+        )
     elif isinstance(results, dict):
         outcomes = {tid: TaskResult(task_id=tid, result=value) for tid, value in results.items()}
     else:
@@ -296,12 +301,6 @@ async def expire_leases(tx: Transaction, name: str, now: int) -> None:
         )
     if rows:
         tx.notify(cafe_channel(name))
-
-
-async def next_lease_expiry(conn: Any) -> int | None:
-    return (
-        await conn.execute(select(func.min(batch_packages.c.lease_expires_at)).where(batch_packages.c.status == "claimed"))
-    ).scalar()
 
 
 async def get_package(store: Store, package_id: str, authorize: Authorize | None = None) -> dict[str, Any]:

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import logging
 import uuid
+from typing import Any
 
-from sqlalchemy import select, union
+from sqlalchemy import func, select
 
-from mainspring.batching.cafe import expire_leases, next_lease_expiry
+from mainspring.batching.cafe import expire_leases
 from mainspring.batching.planner import PendingTask, Plan, Rules, TimerState, plan
 from mainspring.batching.service import cafe_channel, task_subject
 from mainspring.batching.tables import batch_packages, batch_tasks, batch_versions, batchers
@@ -29,11 +30,16 @@ class DoubleFlush(RuntimeError):
     """A task was not pending any more when it was being packed: the round is rolled back."""
 
 
+def rowcount(result: Any) -> int:
+    """Rows an UPDATE changed (a CursorResult's count; typed loosely by ``Transaction.execute``)."""
+    return int(result.rowcount or 0)
+
+
 def new_package_id() -> str:
     return "pkg_" + uuid.uuid4().hex
 
 
-async def dispatch_batcher(store: Store, name: str) -> int | None:
+async def dispatch_batcher(store: Store, name: str, leases_due: bool = True) -> int | None:
     """One dispatcher round for ``name``; answers when it must look again (epoch ms) or None."""
     async with store.transaction() as tx:
         row = (
@@ -42,7 +48,8 @@ async def dispatch_batcher(store: Store, name: str) -> int | None:
         if row is None:
             return None  # another server is running this round right now
         now = store.now_ms()
-        await expire_leases(tx, name, now)
+        if leases_due:
+            await expire_leases(tx, name, now)
         pending = [
             PendingTask(r.seq, r.id, r.group, r.member, r.version, r.created_at)
             for r in (
@@ -77,8 +84,8 @@ async def apply_plan(tx: Transaction, name: str, decided: Plan, state: TimerStat
             .where(batch_tasks.c.seq.in_([t.seq for t in tasks]), batch_tasks.c.status == "pending")
             .values(status="packed", package_id=package_id, updated_at=now)
         )
-        if moved.rowcount != len(tasks):
-            raise DoubleFlush(f"batcher {name}: {len(tasks) - moved.rowcount} task(s) were no longer pending")
+        if rowcount(moved) != len(tasks):
+            raise DoubleFlush(f"batcher {name}: {len(tasks) - rowcount(moved)} task(s) were no longer pending")
         events.extend(
             outbox.Event("batch.task.packed", "batch_task", task_subject(name, t.id),
                          {"batcher": name, "id": t.id, "package_id": package_id})
@@ -95,7 +102,7 @@ async def apply_plan(tx: Transaction, name: str, decided: Plan, state: TimerStat
             .where(batch_tasks.c.seq.in_(seqs), batch_tasks.c.status == "pending")
             .values(status="rejected", reason="incomplete_group", updated_at=now)
         )
-        if moved.rowcount != len(seqs):
+        if rowcount(moved) != len(seqs):
             raise DoubleFlush(f"batcher {name}: a rejected task was no longer pending")
         # The version number stays taken in the log; the content is marked as never delivered so the
         # sender may submit it again (it would otherwise count as a duplicate forever).
@@ -131,29 +138,32 @@ async def apply_plan(tx: Transaction, name: str, decided: Plan, state: TimerStat
         tx.notify(cafe_channel(name))
 
 
-async def batchers_needing_a_round(store: Store) -> list[str]:
+async def batchers_needing_a_round(store: Store) -> tuple[list[str], set[str], int | None]:
+    """(batchers with pending tasks or expired leases, those with expired leases, the next lease expiry)."""
     now = store.now_ms()
-    query = union(
-        select(batch_tasks.c.batcher).where(batch_tasks.c.status == "pending").distinct(),
-        select(batch_packages.c.batcher)
-        .where(batch_packages.c.status == "claimed", batch_packages.c.lease_expires_at <= now)
-        .distinct(),
-    )
     async with store.read() as conn:
-        return sorted(r[0] for r in (await conn.execute(query)).all())
+        pending = (await conn.execute(select(batch_tasks.c.batcher).where(batch_tasks.c.status == "pending").distinct())).all()
+        leases = (
+            await conn.execute(
+                select(batch_packages.c.batcher, func.min(batch_packages.c.lease_expires_at))
+                .where(batch_packages.c.status == "claimed")
+                .group_by(batch_packages.c.batcher)
+            )
+        ).all()
+    expired = {name for name, at in leases if at is not None and at <= now}
+    upcoming = [at for _, at in leases if at is not None and at > now]
+    names = sorted({r[0] for r in pending} | expired)
+    return names, expired, min(upcoming) if upcoming else None
 
 
 async def dispatch_all(store: Store) -> int | None:
     """One round over every batcher with work; answers the earliest next due time."""
-    dues: list[int] = []
-    for name in await batchers_needing_a_round(store):
-        due = await dispatch_batcher(store, name)
+    names, expired, next_lease = await batchers_needing_a_round(store)
+    dues: list[int] = [next_lease] if next_lease is not None else []
+    for name in names:
+        due = await dispatch_batcher(store, name, leases_due=name in expired)
         if due is not None:
             dues.append(due)
-    async with store.read() as conn:
-        lease = await next_lease_expiry(conn)
-    if lease is not None:
-        dues.append(lease)
     # A due time already past (a batcher locked by another server this instant) must not spin the loop.
     return max(min(dues), store.now_ms() + 10) if dues else None
 

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
+import httpx
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -55,6 +56,19 @@ class Scenario:
         self.batcher = f"selftest-{run_id}-{name}"
         self.linger_ms = linger_ms
         self.worker = f"selftest-{run_id}"
+        self.answered_at = 0.0
+        self.slowest = 0.0
+
+    def sleep_until_near_the_timer_end(self, tasks_to_come: int) -> None:
+        """Sleep until shortly before the running timer ends, leaving room for ``tasks_to_come`` submits.
+
+        The timer started when the server stored the second task, just before its answer arrived here.
+        """
+        ends = self.answered_at + self.linger_ms / 1000
+        room = max(0.15 * self.linger_ms / 1000, (tasks_to_come + 2) * self.slowest)
+        if room >= self.linger_ms / 1000:
+            raise StepFailed(f"the server answers too slowly ({self.slowest * 1000:.0f} ms) for --linger-ms {self.linger_ms}")
+        time.sleep(max(0.0, ends - room - time.monotonic()))
 
     def setup(self) -> None:
         self.client.put_batcher(
@@ -66,10 +80,13 @@ class Scenario:
         ids = []
         for member in ("en", "ru"):
             task_id = f"book-{book}-{member}"
+            started = time.monotonic()
             task = self.client.submit(
                 self.batcher, id=task_id, group=f"book-{book}", member=member,
                 content=f"selftest {self.batcher} book {book} in {member}",
             )
+            self.answered_at = time.monotonic()
+            self.slowest = max(self.slowest, self.answered_at - started)
             if task["status"] != "pending":
                 raise StepFailed(f"{task_id} was not accepted: {task['status']} {task['reason']}")
             ids.append(task_id)
@@ -158,6 +175,9 @@ class Scenario:
             except (StepFailed, BatchingError) as exc:
                 outcome.results[level] = (False, str(exc))
                 failed = True
+            except httpx.HTTPError as exc:
+                outcome.results[level] = (False, f"server unreachable: {exc}")
+                failed = True
         return outcome
 
     def steps_pair(self) -> dict[str, Callable[[], str | None]]:
@@ -186,8 +206,11 @@ class Scenario:
 
         def accepted() -> str:
             self.setup()
-            first = self.submit_pair("1") + self.submit_pair("2")
-            time.sleep(self.linger_ms * 0.85 / 1000)
+            first = self.submit_pair("1")
+            timer_started = self.answered_at  # the first pair reached min_size
+            first += self.submit_pair("2")
+            self.answered_at = timer_started
+            self.sleep_until_near_the_timer_end(4)
             later = self.submit_pair("3") + self.submit_pair("4")
             state["six"], state["last"] = first + later[:2], later[2:]
             return "8 tasks pending"
@@ -215,7 +238,7 @@ class Scenario:
         def accepted() -> str:
             self.setup()
             state["ids"] = self.submit_pair("1")
-            time.sleep(self.linger_ms * 0.85 / 1000)
+            self.sleep_until_near_the_timer_end(1)
             odd = self.client.submit(self.batcher, id="book-2-en", group="book-2", member="en", content=f"selftest {self.batcher} odd")
             if odd["status"] != "pending":
                 raise StepFailed(f"the odd task was not accepted: {odd['status']}")
@@ -267,7 +290,7 @@ def selftest(
     url: Annotated[str, typer.Option(help="The server to test.", envvar="MAINSPRING_URL")] = "http://127.0.0.1:8080",
     depth: Annotated[str, typer.Option(help="How deep: accepted, packed, claimed or done.")] = "done",
     token: Annotated[str | None, typer.Option(help="Bearer token with scope batchers:selftest-*.", envvar="MAINSPRING_TOKEN")] = None,
-    linger_ms: Annotated[int, typer.Option(help="The timer of the test batchers.", min=200)] = 1000,
+    linger_ms: Annotated[int, typer.Option(help="The timer of the test batchers.", min=200)] = 2000,
     scenario: Annotated[list[str] | None, typer.Option(help="Run only these scenarios (pair, overflow, odd).")] = None,
 ) -> None:
     """Run the seed's integration scenarios against a live server, in isolated batchers."""

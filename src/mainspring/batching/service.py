@@ -12,7 +12,7 @@ import weakref
 from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import case, func, select
+from sqlalchemy import and_, case, func, select
 from sqlalchemy.exc import IntegrityError
 
 from mainspring.batching.errors import BatcherNotFound, InvalidBatcherSettings, TaskIdConflict, TaskNotFound
@@ -117,12 +117,12 @@ async def get_batcher(store: Store, name: str) -> dict[str, Any]:
         row = (await conn.execute(select(batchers).where(batchers.c.name == name))).first()
         if row is None:
             raise BatcherNotFound(f"no batcher {name!r}")
-        counts = dict(
+        counts: dict[str, int] = dict(
             (await conn.execute(
                 select(batch_tasks.c.status, func.count()).where(batch_tasks.c.batcher == name).group_by(batch_tasks.c.status)
             )).tuples().all()
         )
-        package_counts = dict(
+        package_counts: dict[str, int] = dict(
             (await conn.execute(
                 select(batch_packages.c.status, func.count())
                 .where(batch_packages.c.batcher == name)
@@ -199,20 +199,19 @@ async def _submit_once(
             "created_at": now,
             "updated_at": now,
         }
-        same = (
+        # One look at the group's log: the version this content already has, this member's latest, the group's.
+        versions = batch_versions.c
+        found: Any = (
             await tx.execute(
-                select(batch_versions.c.version)
-                .where(
-                    batch_versions.c.batcher == name,
-                    batch_versions.c.group == body.group,
-                    batch_versions.c.member == body.member,
-                    batch_versions.c.sha256 == sha,
-                    batch_versions.c.withdrawn_at.is_(None),
-                )
-                .order_by(batch_versions.c.version)
-                .limit(1)
+                select(
+                    func.min(case((and_(versions.member == body.member, versions.sha256 == sha,
+                                        versions.withdrawn_at.is_(None)), versions.version))),
+                    func.max(case((versions.member == body.member, versions.version))),
+                    func.max(versions.version),
+                ).where(versions.batcher == name, versions.group == body.group)
             )
-        ).scalar()
+        ).one()
+        same, own, top = found[0], found[1], found[2]
         if same is not None:
             row.update(status="rejected", reason="duplicate", version=same)
             await tx.execute(batch_tasks.insert().values(**row))
@@ -222,15 +221,6 @@ async def _submit_once(
                  "reason": "duplicate", "version": same, "sha256": sha},
             )
             return task_to_api(SimpleNamespace(**row)), False
-        own_and_top = (
-            await tx.execute(
-                select(
-                    func.max(case((batch_versions.c.member == body.member, batch_versions.c.version))),
-                    func.max(batch_versions.c.version),
-                ).where(batch_versions.c.batcher == name, batch_versions.c.group == body.group)
-            )
-        ).one()
-        own, top = own_and_top
         version = max((own or 0) + 1, top or 0)
         await tx.execute(
             batch_versions.insert().values(
