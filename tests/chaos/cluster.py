@@ -144,7 +144,7 @@ class Cluster:
         for server in self.servers:
             server.process.start(wait=False)
         for server in self.servers:
-            await asyncio.to_thread(server.process.wait_ready, 60)
+            await asyncio.to_thread(server.process.wait_ready, 180)
         return self
 
     async def heal(self) -> None:
