@@ -1,1 +1,1 @@
-"""Python clients for the Mainspring HTTP API (sync and async, httpx)."""
+"""Python clients for Mainspring's faces (sync and async, over httpx)."""

@@ -1,0 +1,243 @@
+"""Checks DESIGN.md's invariants from a history and the final state the run read back.
+
+The checker is pure: it takes the operations (``history.Op``) and a ``FinalState`` (plain data, read from the
+ERP database, the API and the event log after the run), and answers the violations. That keeps it testable
+in milliseconds with planted bugs (tests/chaos/test_checker.py).
+
+What each face promises (``ok``: the client got a 2xx; ``unknown``: no answer, so either is allowed):
+- exchange: a stored message's effect is in the ERP database exactly once, or the message is still
+  available; an unknown store has at most one effect; nothing has an effect that was never stored.
+- machines: history ids are 1..n without a gap; an ok Call/Notify key's event is there exactly once, an
+  unknown one at most once, a refused one never; each timer (numbered by the processor) fired once, in order.
+- interactions: an ok creation exists and is completed exactly once (one ``interaction.completed`` event,
+  at most one ok complete in the history).
+- batching: an accepted task is in exactly one completed package and is ``done``; no package is completed
+  twice; no task in a package was never submitted.
+- never stuck (``drained``: faults stopped and the quiet period passed): no message still available, no
+  process undecided, every timer fired, no machine failed, every interaction and task finished.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.chaos.history import FAIL, OK, UNKNOWN, Op
+
+EXCHANGE_OPEN_STATES = frozenset({"STARTED", "READY_TO_COMMIT", "IN_DOUBT", "CLEANUP"})
+TASK_OPEN_STATES = frozenset({"pending", "packed", "claimed"})
+
+
+@dataclass
+class Violation:
+    face: str
+    invariant: str
+    key: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"[{self.face}] {self.invariant} {self.key}: {self.detail}"
+
+
+@dataclass
+class FinalState:
+    """What the run read back once the workloads stopped."""
+
+    drained: bool = True
+    # exchange
+    exchange_effects: dict[str, int] = field(default_factory=dict)
+    """message id → rows its effect left in the ERP database(s)."""
+    exchange_available: set[str] = field(default_factory=set)
+    exchange_open_processes: list[dict[str, Any]] = field(default_factory=list)
+    # machines
+    machines: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """machine id → {"status", "history": [{"id", "data"}]}."""
+    timers_per_machine: int = 0
+    # interactions
+    interactions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """message_id (the client's key) → {"id", "status"}."""
+    interaction_completed_events: dict[str, int] = field(default_factory=dict)
+    """interaction id → number of ``interaction.completed`` events."""
+    # batching
+    batch_tasks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """task id → {"status", "package_id"}."""
+    batch_packages: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """package id → {"status", "task_ids"}."""
+
+
+def _outcomes(ops: list[Op], face: str, kind: str) -> dict[str, set[str]]:
+    """key → the outcomes its attempts got."""
+    found: dict[str, set[str]] = defaultdict(set)
+    for op in ops:
+        if op.face == face and op.kind == kind:
+            found[op.key].add(op.outcome)
+    return found
+
+
+def _verdict(outcomes: set[str]) -> str:
+    """One key's operation, over all its attempts: ok if any attempt said so, else unknown if any got no answer."""
+    if OK in outcomes:
+        return OK
+    if UNKNOWN in outcomes:
+        return UNKNOWN
+    return FAIL
+
+
+def check_exchange(ops: list[Op], final: FinalState) -> list[Violation]:
+    found: list[Violation] = []
+    stored = {key: _verdict(o) for key, o in _outcomes(ops, "exchange", "store").items()}
+    for key, verdict in stored.items():
+        effects = final.exchange_effects.get(key, 0)
+        available = key in final.exchange_available
+        if effects > 1:
+            found.append(Violation("exchange", "double_effect", key, f"effect applied {effects} times in the ERP database"))
+        if effects and available:
+            found.append(Violation("exchange", "committed_and_available", key, "its effect is in the ERP database and it is still available"))
+        if verdict == OK and effects == 0 and not available:
+            found.append(Violation("exchange", "lost", key, "stored (2xx) but neither applied nor available"))
+        if verdict == FAIL and effects:
+            found.append(Violation("exchange", "refused_but_applied", key, "the store was refused yet its effect exists"))
+        if final.drained and available:
+            found.append(Violation("exchange", "stuck", key, "still available after the quiet period"))
+    for key, effects in final.exchange_effects.items():
+        if key not in stored and effects:
+            found.append(Violation("exchange", "invented", key, "an effect for a message nobody stored"))
+    if final.drained:
+        for process in final.exchange_open_processes:
+            found.append(Violation("exchange", "stuck", str(process.get("id")), f"process still {process.get('state')} after the quiet period"))
+    return found
+
+
+def _event_keys(history: list[dict[str, Any]], kind: str) -> Counter[Any]:
+    return Counter(e["data"][kind] for e in history if isinstance(e.get("data"), dict) and kind in e["data"])
+
+
+def check_machines(ops: list[Op], final: FinalState) -> list[Violation]:
+    found: list[Violation] = []
+    started = {key: _verdict(o) for key, o in _outcomes(ops, "machines", "start").items()}
+    calls_by_machine: dict[str, dict[str, str]] = defaultdict(dict)
+    for kind in ("call", "notify"):
+        keyed: dict[str, set[str]] = defaultdict(set)
+        machine_of: dict[str, str] = {}
+        for op in ops:
+            if op.face == "machines" and op.kind == kind:
+                keyed[op.key].add(op.outcome)
+                machine_of[op.key] = str(op.value.get("machine"))
+        for key, outcomes in keyed.items():
+            calls_by_machine[machine_of[key]][f"{kind}:{key}"] = _verdict(outcomes)
+    for machine_id, verdict in started.items():
+        machine = final.machines.get(machine_id)
+        if machine is None:
+            if verdict == OK:
+                found.append(Violation("machines", "lost", machine_id, "started (201) but not found"))
+            continue
+        history = machine.get("history") or []
+        ids = [e["id"] for e in history]
+        if ids != list(range(1, len(ids) + 1)):
+            found.append(Violation("machines", "history_gap", machine_id, f"history ids are not 1..{len(ids)}: {_first_break(ids)}"))
+        for kind in ("call", "notify"):
+            seen = _event_keys(history, kind)
+            expected = {k.split(":", 1)[1]: v for k, v in calls_by_machine.get(machine_id, {}).items() if k.startswith(kind + ":")}
+            for key, verdict_ in expected.items():
+                count = seen.get(key, 0)
+                if count > 1:
+                    found.append(Violation("machines", "double_event", f"{machine_id}/{key}", f"{kind} event appended {count} times"))
+                if verdict_ == OK and count == 0 and (kind == "call" or final.drained):
+                    found.append(Violation("machines", "lost", f"{machine_id}/{key}", f"acknowledged {kind} has no event"))
+                if verdict_ == FAIL and count:
+                    found.append(Violation("machines", "refused_but_applied", f"{machine_id}/{key}", f"refused {kind} has an event"))
+            for key in seen:
+                if key not in expected:
+                    found.append(Violation("machines", "invented", f"{machine_id}/{key}", f"a {kind} event nobody sent"))
+        timers = [e["data"]["timer"] for e in history if isinstance(e.get("data"), dict) and "timer" in e["data"]]
+        if timers != list(range(1, len(timers) + 1)):
+            found.append(Violation("machines", "timer_fired_twice" if len(set(timers)) < len(timers) else "timer_out_of_order",
+                                   machine_id, f"timer events {timers}"))
+        if final.drained:
+            if machine.get("status") != "working":
+                found.append(Violation("machines", "stuck", machine_id, f"status {machine.get('status')}: {machine.get('error')}"))
+            elif len(set(timers)) < final.timers_per_machine:
+                found.append(Violation("machines", "stuck", machine_id, f"{len(set(timers))} of {final.timers_per_machine} timers fired"))
+    for machine_id in final.machines:
+        if machine_id not in started:
+            found.append(Violation("machines", "invented", machine_id, "a machine nobody started"))
+    return found
+
+
+def _first_break(ids: list[int]) -> str:
+    for expected, got in enumerate(ids, 1):
+        if got != expected:
+            return f"expected {expected}, found {got}"
+    return "?"
+
+
+def check_interactions(ops: list[Op], final: FinalState) -> list[Violation]:
+    found: list[Violation] = []
+    created = {key: _verdict(o) for key, o in _outcomes(ops, "interactions", "create").items()}
+    completes = Counter(op.key for op in ops if op.face == "interactions" and op.kind == "complete" and op.outcome == OK)
+    for key, verdict in created.items():
+        item = final.interactions.get(key)
+        if item is None:
+            if verdict == OK:
+                found.append(Violation("interactions", "lost", key, "created (2xx) but not found"))
+            continue
+        if verdict == FAIL:
+            found.append(Violation("interactions", "refused_but_created", key, "the creation was refused yet it exists"))
+        events = final.interaction_completed_events.get(item["id"], 0)
+        if events > 1 or completes.get(item["id"], 0) > 1:
+            found.append(Violation("interactions", "completed_twice", key,
+                                   f"{events} completed events, {completes.get(item['id'], 0)} acknowledged completes"))
+        if item["status"] == "completed" and events == 0:
+            found.append(Violation("interactions", "event_lost", key, "completed without an interaction.completed event"))
+        if final.drained and item["status"] != "completed":
+            found.append(Violation("interactions", "stuck", key, f"status {item['status']} after the quiet period"))
+    for key in final.interactions:
+        if key not in created:
+            found.append(Violation("interactions", "invented", key, "an interaction nobody created"))
+    return found
+
+
+def check_batching(ops: list[Op], final: FinalState) -> list[Violation]:
+    found: list[Violation] = []
+    submitted = _outcomes(ops, "batching", "submit")
+    accepted = {op.key for op in ops
+                if op.face == "batching" and op.kind == "submit" and op.outcome == OK and op.value.get("status") != "rejected"}
+    acknowledged: Counter[str] = Counter()
+    completed_packages: Counter[str] = Counter()
+    for op in ops:
+        if op.face == "batching" and op.kind == "complete" and op.outcome == OK:
+            completed_packages[op.key] += 1
+            acknowledged.update(op.value.get("task_ids") or [])
+    for package_id, count in completed_packages.items():
+        if count > 1:
+            found.append(Violation("batching", "package_completed_twice", package_id, f"{count} acknowledged completes"))
+    in_done: Counter[str] = Counter()
+    for package in final.batch_packages.values():
+        if package.get("status") == "done":
+            in_done.update(package.get("task_ids") or [])
+    for task_id in set(in_done) | set(acknowledged):
+        if task_id not in submitted:
+            found.append(Violation("batching", "invented", task_id, "a packaged task nobody submitted"))
+    for task_id in accepted:
+        count = in_done.get(task_id, 0)
+        task = final.batch_tasks.get(task_id)
+        if count > 1 or acknowledged.get(task_id, 0) > 1:
+            found.append(Violation("batching", "double_package", task_id,
+                                   f"in {count} completed packages, {acknowledged.get(task_id, 0)} acknowledged completes"))
+        if task is None:
+            found.append(Violation("batching", "lost", task_id, "accepted (202) but not found"))
+            continue
+        if task.get("status") == "done" and count == 0:
+            found.append(Violation("batching", "done_without_package", task_id, "done but in no completed package"))
+        if final.drained and (task.get("status") != "done" or count == 0):
+            found.append(Violation("batching", "stuck", task_id, f"status {task.get('status')}, in {count} completed packages"))
+    return found
+
+
+def check(ops: list[Op], final: FinalState) -> list[Violation]:
+    """Every violation of DESIGN.md's invariants this history and final state show."""
+    return [*check_exchange(ops, final), *check_machines(ops, final), *check_interactions(ops, final), *check_batching(ops, final)]
+
+
+__all__ = ["FAIL", "OK", "UNKNOWN", "FinalState", "Violation", "check"]

@@ -1,0 +1,178 @@
+"""The parties of a chaos run: a fresh PostgreSQL database, N ``mainspring serve`` processes sharing it and
+one data dir (the exchange's files on a small tmpfs the nemesis can fill or make read-only), a proxy in front
+of each server."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+from tests.chaos.proxy import Proxy
+from tests.conftest import ServerProcess, _migrate, _pg_admin, pg_url
+
+# Short deadlines, so that "never stuck" is checked within seconds of the last fault.
+SERVER_ENV = {
+    "MAINSPRING_SERVER__POLL_INTERVAL_MS": "200",
+    "MAINSPRING_SERVER__POOL_SIZE": "8",
+    "MAINSPRING_SERVER__GRACEFUL_SHUTDOWN_MS": "1000",
+    "MAINSPRING_EXCHANGE__PROCESS_TIMEOUT_MS": "15000",
+    "MAINSPRING_EXCHANGE__COMMIT_TIMEOUT_MS": "15000",
+    "MAINSPRING_EXCHANGE__WATCHDOG_INTERVAL_MS": "250",
+    "MAINSPRING_EXCHANGE__CLEANUP_RETRY_MS": "250",
+    "MAINSPRING_EXCHANGE__CLEANUP_RETRY_MAX_MS": "2000",
+    "MAINSPRING_MACHINES__LEASE_MARGIN_MS": "1000",
+    "MAINSPRING_INTERACTIONS__EXPIRY_INTERVAL_MS": "250",
+}
+
+
+class Disk:
+    """The exchange's file directory on its own small tmpfs (when this host lets us mount one)."""
+
+    def __init__(self, path: Path, size_mb: int = 64) -> None:
+        self.path = path
+        self.size_mb = size_mb
+        self.mounted = False
+        self.why_not = ""
+
+    def mount(self) -> bool:
+        self.path.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={self.size_mb}m", "tmpfs", str(self.path)],
+                              capture_output=True, text=True, check=False)
+        self.mounted = done.returncode == 0
+        self.why_not = done.stderr.strip()
+        return self.mounted
+
+    def _remount(self, mode: str) -> None:
+        subprocess.run(["mount", "-o", f"remount,{mode}", str(self.path)], capture_output=True, check=False)
+
+    def read_only(self) -> None:
+        self._remount("ro")
+
+    def writable(self) -> None:
+        self._remount("rw")
+
+    def fill(self) -> None:
+        """Fill the file system to the last byte (root ignores permissions, not ENOSPC)."""
+        with contextlib.suppress(OSError), (self.path / ".chaos-filler").open("wb") as f:
+            chunk = b"\0" * (1 << 20)
+            while True:
+                f.write(chunk)
+                f.flush()
+
+    def unfill(self) -> None:
+        with contextlib.suppress(OSError):
+            (self.path / ".chaos-filler").unlink()
+
+    def unmount(self) -> None:
+        if self.mounted:
+            self.writable()
+            subprocess.run(["umount", "-l", str(self.path)], capture_output=True, check=False)
+            self.mounted = False
+
+
+class Server:
+    """One ``mainspring serve`` with its proxy; it keeps its port across restarts."""
+
+    def __init__(self, index: int, process: ServerProcess, proxy: Proxy) -> None:
+        self.index = index
+        self.process = process
+        self.proxy = proxy
+        self.paused = False
+
+    @property
+    def alive(self) -> bool:
+        return self.process.proc is not None and self.process.proc.poll() is None
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.paused = False
+
+    async def crash(self) -> None:
+        """SIGKILL without blocking the event loop while the kernel reaps it; its proxy refuses connections
+        until it is back."""
+        proc = self.process.proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            await asyncio.to_thread(proc.wait, 30)
+        self.paused = False
+        await self.proxy.unlisten()
+
+    async def restart(self, ready_within_s: float = 180) -> None:
+        self.process.start(wait=False)
+        try:
+            await asyncio.to_thread(self.process.wait_ready, ready_within_s)
+        finally:
+            await self.proxy.listen()
+
+    def pause(self) -> None:
+        if self.alive:
+            os.kill(self.process.proc.pid, signal.SIGSTOP)  # type: ignore[union-attr]
+            self.paused = True
+
+    def resume(self) -> None:
+        if self.alive and self.paused:
+            os.kill(self.process.proc.pid, signal.SIGCONT)  # type: ignore[union-attr]
+        self.paused = False
+
+
+class Cluster:
+    def __init__(self, workdir: Path, servers: int = 3, env: dict[str, str] | None = None) -> None:
+        self.workdir = workdir
+        self.count = servers
+        self.env = {**SERVER_ENV, **(env or {})}
+        self.database = f"mschaos_{uuid.uuid4().hex[:10]}"
+        self.database_url = pg_url(self.database)
+        self.data_dir = workdir / "data"
+        self.disk = Disk(self.data_dir / "exchange")
+        self.servers: list[Server] = []
+
+    async def start(self) -> Cluster:
+        await _pg_admin(f'CREATE DATABASE "{self.database}"')
+        await asyncio.to_thread(_migrate, self.database_url)
+        self.disk.mount()
+        for index in range(self.count):
+            process = ServerProcess(self.database_url, self.data_dir, self.env)
+            process.log_path = self.workdir / f"server-{index}.log"
+            proxy = await Proxy(process.port).start()
+            self.servers.append(Server(index, process, proxy))
+        for server in self.servers:
+            server.process.start(wait=False)
+        for server in self.servers:
+            await asyncio.to_thread(server.process.wait_ready, 180)
+        return self
+
+    async def heal(self) -> None:
+        """End every fault: resume, restart the dead, unstall nothing is needed (stalls end by themselves)."""
+        self.disk.unfill()
+        self.disk.writable()
+        for server in self.servers:
+            server.resume()
+        for server in self.servers:
+            if not server.alive:
+                await server.restart()
+            else:
+                await asyncio.to_thread(server.process.wait_ready, 180)
+                await server.proxy.listen()
+
+    async def stop(self, drop_database: bool = True) -> None:
+        for server in self.servers:
+            server.resume()
+            server.kill()
+            await server.proxy.close()
+        self.disk.unmount()
+        if drop_database:
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    await _pg_admin(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
+                    return
+                except Exception:
+                    if time.monotonic() > deadline:
+                        raise
+                    await asyncio.sleep(0.5)
