@@ -1,5 +1,8 @@
-"""Bugs the chaos runs found in the faces, pinned as failing tests until the owners fix them (xfail strict:
-the day a fix lands, the test passes, xfail turns into a failure, and the marker must go)."""
+"""Regression tests for bugs the chaos runs found in the faces.
+
+- The exchange client read every message body after API_2 but started heartbeating only afterwards, so a
+  batch whose bodies took longer than process_timeout_ms to read was always CANCELLED and taken again the
+  same way: a livelock under load with short deadlines."""
 
 from __future__ import annotations
 
@@ -44,11 +47,6 @@ class SlowBodies(httpx.AsyncBaseTransport):
         return await self.inner.handle_async_request(request)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "exchange client: ExchangeProcessor.process_once reads every message body after API_2 but starts its "
-    "heartbeats only afterwards (in _run_transaction), so a batch whose bodies take longer than "
-    "process_timeout_ms to read is always CANCELLED, and the next round takes the same batch: a livelock "
-    "the chaos runs hit under load with short deadlines"))
 async def test_exchange_helper_keeps_its_process_alive_while_reading_bodies(app: Any, client: httpx.AsyncClient,
                                                                              clock: ManualClock, tmp_path: Path) -> None:
     for n in range(4):

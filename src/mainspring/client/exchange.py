@@ -424,12 +424,19 @@ class ExchangeProcessor:
             return Outcome("unavailable", message_ids=ids)
         pid = process["id"]
         self.crash_hook("started")
-        messages = [
-            InboundMessage(m["id"], m["content_type"], m["sender"], m["created_at"], m["size"],
-                           await self.client.read(self.addressee, self.database, m["id"]), m)
-            for m in listed
-        ]
-        return await self._run_transaction(pid, messages)
+        # The process is alive from here: reading many large bodies may outlast the process timeout.
+        beating = asyncio.create_task(self._heartbeats(pid)) if self.heartbeat_s else None
+        try:
+            messages = [
+                InboundMessage(m["id"], m["content_type"], m["sender"], m["created_at"], m["size"],
+                               await self.client.read(self.addressee, self.database, m["id"]), m)
+                for m in listed
+            ]
+        except BaseException:
+            if beating:
+                beating.cancel()
+            raise
+        return await self._run_transaction(pid, messages, beating)
 
     async def _heartbeats(self, pid: str) -> None:
         assert self.heartbeat_s is not None
@@ -440,9 +447,10 @@ class ExchangeProcessor:
             except (ExchangeError, httpx.TransportError) as exc:
                 log.warning("heartbeat of %s failed: %s", pid, exc)
 
-    async def _run_transaction(self, pid: str, messages: list[InboundMessage]) -> Outcome:
+    async def _run_transaction(
+        self, pid: str, messages: list[InboundMessage], beating: asyncio.Task[None] | None
+    ) -> Outcome:
         ids = [m.id for m in messages]
-        beating = asyncio.create_task(self._heartbeats(pid)) if self.heartbeat_s else None
         conn = await self.engine.connect()
         committed = False
         try:
