@@ -29,6 +29,7 @@ from mainspring.core.http import (
     problem_response,
     problems_in_openapi,
 )
+from mainspring.core.publishers import run_publishers
 from mainspring.core.routes import router as core_router
 from mainspring.core.runtime import Context, Face, run_loop
 from mainspring.exchange.face import face as exchange_face
@@ -90,6 +91,7 @@ def create_app(
         tasks: list[asyncio.Task[None]] = []
         if run_background:
             tasks.append(asyncio.create_task(sequence_events(ctx), name="events-sequencer"))
+            tasks.append(asyncio.create_task(run_publishers(ctx), name="events-publishers"))
             for face in FACES:
                 for loop in face.loops:
                     tasks.append(asyncio.create_task(loop(ctx), name=f"{face.name}:{loop.__name__}"))

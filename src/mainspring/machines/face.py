@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from mainspring.core.publishers import run_publishers
 from mainspring.core.runtime import Context, Face
 from mainspring.machines.background import machines_loop
 from mainspring.machines.namespaces import HTTP_CLIENT, save_namespace
@@ -28,5 +27,4 @@ async def run_machines(ctx: Context) -> None:
             await client.aclose()
 
 
-# The event publishers are the core's; they run here until api.py starts them itself (see the report).
-face = Face(name="machines", router=router, recover=recover, loops=[run_machines, run_publishers])
+face = Face(name="machines", router=router, recover=recover, loops=[run_machines])

@@ -21,7 +21,7 @@ import logging
 from typing import Any
 
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
@@ -39,6 +39,10 @@ def processor_app(target: Any, path: str = "/") -> Starlette:
             body = await request.json()
         except ValueError:
             return JSONResponse({"code": "invalid_request", "detail": "body is not JSON"}, status_code=400)
+        except ClientDisconnect:
+            # The server went away mid-request (killed, or gave up): nobody waits for this answer, and the
+            # step will be redone by whichever server next takes the machine.
+            return JSONResponse({"code": "client_gone"}, status_code=499)
         if not isinstance(body, dict) or body.get("kind") not in KINDS or not isinstance(body.get("machine"), dict):
             return JSONResponse({"code": "invalid_request", "detail": "not a processor request"}, status_code=400)
         try:
