@@ -81,7 +81,8 @@ async def create_interaction(queue: QueueName, body: CreateIn, response: Respons
     return item
 
 
-@router.post("/queues/{queue}/interactions/bulk", response_model=InteractionList, status_code=201, dependencies=[QueueScope])
+@router.post("/queues/{queue}/interactions/bulk", response_model=InteractionList, status_code=201, dependencies=[QueueScope],
+             responses={404: {"description": "parent_not_found"}})
 async def create_interactions(queue: QueueName, body: BulkCreateIn, ctx: Context = Depends(context_of)) -> Any:
     """Create many interactions in one transaction (all or none), in request order."""
     now = ctx.now_ms()
