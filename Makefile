@@ -2,6 +2,8 @@
 VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
+# Both cores: the suite is mostly waiting on databases and child servers.
+PYTEST_ARGS ?= -n 2
 
 .PHONY: setup run test lint services browser clean
 
