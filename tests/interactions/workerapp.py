@@ -25,7 +25,9 @@ if os.environ.get("MS_TEST_LOG"):
         boot.write(json.dumps({"kind": "boot", "id": None, "pid": os.getpid(), "at": time.time()}) + "\n")
 
 
-@app.queue("limited", concurrency=5)
+# One at a time per process: the queue's limit of 2 can then only be reached by two processes at once,
+# which is what the cross-process test must exercise (with 5, one fast process could take every item).
+@app.queue("limited", concurrency=1)
 async def limited(item: Any) -> Any:
     record("start", item)
     await asyncio.sleep(0.15)
