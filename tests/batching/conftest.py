@@ -111,8 +111,7 @@ def batch_events(client: httpx.AsyncClient, store: Store) -> Callable[[str], Awa
     """Read events of ``types``; on PostgreSQL the committed ones are numbered first (the sequencer's job)."""
 
     async def read(types: str) -> list[dict[str, Any]]:
-        while await outbox.assign_positions(store):
-            pass
+        await outbox.wait_numbered(store)
         return await events(client, types)
 
     return read

@@ -22,8 +22,7 @@ async def count(store: Store, table) -> int:  # type: ignore[no-untyped-def]
 
 async def settle(store: Store) -> None:
     """Let the PostgreSQL sequencer number what has committed (a no-op on SQLite)."""
-    while await outbox.assign_positions(store):
-        pass
+    await outbox.wait_numbered(store)
 
 
 async def test_event_is_written_when_its_change_commits(store: Store) -> None:

@@ -10,6 +10,7 @@ Readers follow ``position``, which is dense and grows in commit order:
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -82,6 +83,24 @@ async def assign_positions(store: Store) -> int:
         if count:
             tx.notify(EVENTS_CHANNEL)
         return count
+
+
+async def wait_numbered(store: Store, timeout_s: float = 10) -> None:
+    """Return once every committed event has its position (PostgreSQL; at once on SQLite).
+
+    ``assign_positions`` answers 0 when another server's sequencer holds the lock, so a caller that
+    needs to read what it just committed (tests, a CLI) waits for the numbering here instead."""
+    if not store.is_postgres:
+        return
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        while await assign_positions(store):
+            pass
+        async with store.read() as conn:
+            left = (await conn.execute(select(func.count()).select_from(events).where(events.c.position.is_(None)))).scalar_one()
+        if not left or asyncio.get_running_loop().time() > deadline:
+            return
+        await asyncio.sleep(0.01)
 
 
 def event_to_api(row: Any) -> dict[str, Any]:
