@@ -31,7 +31,7 @@ from mainspring.core.http import (
 )
 from mainspring.core.publishers import run_publishers
 from mainspring.core.routes import router as core_router
-from mainspring.core.runtime import Context, Face, run_loop
+from mainspring.core.runtime import Context, Face, retry_while_unavailable, run_loop
 from mainspring.exchange.face import face as exchange_face
 from mainspring.interactions.face import face as interactions_face
 from mainspring.machines.face import face as machines_face
@@ -41,14 +41,6 @@ from mainspring.ui.routes import router as ui_router
 log = logging.getLogger("mainspring.server")
 
 FACES: list[Face] = [exchange_face, machines_face, interactions_face, batching_face]
-
-
-def is_store_down(exc: BaseException) -> bool:
-    from sqlalchemy.exc import DBAPIError, OperationalError
-
-    if isinstance(exc, OperationalError | ConnectionError | OSError | TimeoutError):
-        return True
-    return isinstance(exc, DBAPIError) and bool(exc.connection_invalidated)
 
 
 async def sequence_events(ctx: Context) -> None:
@@ -79,8 +71,8 @@ def create_app(
     )
     ctx = Context(settings=settings, store=store, registry=registry or App())
 
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    async def start_up() -> None:
+        """Everything before serving; re-run whole if the store goes away meanwhile (recovery is idempotent)."""
         await store.start()
         authenticator: Authenticator = app.state.authenticator
         if await authenticator.is_open():
@@ -88,6 +80,10 @@ def create_app(
         for face in FACES:
             if face.recover is not None:
                 await face.recover(ctx)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await retry_while_unavailable("start-up", start_up, settings.server.startup_wait_ms)
         tasks: list[asyncio.Task[None]] = []
         if run_background:
             tasks.append(asyncio.create_task(sequence_events(ctx), name="events-sequencer"))
@@ -116,7 +112,7 @@ def create_app(
     )
     app.state.context = ctx
     app.state.authenticator = Authenticator(store, settings.auth.tokens, settings.auth.cache_ms)
-    install_error_handlers(app, is_store_down)
+    install_error_handlers(app)
     app.add_middleware(
         BodyLimitMiddleware,
         default=settings.server.max_json_bytes,

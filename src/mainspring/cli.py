@@ -18,6 +18,7 @@ from mainspring.config import Settings, load_settings
 from mainspring.core import alerts as alerts_service
 from mainspring.core import auth, outbox
 from mainspring.core.logs import configure_logging
+from mainspring.core.runtime import retry_while_unavailable
 from mainspring.store import Store
 from mainspring.store.migrate import migrate as run_migrations
 
@@ -51,7 +52,7 @@ def run_with_store(settings: Settings, work: Callable[[Store], Awaitable[T]], *,
         store = Store(settings.server.database_url(), pool_size=2, sqlite_synchronous=settings.server.sqlite_synchronous)
         try:
             if migrate:
-                await run_migrations(store)
+                await retry_while_unavailable("migrate", lambda: run_migrations(store), settings.server.startup_wait_ms)
             return await work(store)
         finally:
             await store.close()

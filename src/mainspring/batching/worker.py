@@ -25,7 +25,7 @@ from typing import Any
 from mainspring.batching import cafe
 from mainspring.batching.service import ensure_batcher
 from mainspring.core.errors import LeaseLost
-from mainspring.core.runtime import Context
+from mainspring.core.runtime import Context, log_failure
 
 log = logging.getLogger("mainspring.batching.worker")
 
@@ -124,9 +124,9 @@ async def run_worker(ctx: Context, name: str, registration: Any, index: int) -> 
                 ctx.store, name, worker, lease_ms, ctx.settings.batching.worker_poll_ms, ctx.settings.server.poll_interval_ms
             )
             failures = 0
-        except Exception:
+        except Exception as exc:
             failures += 1
-            log.exception("claiming from batcher %s failed; retrying", name)
+            log_failure(log, exc, "claiming from batcher %s failed; retrying", name)
             await asyncio.sleep(min(5.0, 0.05 * 2**failures))
             continue
         if package is not None:

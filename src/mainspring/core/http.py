@@ -7,7 +7,6 @@ import json
 import logging
 import re
 import time
-from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -15,10 +14,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from prometheus_client import Counter, Histogram
 from pydantic import BaseModel, ConfigDict
+from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mainspring.core.errors import InvalidRequest, MainspringError, RateLimited, TooLarge, Unavailable
+from mainspring.store.errors import is_unavailable
 
 log = logging.getLogger("mainspring.http")
 
@@ -89,7 +90,7 @@ def _clean_errors(errors: Any) -> list[dict[str, Any]]:
     return [{"loc": list(e.get("loc", [])), "msg": str(e.get("msg", ""))[:500], "type": e.get("type")} for e in errors]
 
 
-def install_error_handlers(app: FastAPI, is_store_down: Callable[[BaseException], bool]) -> None:
+def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(MainspringError)
     async def _mainspring_error(_request: Request, exc: MainspringError) -> JSONResponse:
         return problem_response(exc.problem())
@@ -108,13 +109,17 @@ def install_error_handlers(app: FastAPI, is_store_down: Callable[[BaseException]
             problem["errors"] = [{"loc": ["body"], "msg": str(exc.detail)}]
         return problem_response(problem, headers=getattr(exc, "headers", None))
 
-    @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        if is_store_down(exc):
+        if is_unavailable(exc):
             log.warning("store unavailable during %s %s: %s", request.method, request.url.path, exc)
             return problem_response(Unavailable().problem(), headers={"Retry-After": "1"})
         log.exception("unexpected error in %s %s", request.method, request.url.path)
         return problem_response({"type": "about:blank", "title": "Internal error", "status": 500, "detail": "internal error; see the server log", "code": "internal"})
+
+    # Starlette re-raises whatever reaches the ``Exception`` handler (so uvicorn logs it a second time); the
+    # store's own errors, the usual ones while a database restarts, are handled one level further in.
+    for error_class in (DBAPIError, OSError, TimeoutError, Exception):
+        app.add_exception_handler(error_class, _unexpected)  # type: ignore[arg-type]
 
 
 class BodyLimitMiddleware:

@@ -6,13 +6,16 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
 
 from mainspring.store import Store
+from mainspring.store.errors import is_unavailable
 
 log = logging.getLogger("mainspring.runtime")
+T = TypeVar("T")
 
 
 @dataclass
@@ -52,6 +55,31 @@ def context_of(request: Request) -> Context:
     return request.app.state.context  # type: ignore[no-any-return]
 
 
+def log_failure(logger: logging.Logger, exc: BaseException, message: str, *args: object) -> None:
+    """Log a failure that will be retried: one warning line while the store is unreachable (a database
+    restart is an expected event), the whole traceback otherwise."""
+    if is_unavailable(exc):
+        logger.warning(message + " (store unavailable: %s)", *args, exc)
+    else:
+        logger.exception(message, *args)
+
+
+async def retry_while_unavailable(what: str, work: Callable[[], Awaitable[T]], within_ms: int) -> T:
+    """Run ``work``, again and again with backoff while the store is unreachable, for up to ``within_ms``
+    (then the last error is raised). Any other error is raised at once."""
+    retrying = AsyncRetrying(
+        retry=retry_if_exception(is_unavailable),
+        stop=stop_after_delay(within_ms / 1000),
+        wait=wait_exponential_jitter(initial=0.1, max=2.0),
+        before_sleep=lambda state: log.warning("%s: store unavailable (%s); retrying", what, state.outcome.exception() if state.outcome else "?"),
+        reraise=True,
+    )
+    async for attempt in retrying:
+        with attempt:
+            return await work()
+    raise AssertionError("unreachable")  # AsyncRetrying either returns or raises
+
+
 async def run_loop(
     ctx: Context,
     name: str,
@@ -75,9 +103,9 @@ async def run_loop(
             failures = 0
         except asyncio.CancelledError:
             raise
-        except Exception:
+        except Exception as exc:
             failures += 1
-            log.exception("background loop %s failed (attempt %d); retrying", name, failures)
+            log_failure(log, exc, "background loop %s failed (attempt %d); retrying", name, failures)
             due = None
             await _sleep_or_stop(ctx, min(poll_s, 0.05 * 2**failures))
             continue

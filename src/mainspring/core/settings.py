@@ -22,6 +22,9 @@ class ServerSettings(BaseModel):
     max_wait_ms: int = Field(60_000, ge=0)
     """Cap on every long poll (``wait_ms``) a client asks for."""
     graceful_shutdown_ms: int = Field(10_000, ge=0)
+    startup_wait_ms: int = Field(60_000, ge=0)
+    """How long a starting server or command waits for an unreachable store (a database still starting or
+    restarting) before it gives up."""
     rate_limit: str | None = None
     """Requests per client (token, or address when open), e.g. ``"200/second"``; over it: ``429 rate_limited``."""
     tls_certfile: Path | None = None

@@ -34,6 +34,7 @@ from typing import Any
 
 from sqlalchemy import select
 
+from mainspring.core.runtime import log_failure
 from mainspring.interactions import leasing, outcomes, service
 from mainspring.interactions.models import Interaction
 from mainspring.interactions.service import finished_channel, queue_channel
@@ -178,9 +179,9 @@ class QueueRunner:
             try:
                 leased = await leasing.lease(self.store, self.worker.cfg, self.name, self.worker.id, min(free, self.options.batch), self.options.lease_ms)
                 failures = 0
-            except Exception:
+            except Exception as exc:
                 failures += 1
-                log.exception("leasing from queue %s failed (attempt %d)", self.name, failures)
+                log_failure(log, exc, "leasing from queue %s failed (attempt %d)", self.name, failures)
                 await self._until(asyncio.sleep(min(poll_s, 0.05 * 2**failures)), None)
                 continue
             if self.options.timeout_ms is None:
@@ -269,8 +270,8 @@ class QueueRunner:
                     break
                 except asyncio.CancelledError:
                     raise
-                except Exception:
-                    log.exception("releasing %d items of %s failed (attempt %d)", len(batch), self.name, attempt)
+                except Exception as exc:
+                    log_failure(log, exc, "releasing %d items of %s failed (attempt %d)", len(batch), self.name, attempt)
                     await asyncio.sleep(min(5.0, 0.05 * 2**attempt))
             for release, held in zip(batch, answers, strict=True):
                 if not release.done.done():
@@ -300,8 +301,8 @@ class QueueRunner:
                         self._cancel_lost(kept, {i for i, _ in leases})
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("keeping the leases of %s failed; retrying", self.name)
+            except Exception as exc:
+                log_failure(log, exc, "keeping the leases of %s failed; retrying", self.name)
                 await asyncio.sleep(beat_s)
 
     async def _still_held(self) -> set[int]:

@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import case, func, or_, select
 
 from mainspring.core.leases import new_token
-from mainspring.core.runtime import Context, run_loop
+from mainspring.core.runtime import Context, log_failure, run_loop
 from mainspring.machines.commit import committer
 from mainspring.machines.errors import NamespaceNotFound
 from mainspring.machines.namespaces import Namespace, find_namespace, processor_for
@@ -224,8 +224,8 @@ async def take_due_timers(ctx: Context) -> int | None:
 async def _guarded(ctx: Context, rows: list[Any]) -> None:
     try:
         prepared = await read_due(ctx, rows)
-    except Exception:
-        log.exception("reading %d due machines failed; their leases will expire and they will be retried", len(rows))
+    except Exception as exc:
+        log_failure(log, exc, "reading %d due machines failed; their leases will expire and they will be retried", len(rows))
         return
     await asyncio.gather(*(_fire_guarded(ctx, due) for due in prepared))
 
@@ -235,8 +235,8 @@ async def _fire_guarded(ctx: Context, due: Due) -> None:
         await fire(ctx, due)
     except asyncio.CancelledError:
         raise
-    except Exception:
-        log.exception("background step of machine %s/%s failed; its lease will expire and it will be retried", due.row.namespace, due.row.id)
+    except Exception as exc:
+        log_failure(log, exc, "background step of machine %s/%s failed; its lease will expire and it will be retried", due.row.namespace, due.row.id)
 
 
 async def machines_loop(ctx: Context) -> None:

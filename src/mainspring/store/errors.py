@@ -1,0 +1,41 @@
+"""Which failures mean "the store cannot be reached right now" (answer 503, retry later) rather than a bug.
+
+A PostgreSQL restart shows up in many forms: a refused or reset socket, ``57P01 admin_shutdown`` on a live
+connection, ``57P03 cannot_connect_now`` while it starts, a pooled connection found closed. SQLAlchemy wraps
+them in different classes, so the whole cause chain is examined.
+"""
+
+from __future__ import annotations
+
+from asyncpg.exceptions import InterfaceError as PgInterfaceError
+from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
+
+# SQLSTATE class 08 (connection exception), 57P01-57P03 (shutdown, crash, starting up), 53300 (too many
+# connections): all pass by themselves.
+_TRANSIENT_SQLSTATES = ("57P01", "57P02", "57P03", "53300")
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) says the store is unreachable or restarting."""
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        error = pending.pop()
+        if error is None or id(error) in seen:
+            continue
+        seen.add(id(error))
+        if _says_unavailable(error):
+            return True
+        pending.extend([error.__cause__, error.__context__, getattr(error, "orig", None)])
+    return False
+
+
+def _says_unavailable(error: BaseException) -> bool:
+    if isinstance(error, OSError | TimeoutError | OperationalError | DisconnectionError):
+        return True
+    if isinstance(error, DBAPIError) and error.connection_invalidated:
+        return True
+    if isinstance(error, PgInterfaceError) and "closed" in str(error):
+        return True
+    sqlstate = getattr(error, "sqlstate", None)
+    return isinstance(sqlstate, str) and (sqlstate.startswith("08") or sqlstate in _TRANSIENT_SQLSTATES)

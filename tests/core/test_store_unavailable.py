@@ -1,0 +1,107 @@
+"""A store that cannot be reached (a database restarting, a cut link) is an expected event: requests answer
+``503 unavailable`` with Retry-After and no traceback, a starting server waits for its database, and
+everything carries on once it is back."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from asyncpg.exceptions import AdminShutdownError, CannotConnectNowError, InterfaceError, UniqueViolationError
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, ProgrammingError
+
+from mainspring.store.errors import is_unavailable
+from tests.chaos.proxy import Proxy
+from tests.conftest import ServerProcess
+
+
+def wrapped(orig: BaseException, kind: type[DBAPIError] = DBAPIError) -> DBAPIError:
+    """As SQLAlchemy's asyncpg dialect raises it: the driver's error as ``orig`` and as the cause."""
+    error = kind("SELECT 1", {}, orig)
+    error.__cause__ = orig
+    return error
+
+
+@pytest.mark.parametrize(
+    ("error", "unavailable"),
+    [
+        (ConnectionRefusedError(111, "refused"), True),
+        (TimeoutError(), True),
+        (wrapped(CannotConnectNowError("the database system is starting up")), True),
+        (wrapped(AdminShutdownError("terminating connection due to administrator command")), True),
+        (wrapped(InterfaceError("cannot perform operation: connection is closed")), True),
+        (wrapped(Exception("disk I/O error"), OperationalError), True),
+        (wrapped(UniqueViolationError("duplicate key"), IntegrityError), False),
+        (wrapped(Exception("syntax error"), ProgrammingError), False),
+        (ValueError("a bug"), False),
+    ],
+    ids=lambda value: type(value).__name__ if isinstance(value, BaseException) else str(value),
+)
+def test_store_errors_are_told_apart_from_bugs(error: BaseException, unavailable: bool) -> None:
+    assert is_unavailable(error) is unavailable
+
+
+async def test_a_request_while_the_store_restarts_is_503_unavailable_without_a_traceback(
+    app: Any, client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = app.state.context.store
+
+    @contextlib.asynccontextmanager
+    async def restarting(*_args: Any, **_kwargs: Any) -> AsyncIterator[Any]:
+        raise wrapped(AdminShutdownError("terminating connection due to administrator command"))
+        yield  # pragma: no cover
+
+    monkeypatch.setattr(store, "transaction", restarting)
+    with caplog.at_level(logging.WARNING):
+        answer = await client.post("/v1/queues/q/interactions", json={"message_id": "m1"})
+    assert answer.status_code == 503, answer.text
+    assert answer.headers["content-type"].startswith("application/problem+json")
+    assert answer.json()["code"] == "unavailable"
+    assert answer.headers["retry-after"] == "1"
+    assert "Traceback" not in answer.text
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    monkeypatch.undo()
+    assert (await client.post("/v1/queues/q/interactions", json={"message_id": "m1"})).status_code == 201
+
+
+@pytest.mark.slow
+async def test_a_server_started_before_its_database_waits_for_it_and_rides_out_a_cut(
+    engine: str, database_url: str, tmp_path: Path
+) -> None:
+    if engine != "postgres":
+        pytest.skip("the database is a separate server only on PostgreSQL")
+    link = await Proxy(5432).start()
+    await link.unlisten()  # the database is "down" when the server starts
+    host_port = database_url.split("@", 1)[1].split("/", 1)[0]
+    server = ServerProcess(database_url.replace(host_port, f"127.0.0.1:{link.port}"), tmp_path / "data")
+    server.start(wait=False)
+    try:
+        await asyncio.sleep(1.5)
+        assert server.proc is not None and server.proc.poll() is None, server.log()
+        await link.listen()
+        await asyncio.to_thread(server.wait_ready, 60)
+        async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
+            assert (await client.post("/v1/queues/q/interactions", json={"message_id": "a"})).status_code == 201
+            await link.unlisten()  # the database restarts under a running server
+            cut = await client.post("/v1/queues/q/interactions", json={"message_id": "b"})
+            assert cut.status_code == 503, cut.text
+            assert cut.json()["code"] == "unavailable"
+            await link.listen()
+            for _ in range(50):
+                again = await client.post("/v1/queues/q/interactions", json={"message_id": "b"})
+                if again.status_code != 503:
+                    break
+                await asyncio.sleep(0.2)
+            assert again.status_code == 201, again.text
+        log = server.log()
+        assert "Exception in ASGI application" not in log
+        assert "Traceback" not in log, log[-3000:]
+    finally:
+        server.kill()
+        await link.close()
