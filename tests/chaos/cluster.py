@@ -11,7 +11,10 @@ import signal
 import subprocess
 import time
 import uuid
+from email.utils import parsedate_to_datetime
 from pathlib import Path
+
+import httpx
 
 from tests.chaos.proxy import Proxy
 from tests.conftest import ServerProcess, _migrate, _pg_admin, pg_url
@@ -76,13 +79,38 @@ class Disk:
             self.mounted = False
 
 
-class Server:
-    """One ``mainspring serve`` with its proxy; it keeps its port across restarts."""
+class Clock:
+    """One server's wall clock, stepped through a file its process reads (``tests/chaos/skew/sitecustomize.py``
+    on its ``PYTHONPATH``); the harness and the other servers keep the true time."""
 
-    def __init__(self, index: int, process: ServerProcess, proxy: Proxy) -> None:
+    SKEW_DIR = Path(__file__).parent / "skew"
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset_s = 0.0
+        self.set(0.0)
+
+    def env(self) -> dict[str, str]:
+        python_path = os.pathsep.join(p for p in (str(self.SKEW_DIR), os.environ.get("PYTHONPATH", "")) if p)
+        return {"PYTHONPATH": python_path, "MAINSPRING_CHAOS_CLOCK_FILE": str(self.path)}
+
+    def set(self, offset_s: float) -> None:
+        """Step the clock to ``offset_s`` seconds from the true time (atomically: the server may read the file
+        at any moment)."""
+        temp = self.path.with_suffix(".tmp")
+        temp.write_text(f"{offset_s:+.3f}\n")
+        temp.replace(self.path)
+        self.offset_s = offset_s
+
+
+class Server:
+    """One ``mainspring serve`` with its proxy and its own clock; it keeps its port across restarts."""
+
+    def __init__(self, index: int, process: ServerProcess, proxy: Proxy, clock: Clock) -> None:
         self.index = index
         self.process = process
         self.proxy = proxy
+        self.clock = clock
         self.paused = False
 
     @property
@@ -109,6 +137,12 @@ class Server:
             await asyncio.to_thread(self.process.wait_ready, ready_within_s)
         finally:
             await self.proxy.listen()
+
+    async def observed_offset_s(self) -> float:
+        """How far the server's wall clock is from ours, read from its ``Date`` header (1 s resolution)."""
+        async with httpx.AsyncClient(timeout=2) as client:
+            answer = await client.get(self.process.url + "/healthz")
+        return parsedate_to_datetime(answer.headers["date"]).timestamp() - time.time()
 
     def pause(self) -> None:
         if self.alive:
@@ -137,10 +171,11 @@ class Cluster:
         await asyncio.to_thread(_migrate, self.database_url)
         self.disk.mount()
         for index in range(self.count):
-            process = ServerProcess(self.database_url, self.data_dir, self.env)
+            clock = Clock(self.workdir / f"clock-{index}.faketime")
+            process = ServerProcess(self.database_url, self.data_dir, {**self.env, **clock.env()})
             process.log_path = self.workdir / f"server-{index}.log"
             proxy = await Proxy(process.port).start()
-            self.servers.append(Server(index, process, proxy))
+            self.servers.append(Server(index, process, proxy, clock))
         for server in self.servers:
             server.process.start(wait=False)
         for server in self.servers:
@@ -148,11 +183,12 @@ class Cluster:
         return self
 
     async def heal(self) -> None:
-        """End every fault: resume, restart the dead, unstall nothing is needed (stalls end by themselves)."""
+        """End every fault: resume, restart the dead, clocks back to true time (stalls end by themselves)."""
         self.disk.unfill()
         self.disk.writable()
         for server in self.servers:
             server.resume()
+            server.clock.set(0.0)
         for server in self.servers:
             if not server.alive:
                 await server.restart()

@@ -43,11 +43,12 @@ SHORT = Profile("short", duration_s=45, drain_s=45, rate=3.0,
                 nemesis=NemesisPlan(interval_s=(1.0, 2.5), duration_s=45, min_kills=3))
 
 
-def long_profile(minutes: float, kills: int, pg_restarts: bool = False) -> Profile:
+def long_profile(minutes: float, kills: int, pg_restart_every: int = 0) -> Profile:
+    """``pg_restart_every``: every N-th fault restarts PostgreSQL (0: never)."""
     duration = minutes * 60
     return Profile("long", duration_s=duration, drain_s=120, rate=4.0,
                    nemesis=NemesisPlan(interval_s=(1.0, 4.0), duration_s=duration, min_kills=kills,
-                                       pg_restart_every=40 if pg_restarts else 0))
+                                       pg_restart_every=pg_restart_every))
 
 
 @dataclass

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import subprocess
@@ -13,7 +14,11 @@ from dataclasses import dataclass, field
 from tests.chaos.cluster import Cluster, Server
 from tests.chaos.history import OK, History
 
-FAULTS = ("kill", "pause", "drop", "stall", "disk_full", "disk_readonly", "pg_restart")
+FAULTS = ("kill", "pause", "drop", "stall", "disk_full", "disk_readonly", "clock_jump", "pg_restart")
+
+CLOCK_JUMP_S = (1.0, 20.0)
+"""How far a server's wall clock is stepped (either way): past every lease margin and the exchange's process
+timeout, so a jumped server believes live leases and processes have expired."""
 
 
 @dataclass
@@ -21,7 +26,8 @@ class NemesisPlan:
     interval_s: tuple[float, float] = (1.0, 3.0)
     """Quiet time between two faults (uniform)."""
     weights: dict[str, float] = field(default_factory=lambda: {"kill": 4, "pause": 2, "drop": 2, "stall": 2,
-                                                               "disk_full": 1, "disk_readonly": 1})
+                                                               "disk_full": 1, "disk_readonly": 1,
+                                                               "clock_jump": 2})
     min_kills: int = 0
     """Kill more often when behind ``min_kills`` over ``duration_s`` (the long profile's ≥ 200 kills)."""
     duration_s: float = 60.0
@@ -43,6 +49,18 @@ class Nemesis:
                 self.skipped[kind] = f"no tmpfs for the exchange dir: {cluster.disk.why_not or 'mount failed'}"
         if plan.pg_restart_every and os.environ.get("MAINSPRING_CHAOS_PG_RESTART") != "1":
             self.skipped["pg_restart"] = "MAINSPRING_CHAOS_PG_RESTART=1 not set (PostgreSQL is shared)"
+
+    async def _jump_clock(self, server: Server, hold: float, record: dict[str, object]) -> None:
+        """Step one server's wall clock away and back, recording what its ``Date`` header showed meanwhile."""
+        offset = random.choice((-1, 1)) * random.uniform(*CLOCK_JUMP_S)
+        record["offset_s"] = round(offset, 2)
+        server.clock.set(offset)
+        try:
+            await asyncio.sleep(max(hold, 1.5))  # the Date header is renewed once a second
+            with contextlib.suppress(Exception):
+                record["observed_offset_s"] = round(await server.observed_offset_s(), 1)
+        finally:
+            server.clock.set(0.0)
 
     async def _restart(self, server: Server) -> None:
         try:
@@ -119,6 +137,8 @@ class Nemesis:
                 self.cluster.disk.read_only()
                 await asyncio.sleep(hold)
                 self.cluster.disk.writable()
+            elif kind == "clock_jump":
+                await self._jump_clock(server, hold, op.value)
             elif kind == "pg_restart":
                 clusters = os.listdir("/etc/postgresql")
                 await asyncio.to_thread(subprocess.run, ["pg_ctlcluster", "--skip-systemctl-redirect", clusters[0], "main", "restart"],

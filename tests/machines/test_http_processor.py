@@ -109,3 +109,32 @@ async def test_start_slower_than_the_deadline_is_504_and_creates_nothing(client:
     assert reply.status_code == 504 and reply.json()["code"] == "processor_timeout"
     await asyncio.sleep(0.4)
     assert (await client.get(f"{BASE}/m1")).status_code == 404
+
+
+async def test_processor_host_answers_quietly_when_the_server_hangs_up_mid_request(caplog: Any) -> None:
+    """A server killed while sending a step (found by the chaos runs): no traceback, nothing invoked."""
+    from mainspring.machines.host import processor_app
+
+    invoked: list[str] = []
+
+    class Counter:
+        def call(self, args: Any, machine: Any) -> dict[str, Any]:
+            invoked.append("call")
+            return {"events": []}
+
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/", "raw_path": b"/", "root_path": "", "query_string": b"",
+             "headers": [(b"content-type", b"application/json")], "http_version": "1.1", "scheme": "http",
+             "server": ("127.0.0.1", 9000), "client": ("127.0.0.1", 1234)}
+    with caplog.at_level("WARNING"):
+        await processor_app(Counter())(scope, receive, send)
+    assert invoked == []
+    assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 499
+    assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]
