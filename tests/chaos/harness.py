@@ -56,6 +56,8 @@ class Result:
     profile: str
     duration_s: float
     drain_s: float
+    wall_s: float
+    """From the first server's start to the checked result."""
     faults: dict[str, int]
     skipped_faults: dict[str, str]
     operations: dict[str, dict[str, int]]
@@ -133,6 +135,7 @@ async def run(profile: Profile, workdir: Path) -> Result:
             profile=profile.name,
             duration_s=round(profile.duration_s, 1),
             drain_s=round(drained_in, 1),
+            wall_s=round(time.monotonic() - started, 1),
             faults=dict(nemesis.counts),
             skipped_faults=nemesis.skipped,
             operations=summarize([op for op in history.ops if op.face != "nemesis"]),
@@ -157,7 +160,8 @@ async def run(profile: Profile, workdir: Path) -> Result:
 def describe(result: Result) -> str:
     """A human summary of a result."""
     lines: list[Any] = [
-        f"profile {result.profile}: {result.duration_s:.0f} s of faults, drained in {result.drain_s:.0f} s",
+        f"profile {result.profile}: {result.duration_s:.0f} s of faults, drained in {result.drain_s:.0f} s, "
+        f"{result.wall_s:.0f} s in all",
         "restarts: " + ", ".join(f"{k} {v}" for k, v in result.restarts.items()),
         "faults: " + ", ".join(f"{k} {v}" for k, v in sorted(result.faults.items())),
         f"operations: {result.operation_count}",

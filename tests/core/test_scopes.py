@@ -1,0 +1,123 @@
+"""Every /v1 operation in the OpenAPI document refuses a token whose scopes name other addressees,
+namespaces, queues and batchers — read or write, by name or by id — and changes nothing; and no token, right
+or wrong, ever reaches the log."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from mainspring.config import Settings, load_settings
+from mainspring.core import auth, outbox
+from mainspring.store import Store
+
+TOKENS = {
+    "boss": ["admin"],
+    "stranger": ["queues:other", "machines:other", "batchers:other", "exchange:send:other", "exchange:receive:other"],
+}
+
+# An operation a stranger may call: it answers only what the caller's own scopes cover.
+OWN_VIEW = {("get", "/v1/exchange/mailboxes")}
+
+# Valid bodies where the scope is known only once the object is read (so the body is validated first).
+BODIES: dict[tuple[str, str], dict[str, Any]] = {
+    ("post", "/v1/interactions/{interaction_id}/fail"): {"error": "boom"},
+    ("post", "/v1/interactions/{interaction_id}/schedule"): {"process_in_ms": 1000},
+    ("post", "/v1/interactions/{interaction_id}/heartbeat"): {"token": "x"},
+    ("post", "/v1/interactions/{interaction_id}/release"): {"token": "x", "outcome": {"complete": {}}},
+    ("post", "/v1/packages/{package_id}/complete"): {"token": "x"},
+    ("post", "/v1/packages/{package_id}/fail"): {"token": "x", "error": "boom"},
+    ("post", "/v1/packages/{package_id}/heartbeat"): {"token": "x"},
+}
+
+
+@pytest.fixture
+def settings(database_url: str, tmp_path: Path) -> Settings:
+    return load_settings(
+        None,
+        server={"database": database_url, "data_dir": tmp_path / "data", "poll_interval_ms": 200},
+        auth={"cache_ms": 0, "tokens": [{"token_sha256": hashlib.sha256(name.encode()).hexdigest(), "scopes": scopes, "name": name}
+                         for name, scopes in TOKENS.items()]},
+    )
+
+
+def as_(name: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {name}"}
+
+
+async def existing_objects(client: httpx.AsyncClient) -> dict[str, str]:
+    """One real object of each kind the stranger will aim at, made by the admin."""
+    boss = as_("boss")
+    stored = await client.post("/v1/exchange/mailboxes/erp/db1/messages", content=b'{"n": 1}', headers=boss)
+    assert stored.status_code == 201, stored.text
+    process = await client.post("/v1/exchange/mailboxes/erp/db1/processes", json={"client_id": "c1", "message_ids": [stored.json()["id"]]}, headers=boss)
+    assert process.status_code == 201, process.text
+    item = await client.post("/v1/queues/q/interactions", json={"message_id": "m1"}, headers=boss)
+    assert item.status_code == 201, item.text
+    batcher = await client.put("/v1/batchers/b", json={"min_size": 1, "max_size": 1, "group_size": 1}, headers=boss)
+    assert batcher.status_code == 200, batcher.text
+    task = await client.post("/v1/batchers/b/tasks", json={"id": "t1", "group": "g", "member": "m", "content": "x"}, headers=boss)
+    assert task.status_code == 202, task.text
+    package = await client.post("/v1/batchers/b/packages/claim", json={"worker": "w", "wait_ms": 5000}, headers=boss)
+    assert package.status_code == 200, package.text
+    return {
+        "addressee": "erp", "database": "db1", "message_id": stored.json()["id"],
+        "process_id": process.json()["id"],
+        "ns": "ns1", "id": "m1", "key": "k1",
+        "queue": "q", "interaction_id": str(item.json()["id"]),
+        "name": "b", "task_id": "t1", "group": "g", "member": "m", "package_id": str(package.json()["id"]),
+        "alert_id": "1",
+    }
+
+
+async def event_count(client: httpx.AsyncClient, store: Store) -> int:
+    await outbox.wait_numbered(store)
+    answer = await client.get("/v1/events", params={"limit": 1000}, headers=as_("boss"))
+    return len(answer.json()["events"])
+
+
+async def test_every_v1_operation_refuses_a_token_for_other_names(app: Any, client: httpx.AsyncClient, store: Store) -> None:
+    values = await existing_objects(client)
+    before = await event_count(client, store)
+    checked = 0
+    wrong: list[tuple[str, str, int, str]] = []
+    for path, operations in app.openapi()["paths"].items():
+        if not path.startswith("/v1/"):
+            continue
+        url = re.sub(r"\{(\w+)\}", lambda m: values[m.group(1)], path)
+        for method in operations:
+            if method not in {"get", "post", "put", "delete"}:
+                continue
+            body = BODIES.get((method, path), {}) if method in {"post", "put"} else None
+            answer = await client.request(method, url, json=body, headers=as_("stranger"))
+            checked += 1
+            if (method, path) in OWN_VIEW:
+                if answer.status_code != 200 or "erp" in answer.text:
+                    wrong.append((method, path, answer.status_code, answer.text[:200]))
+            elif answer.status_code != 403 or answer.json()["code"] != "forbidden":
+                wrong.append((method, path, answer.status_code, answer.text[:200]))
+    assert wrong == [], "\n".join(map(str, wrong))
+    assert checked >= 50
+    assert await event_count(client, store) == before
+
+
+async def test_tokens_never_reach_the_log(client: httpx.AsyncClient, store: Store, caplog: pytest.LogCaptureFixture) -> None:
+    _, token = await auth.create_token(store, "worker", ["queues:q"])
+    wrong = token[:-4] + "abcd"
+    with caplog.at_level(logging.DEBUG):
+        assert (await client.post("/v1/queues/q/interactions", json={}, headers={"Authorization": f"Bearer {token}"})).status_code == 201
+        assert (await client.get("/v1/queues/other", headers={"Authorization": f"Bearer {token}"})).status_code == 403
+        assert (await client.get("/v1/queues/q", headers={"Authorization": f"Bearer {wrong}"})).status_code == 401
+        assert (await client.get("/v1/queues/q", headers={"Authorization": f"Basic {token}"})).status_code == 401
+        await client.post("/ui/login", data={"token": token})
+        await client.post("/ui/login", data={"token": wrong})
+    logged = "\n".join(record.getMessage() + (record.exc_text or "") for record in caplog.records)
+    assert caplog.records, "nothing was logged at all: the check would be empty"
+    assert token not in logged and wrong not in logged
+    assert token[-20:] not in logged
