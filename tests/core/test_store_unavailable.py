@@ -16,6 +16,7 @@ import pytest
 from asyncpg.exceptions import AdminShutdownError, CannotConnectNowError, InterfaceError, UniqueViolationError
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, ProgrammingError
 
+from mainspring.store import Store
 from mainspring.store.errors import is_unavailable
 from tests.chaos.proxy import Proxy
 from tests.conftest import ServerProcess
@@ -105,3 +106,22 @@ async def test_a_server_started_before_its_database_waits_for_it_and_rides_out_a
     finally:
         server.kill()
         await link.close()
+
+
+async def test_a_connection_asyncpg_lost_track_of_is_discarded_not_pooled(store: Store, engine: str) -> None:
+    """Seen in a chaos run during a PostgreSQL restart: a connection cut mid-operation answered every later
+    use with InternalClientError, which SQLAlchemy does not count as a disconnect (so it would be pooled)."""
+    if engine != "postgres":
+        pytest.skip("asyncpg's connections only")
+    from asyncpg.exceptions import InternalClientError
+    from sqlalchemy import event, text
+
+    invalidated: list[object] = []
+    event.listen(store.writer.sync_engine, "invalidate", lambda *_args: invalidated.append(1))
+    with pytest.raises(InternalClientError):
+        async with store.transaction() as tx:
+            await tx.execute(text("SELECT 1"))
+            raise InternalClientError("cannot switch to state 12; another operation (2) is in progress")
+    assert invalidated, "the broken connection went back to the pool"
+    async with store.transaction() as tx:
+        assert (await tx.execute(text("SELECT 1"))).scalar() == 1

@@ -18,7 +18,7 @@ from sqlalchemy import bindparam, case, func, or_, select, update
 
 from mainspring.core import outbox
 from mainspring.core.alerts import raise_alert
-from mainspring.core.runtime import Context
+from mainspring.core.runtime import Context, log_failure
 from mainspring.exchange import files
 from mainspring.exchange.messages import disk_of, file_candidates
 from mainspring.exchange.tables import exchange_messages as M
@@ -211,8 +211,8 @@ async def sync_process_files(ctx: Context, process_id: str) -> None:
     try:
         while await sync_files(ctx, process_id=process_id) >= ctx.settings.exchange.batch_size:
             pass
-    except Exception:
-        log.exception("file moves of process %s failed; the watchdog retries them", process_id)
+    except Exception as exc:
+        log_failure(log, exc, "file moves of process %s failed; the watchdog retries them", process_id)
 
 
 async def next_sync_due(conn: Any) -> int | None:

@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from mainspring.store import postgres, sqlite
 from mainspring.store.clock import Clock
 from mainspring.store.dialect import Dialect
+from mainspring.store.errors import is_unavailable
 from mainspring.store.notify import Notifier, PostgresListener
 
 
@@ -125,7 +126,7 @@ class Store:
         if lock is not None:
             await lock.acquire()
         try:
-            async with self.writer.connect() as conn:
+            async with self.writer.connect() as conn, _discarded_if_lost(conn):
                 async with conn.begin():
                     tx = Transaction(conn, self)
                     yield tx
@@ -141,6 +142,19 @@ class Store:
     @contextlib.asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:
         """A read-only snapshot (one transaction) for queries that need no lock."""
-        async with self.reader.connect() as conn:
+        async with self.reader.connect() as conn, _discarded_if_lost(conn):
             async with conn.begin():
                 yield conn
+
+
+@contextlib.asynccontextmanager
+async def _discarded_if_lost(conn: AsyncConnection) -> AsyncIterator[None]:
+    """Never give the pool back a connection that failed as lost: asyncpg can leave one cut mid-operation
+    in a state every later use fails on, and the pool's pre-ping does not recognise it."""
+    try:
+        yield
+    except BaseException as exc:
+        if conn.dialect.name == "postgresql" and is_unavailable(exc) and not conn.invalidated:
+            with contextlib.suppress(Exception):
+                await conn.invalidate()
+        raise

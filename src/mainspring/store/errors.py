@@ -8,6 +8,7 @@ them in different classes, so the whole cause chain is examined.
 from __future__ import annotations
 
 from asyncpg.exceptions import InterfaceError as PgInterfaceError
+from asyncpg.exceptions import InternalClientError as PgInternalClientError
 from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 
 # SQLSTATE class 08 (connection exception), 57P01-57P03 (shutdown, crash, starting up), 53300 (too many
@@ -36,6 +37,10 @@ def _says_unavailable(error: BaseException) -> bool:
     if isinstance(error, DBAPIError) and error.connection_invalidated:
         return True
     if isinstance(error, PgInterfaceError) and "closed" in str(error):
+        return True
+    if isinstance(error, PgInternalClientError):
+        # A connection cut mid-operation can be left in a state asyncpg cannot leave ("cannot switch to
+        # state N; another operation is in progress"): the connection is lost, not the request wrong.
         return True
     sqlstate = getattr(error, "sqlstate", None)
     return isinstance(sqlstate, str) and (sqlstate.startswith("08") or sqlstate in _TRANSIENT_SQLSTATES)
