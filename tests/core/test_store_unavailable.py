@@ -13,7 +13,14 @@ from typing import Any
 
 import httpx
 import pytest
-from asyncpg.exceptions import AdminShutdownError, CannotConnectNowError, InterfaceError, UniqueViolationError
+from asyncpg.exceptions import (
+    AdminShutdownError,
+    CannotConnectNowError,
+    DeadlockDetectedError,
+    InterfaceError,
+    SerializationError,
+    UniqueViolationError,
+)
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, ProgrammingError
 
 from mainspring.store import Store
@@ -38,6 +45,8 @@ def wrapped(orig: BaseException, kind: type[DBAPIError] = DBAPIError) -> DBAPIEr
         (wrapped(AdminShutdownError("terminating connection due to administrator command")), True),
         (wrapped(InterfaceError("cannot perform operation: connection is closed")), True),
         (wrapped(Exception("disk I/O error"), OperationalError), True),
+        (wrapped(DeadlockDetectedError("deadlock detected")), True),
+        (wrapped(SerializationError("could not serialize access")), True),
         (wrapped(UniqueViolationError("duplicate key"), IntegrityError), False),
         (wrapped(Exception("syntax error"), ProgrammingError), False),
         (ValueError("a bug"), False),

@@ -3,10 +3,12 @@ decision in the store and the file move that follows it."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 
 from sqlalchemy import select
 
+from mainspring.exchange.sync import Outcome, record_file_moves
 from mainspring.exchange.tables import exchange_messages as M
 from mainspring.exchange.tables import exchange_processes as P
 from mainspring.exchange.watchdog import recover
@@ -172,3 +174,21 @@ async def test_late_commit_failed_while_the_quarantine_move_is_pending_keeps_the
     await recover(app.state.context)
     assert files_under(exchange_dir) == {f"mailboxes/mobile-a/db-1/{i}" for i in ids}
     assert [m["id"] for m in (await listed(client))["messages"]] == ids
+
+
+async def test_recording_the_same_file_moves_twice_at_once_never_deadlocks(app, client, store):
+    """Recovery, the watchdog and a process's own cleanup (on any server) may record overlapping file moves
+    at once, each from its own query order (a full-suite run met a PostgreSQL deadlock between two of them)."""
+    ids = [(await put(client, f"body-{i}".encode()))["id"] for i in range(80)]
+    async with store.read() as conn:
+        rows = (await conn.execute(select(M).where(M.c.id.in_(ids)))).all()
+    forward = [Outcome(row, done=True) for row in sorted(rows, key=lambda r: r.id)]
+
+    async def record(outcomes):
+        async with store.transaction() as tx:
+            await record_file_moves(app.state.context, tx, outcomes)
+
+    for _ in range(5):
+        await asyncio.gather(record(forward), record(forward[::-1]), record(forward[40:] + forward[:40]))
+    async with store.read() as conn:
+        assert all(r.synced for r in (await conn.execute(select(M.c.synced).where(M.c.id.in_(ids)))).all())

@@ -121,10 +121,13 @@ async def sync_all_once(ctx: Context) -> int:
 async def _sync_rows(ctx: Context, rows: list[Any]) -> None:
     outcomes = await asyncio.to_thread(_apply_all, disk_of(ctx), rows)
     async with ctx.store.transaction() as tx:
-        await _record(ctx, tx, outcomes)
+        await record_file_moves(ctx, tx, outcomes)
 
 
-async def _record(ctx: Context, tx: Transaction, outcomes: list[Outcome]) -> None:
+async def record_file_moves(ctx: Context, tx: Transaction, outcomes: list[Outcome]) -> None:
+    # Rows are locked in id order, then processes in id order, whoever records: recovery, the watchdog and
+    # a process's own cleanup (on any server) may record overlapping rows at once and must not deadlock.
+    outcomes = sorted(outcomes, key=lambda o: o.row.id)
     now = tx.store.now_ms()
     alert_after = ctx.settings.exchange.cleanup_alert_after
     cleanup_pids: set[str] = set()
@@ -164,7 +167,7 @@ async def _record(ctx: Context, tx: Transaction, outcomes: list[Outcome]) -> Non
         elif attempts >= alert_after:
             await raise_alert(tx, "exchange_file_move_failing", "exchange.message", row.id,
                               f"moving the file of message {row.id} has failed {attempts} times: {outcome.error}")
-    for pid, error in failed_pids.items():
+    for pid, error in sorted(failed_pids.items()):
         process = (await tx.execute(select(P.c.cleanup_attempts).where(P.c.id == pid))).first()
         if process is None:
             continue

@@ -1,8 +1,10 @@
-"""Which failures mean "the store cannot be reached right now" (answer 503, retry later) rather than a bug.
+"""Which failures mean "the store cannot do this right now" (answer 503, retry later) rather than a bug.
 
 A PostgreSQL restart shows up in many forms: a refused or reset socket, ``57P01 admin_shutdown`` on a live
 connection, ``57P03 cannot_connect_now`` while it starts, a pooled connection found closed. SQLAlchemy wraps
-them in different classes, so the whole cause chain is examined.
+them in different classes, so the whole cause chain is examined. A transaction PostgreSQL aborted to break
+a deadlock (``40P01``) or a serialization conflict (``40001``) is the same for a caller: nothing happened,
+try again.
 """
 
 from __future__ import annotations
@@ -12,12 +14,13 @@ from asyncpg.exceptions import InternalClientError as PgInternalClientError
 from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 
 # SQLSTATE class 08 (connection exception), 57P01-57P03 (shutdown, crash, starting up), 53300 (too many
-# connections): all pass by themselves.
-_TRANSIENT_SQLSTATES = ("57P01", "57P02", "57P03", "53300")
+# connections), 40001/40P01 (serialization failure, deadlock victim): all pass by themselves.
+_TRANSIENT_SQLSTATES = ("57P01", "57P02", "57P03", "53300", "40001", "40P01")
 
 
 def is_unavailable(exc: BaseException) -> bool:
-    """Whether ``exc`` (or what caused it) says the store is unreachable or restarting."""
+    """Whether ``exc`` (or what caused it) says the store is unreachable, restarting, or aborted the
+    transaction for a retry."""
     seen: set[int] = set()
     pending: list[BaseException | None] = [exc]
     while pending:
