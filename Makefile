@@ -3,7 +3,7 @@ VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 # Both cores: the suite is mostly waiting on databases and child servers.
-PYTEST_ARGS ?= -n 2 --reruns 1 --reruns-delay 1
+PYTEST_ARGS ?= -n 2
 
 .PHONY: setup run test lint services browser clean
 
