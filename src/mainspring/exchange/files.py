@@ -144,6 +144,16 @@ class Disk:
     def quarantined_paths(self, message_id: str) -> list[str]:
         return [str(p.relative_to(self.root)) for p in sorted((self.root / "unknown").glob(f"*/{message_id}"))]
 
+    def mailbox_files(self) -> Iterator[str]:
+        """The relative path of every file under ``mailboxes/<addressee>/<database>/``, temp files included."""
+        base = self.root / "mailboxes"
+        for addressee in _folders(base):
+            for database in _folders(Path(addressee.path)):
+                with contextlib.suppress(FileNotFoundError), os.scandir(database.path) as entries:
+                    for entry in entries:
+                        if entry.is_file(follow_symlinks=False):
+                            yield f"mailboxes/{addressee.name}/{database.name}/{entry.name}"
+
     def exists(self, relative: str) -> bool:
         return self.full(relative).exists()
 
@@ -201,3 +211,11 @@ class Disk:
         if folder.parent.name == "unknown" and folder.parent.parent == self.root:
             with contextlib.suppress(OSError):
                 folder.rmdir()
+
+
+def _folders(path: Path) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(path) as entries:
+            return [e for e in entries if e.is_dir(follow_symlinks=False)]
+    except FileNotFoundError:
+        return []

@@ -18,5 +18,10 @@ class ExchangeSettings(BaseModel):
     """Upper bound of the doubling retry delay of a failing file move or delete."""
     cleanup_alert_after: int = Field(5, ge=1)
     """Raise an alert once a process's cleanup (or a message file move) has failed this many times."""
+    orphan_grace_ms: int = Field(600_000, ge=1000)
+    """A message file under ``mailboxes/`` that no message refers to is deleted once it is this old (a store
+    killed between writing the body and recording it; it was never acknowledged)."""
+    orphan_sweep_interval_ms: int = Field(600_000, ge=1000)
+    """How often each server looks for such files (and once at start-up)."""
     batch_size: int = Field(500, ge=1, le=10_000)
     """How many processes or files the watchdog and start-up recovery handle per transaction."""
