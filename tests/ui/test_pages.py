@@ -3,9 +3,12 @@ the face's own (same state change, same events) on both engines."""
 
 from __future__ import annotations
 
+import html
+import re
 from typing import Any
 
 import httpx
+import pytest
 from sqlalchemy import select
 
 from mainspring.core.tables import events
@@ -280,3 +283,38 @@ async def test_a_machines_history_is_paged(client: httpx.AsyncClient, processor:
     older = (await client.get(f"/ui/machines/{NS}/long?direction=backward&after=6")).text
     assert '{"called": 3}' in older and '{"opened": null}' in older and '{"called": 4}' not in older
     assert "next page" not in older
+
+
+async def test_long_lists_page_through_everything_with_next_links(
+    client: httpx.AsyncClient, processor: OrdersProcessor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mainspring.ui import pages
+
+    monkeypatch.setattr(pages, "LIST_PAGE", 2)
+    for n in range(5):
+        assert (await client.post(f"/v1/namespaces/{NS}/machines", json={"id": f"p{n}"})).status_code == 201
+        assert (await client.post("/v1/exchange/mailboxes/mobile-c/db-3/messages", content=f"m{n}".encode())).status_code == 201
+
+    async def walk(path: str, pattern: str) -> list[str]:
+        seen: list[str] = []
+        for _ in range(10):
+            page = await client.get(path)
+            assert page.status_code == 200, page.text[:300]
+            seen += re.findall(pattern, page.text)
+            link = re.search(r'id="next-page" href="(\?[^"]+)"', page.text)
+            if link is None:
+                return seen
+            path = path.split("?", 1)[0] + html.unescape(link.group(1))
+        raise AssertionError("the pages never ended")
+
+    assert await walk(f"/ui/machines?ns={NS}", r'data-machine="orders/(p\d)"') == [f"p{n}" for n in range(5)]
+    messages = await walk("/ui/exchange/mailboxes/mobile-c/db-3", r"<td><code>(m[0-9a-f]+)</code>")
+    assert len(messages) == len(set(messages)) == 5
+    started = []
+    for n in range(3):
+        box = f"/v1/exchange/mailboxes/shop-{n}/db"
+        stored = (await client.post(f"{box}/messages", content=b"x")).json()["id"]
+        process = await client.post(f"{box}/processes", json={"client_id": "erp", "message_ids": [stored]})
+        started.append(process.json()["id"])
+    assert await walk("/ui/exchange?state=STARTED", r"<tr><td><code>(p[0-9a-f]+)</code>") == started
+    assert "choose a state to page" in (await client.get("/ui/exchange")).text

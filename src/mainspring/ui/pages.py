@@ -34,6 +34,9 @@ Viewer = Annotated[Principal, Depends(viewer)]
 # Forms send empty fields as "": they mean "not given".
 OptName = Annotated[str | None, Query(pattern="^$|" + NAME_PATTERN, max_length=128)]
 HISTORY_PAGE = 20
+LIST_PAGE = 200
+IN_DOUBT_SHOWN = 100
+Cursor = Annotated[str | None, Query(max_length=200)]
 OPEN_PROCESS_STATES = ("STARTED", "READY_TO_COMMIT", "IN_DOUBT", "CLEANUP")
 PathName = Annotated[str, Path(pattern=NAME_PATTERN, max_length=128)]
 
@@ -75,16 +78,26 @@ async def exchange_page(
     request: Request,
     principal: Viewer,
     state: Annotated[str | None, Query(pattern="^(|" + "|".join(EXCHANGE_STATES) + ")$")] = None,
+    cursor: Cursor = None,
 ) -> Response:
     ctx = context_of(request)
     state = _blank(state)
-    # Finished processes pile up; by default show the ones someone may need to look at.
+    # Finished processes pile up; by default show the ones someone may need to look at. One state at a
+    # time pages through all of its processes.
     processes: list[dict[str, Any]] = []
-    for wanted in [state] if state else OPEN_PROCESS_STATES:
-        listed = await exchange.list_processes(ctx, state=wanted, addressee=None, database=None, limit=200, cursor=None)
-        processes.extend(listed["processes"])
-    processes.sort(key=lambda p: (p["started_at"], p["id"]))
-    in_doubt = await exchange.list_processes(ctx, state="IN_DOUBT", addressee=None, database=None, limit=100, cursor=None)
+    next_cursor: str | None = None
+    more_in: list[str] = []
+    if state:
+        listed = await exchange.list_processes(ctx, state=state, addressee=None, database=None, limit=LIST_PAGE, cursor=cursor)
+        processes, next_cursor = listed["processes"], listed["next_cursor"]
+    else:
+        for wanted in OPEN_PROCESS_STATES:
+            listed = await exchange.list_processes(ctx, state=wanted, addressee=None, database=None, limit=LIST_PAGE, cursor=None)
+            processes.extend(listed["processes"])
+            if listed["next_cursor"]:
+                more_in.append(wanted)
+        processes.sort(key=lambda p: (p["started_at"], p["id"]))
+    in_doubt = await exchange.list_processes(ctx, state="IN_DOUBT", addressee=None, database=None, limit=IN_DOUBT_SHOWN, cursor=None)
     ids = [p["id"] for p in in_doubt["processes"]]
     return render(
         request,
@@ -92,7 +105,11 @@ async def exchange_page(
         page="exchange",
         mailboxes=await exchange_messages.list_mailboxes(ctx),
         processes=processes,
+        next_cursor=next_cursor,
+        more_in=more_in,
+        page_size=LIST_PAGE,
         in_doubt=in_doubt["processes"],
+        more_in_doubt=in_doubt["next_cursor"] is not None,
         quarantined=await queries.exchange_quarantined(ctx, ids),
         cleanup=await queries.exchange_cleanup_failures(ctx),
         states=EXCHANGE_STATES,
@@ -101,9 +118,9 @@ async def exchange_page(
 
 
 @router.get("/exchange/mailboxes/{addressee}/{database}", response_class=HTMLResponse)
-async def mailbox_page(request: Request, principal: Viewer, addressee: PathName, database: PathName) -> Response:
+async def mailbox_page(request: Request, principal: Viewer, addressee: PathName, database: PathName, cursor: Cursor = None) -> Response:
     ctx = context_of(request)
-    listed = await exchange_messages.list_available(ctx, addressee, database, limit=200, cursor=None)
+    listed = await exchange_messages.list_available(ctx, addressee, database, limit=LIST_PAGE, cursor=cursor)
     return render(request, "mailbox.html", page="exchange", addressee=addressee, database=database, listed=listed)
 
 
@@ -117,19 +134,22 @@ async def machines_page(
     ns: OptName = None,
     id: Annotated[str | None, Query(max_length=128)] = None,
     status: Annotated[Literal["", "working", "failed"] | None, Query()] = None,
+    cursor: Cursor = None,
 ) -> Response:
     ctx = context_of(request)
     ns, status = _blank(ns), _blank(status)
     if ns and id:
         return RedirectResponse(f"/ui/machines/{ns}/{id}", status_code=303)
     found: list[dict[str, Any]]
+    next_cursor: str | None = None
     if ns:
-        found, _ = await machines.list_machines(ctx, ns, status, 200, None)
+        found, next_cursor = await machines.list_machines(ctx, ns, status, LIST_PAGE, cursor)
     else:
-        found = await queries.search_machines(ctx, status, id, 200)
+        # Across namespaces the search is by id substring: the first page only; a namespace pages.
+        found = await queries.search_machines(ctx, status, id, LIST_PAGE)
     return render(
         request, "machines.html", page="machines", machines=found, namespaces=await queries.namespace_names(ctx),
-        ns=ns, id=id, status=status,
+        ns=ns, id=id, status=status, next_cursor=next_cursor, page_size=LIST_PAGE,
     )
 
 
