@@ -58,3 +58,31 @@ async def test_injection_strings_in_queries_and_paths_change_nothing(client: htt
         ):
             assert response.status_code < 500, (text, response.text)
     assert (await client.get("/v1/events")).json()["events"] == []
+
+
+HOSTILE_HEADER_VALUES = [*INJECTIONS, "../../../../etc/passwd", "%0d%0aSet-Cookie: stolen=1", "${jndi:ldap://x/a}", "x" * 10_000, " ", ""]
+
+
+async def test_hostile_header_values_are_refused_or_kept_as_plain_data(client: httpx.AsyncClient) -> None:
+    """Every request header the API reads, with injection strings, traversal, 10 KB and empty values."""
+    reads = [
+        ("POST", "/v1/exchange/mailboxes/a/b/messages", "Message-Id"),
+        ("POST", "/v1/exchange/mailboxes/a/b/messages", "Content-Type"),
+        ("POST", "/v1/exchange/mailboxes/a/b/messages", "X-Sender"),
+        ("POST", "/v1/namespaces/ns/machines", "Idempotency-Key"),
+        ("GET", "/v1/events", "Authorization"),
+        ("GET", "/v1/events", "Last-Event-ID"),
+    ]
+    for method, path, header in reads:
+        for value in HOSTILE_HEADER_VALUES:
+            body = b"x" if "exchange" in path else b'{"id": "m1"}'
+            answer = await client.request(method, path, content=body, headers={header: value})
+            where = (header, value[:40], answer.status_code, answer.text[:200])
+            assert answer.status_code < 500, where
+            if answer.status_code >= 400:
+                assert answer.headers["content-type"].startswith("application/problem+json"), where
+            assert "stolen" not in str(answer.headers).lower(), where
+            if len(value) > 1000 and header not in ("Authorization", "Last-Event-ID"):
+                # What is stored is bounded (an open server ignores Authorization; /v1/events reads
+                # Last-Event-ID only on the stream).
+                assert answer.status_code in (400, 413, 422, 431), where
