@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from mainspring.core.runtime import Context, Face
 from mainspring.machines.background import machines_loop
+from mainspring.machines.cli import cli
 from mainspring.machines.namespaces import HTTP_CLIENT, save_namespace
 from mainspring.machines.routes import router
 
@@ -27,4 +28,4 @@ async def run_machines(ctx: Context) -> None:
             await client.aclose()
 
 
-face = Face(name="machines", router=router, recover=recover, loops=[run_machines])
+face = Face(name="machines", router=router, recover=recover, loops=[run_machines], cli=cli)
