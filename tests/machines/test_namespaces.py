@@ -89,3 +89,26 @@ async def test_the_namespace_history_range_is_what_the_processor_is_sent(client:
     await client.put("/v1/namespaces/orders", json={"history": {"limit": 2, "direction": "backward"}})
     await client.post("/v1/namespaces/orders/machines/m1/call", json={})
     assert [e["id"] for e in fake.calls[-1][2]["history"]] == [5, 4]
+
+
+async def test_due_machines_read_as_one_batch_each_get_their_own_head_notification_and_history_range(settings: Settings) -> None:
+    from mainspring.machines.background import lease_due_machines, read_due
+
+    fake = FakeProcessor()
+    fake.on("init", lambda args, machine: {"events": args})
+    registry = App()
+    registry.processors["orders"] = Registration(fake)
+    registry.processors["brief"] = Registration(fake)
+    async with server_app(settings, registry, background=False) as client:
+        ctx = client._transport.app.state.context  # type: ignore[attr-defined]
+        assert (await client.put("/v1/namespaces/brief", json={"history": {"limit": 1, "direction": "backward"}})).status_code == 200
+        for ns, machine_id, events in (("orders", "a1", [1, 2, 3]), ("orders", "a2", ["x"]), ("brief", "b1", ["p", "q"]), ("orders", "a3", [])):
+            assert (await client.post(f"/v1/namespaces/{ns}/machines", json={"id": machine_id, "args": events})).status_code == 201
+        for ns, machine_id, args in (("orders", "a1", "first"), ("orders", "a1", "second"), ("brief", "b1", "only"), ("orders", "a2", "one")):
+            assert (await client.post(f"/v1/namespaces/{ns}/machines/{machine_id}/notifications", json={"args": args})).status_code == 202
+        due = {d.row.id: d for d in await read_due(ctx, await lease_due_machines(ctx, 10))}
+    assert sorted(due) == ["a1", "a2", "b1"]
+    assert due["a1"].head.args == "first"
+    assert [e["data"] for e in due["a1"].events] == [1, 2, 3]
+    assert due["a2"].head.args == "one" and [e["data"] for e in due["a2"].events] == ["x"]
+    assert due["b1"].head.args == "only" and [e["data"] for e in due["b1"].events] == ["q"]
