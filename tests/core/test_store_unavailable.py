@@ -1,6 +1,6 @@
 """A store that cannot be reached (a database restarting, a cut link) is an expected event: requests answer
 ``503 unavailable`` with Retry-After and no traceback, a starting server waits for its database, and
-everything carries on once it is back."""
+everything carries on once it is back. So is a client that hangs up mid-request."""
 
 from __future__ import annotations
 
@@ -134,3 +134,28 @@ async def test_a_connection_asyncpg_lost_track_of_is_discarded_not_pooled(store:
     assert invalidated, "the broken connection went back to the pool"
     async with store.transaction() as tx:
         assert (await tx.execute(text("SELECT 1"))).scalar() == 1
+
+
+async def test_a_client_hanging_up_mid_body_is_answered_quietly_and_stores_nothing(
+    app: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Found by the chaos runs: a producer cut off while uploading a message logged a 500 with a traceback."""
+    chunks = [{"type": "http.request", "body": b"half of a mess", "more_body": True}, {"type": "http.disconnect"}]
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return chunks.pop(0) if chunks else {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/exchange/mailboxes/a/b/messages",
+             "raw_path": b"/v1/exchange/mailboxes/a/b/messages", "root_path": "", "query_string": b"",
+             "headers": [(b"content-type", b"application/octet-stream"), (b"content-length", b"100")],
+             "http_version": "1.1", "scheme": "http", "server": ("127.0.0.1", 80), "client": ("127.0.0.1", 1), "app": app}
+    with caplog.at_level(logging.INFO):
+        await app(scope, receive, send)
+    assert sent[0]["status"] == 499
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+        assert (await client.get("/v1/exchange/mailboxes/a/b/messages")).json()["messages"] == []

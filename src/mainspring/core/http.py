@@ -16,6 +16,7 @@ from prometheus_client import Counter, Histogram
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mainspring.core.errors import InvalidRequest, MainspringError, RateLimited, TooLarge, Unavailable
@@ -115,6 +116,14 @@ def install_error_handlers(app: FastAPI) -> None:
             return problem_response(Unavailable().problem(), headers={"Retry-After": "1"})
         log.exception("unexpected error in %s %s", request.method, request.url.path)
         return problem_response({"type": "about:blank", "title": "Internal error", "status": 500, "detail": "internal error; see the server log", "code": "internal"})
+
+    async def _client_gone(request: Request, _exc: ClientDisconnect) -> JSONResponse:
+        # The client hung up while sending its body: nothing happened and nobody reads the answer.
+        log.info("client went away during %s %s", request.method, request.url.path)
+        return problem_response({"type": "about:blank", "title": "Client closed the request", "status": 499,
+                                 "detail": "the client went away before its request was read", "code": "client_gone"})
+
+    app.add_exception_handler(ClientDisconnect, _client_gone)  # type: ignore[arg-type]
 
     # Starlette re-raises whatever reaches the ``Exception`` handler (so uvicorn logs it a second time); the
     # store's own errors, the usual ones while a database restarts, are handled one level further in.
