@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ import pytest
 from mainspring.config import Settings, load_settings
 from mainspring.core import outbox
 from mainspring.store import Store
+from tests.conftest import eventually
 
 SEED_RULES = {"min_size": 2, "max_size": 6, "linger_ms": 5000, "max_wait_ms": 30000, "group_size": 2,
               "incomplete_group": "reject", "lease_ms": 10000}
@@ -27,17 +27,6 @@ def settings(database_url: str, tmp_path: Path) -> Settings:
         batching={"worker_poll_ms": 100},
     )
 
-
-async def eventually(check: Callable[[], Awaitable[Any]], within_s: float = 10.0, what: str = "condition") -> Any:
-    """Poll ``check`` (real time: the background loops run on their own) until it answers truthy."""
-    deadline = time.monotonic() + within_s
-    while True:
-        value = await check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 async def settle(seconds: float = 0.3) -> None:

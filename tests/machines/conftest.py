@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from mainspring.app import App, Registration
 from mainspring.config import Settings, load_settings
 from mainspring.machines.host import processor_app
 from mainspring.store import Clock, Store
+from tests.conftest import eventually as eventually  # re-exported: the face's tests import it from here
 from tests.conftest import free_port
 
 NS = "orders"
@@ -79,17 +79,6 @@ async def http_fake() -> AsyncIterator[tuple[FakeProcessor, str]]:
     async with serve_fake(processor) as url:
         yield processor, url
 
-
-async def eventually(check: Callable[[], Awaitable[Any]], within_s: float = 10.0) -> Any:
-    """Poll ``check`` until it answers something truthy (background loops run on their own schedule)."""
-    deadline = time.monotonic() + within_s
-    while True:
-        value = await check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.02)
 
 
 @contextlib.asynccontextmanager

@@ -3,9 +3,6 @@ helpers that put data in every face through the API (so events and alerts are th
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +14,7 @@ from mainspring.config import Settings, load_settings
 from mainspring.core.auth import create_token
 from mainspring.machines.processor import Unprocessable
 from mainspring.store import ManualClock, Store
+from tests.conftest import eventually
 
 COMMIT_TIMEOUT_MS = 20_000
 NS = "orders"
@@ -68,17 +66,6 @@ async def tokens(app: Any, store: Store) -> dict[str, str]:
 async def login(client: httpx.AsyncClient, token: str) -> httpx.Response:
     return await client.post("/ui/login", data={"token": token, "next": "/ui/"})
 
-
-async def eventually(check: Callable[[], Awaitable[Any]], within_s: float = 10.0) -> Any:
-    """Poll ``check`` until it answers something truthy (background loops run on their own schedule)."""
-    deadline = time.monotonic() + within_s
-    while True:
-        value = await check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.02)
 
 
 def api(client: httpx.AsyncClient, token: str | None) -> dict[str, str]:
