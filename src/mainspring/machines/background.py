@@ -12,8 +12,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, case, func, or_, select
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy import case, func, or_, select
 
 from mainspring.core.leases import new_token
 from mainspring.core.runtime import Context, log_failure, run_loop
@@ -22,7 +21,6 @@ from mainspring.machines.errors import NamespaceNotFound
 from mainspring.machines.namespaces import Namespace, find_namespace, processor_for
 from mainspring.machines.processor import ProcessorError
 from mainspring.machines.retry import next_delay_ms
-from mainspring.machines.settings import HistoryRange
 from mainspring.machines.steps import (
     CHANNEL,
     fail_machine,
@@ -32,8 +30,7 @@ from mainspring.machines.steps import (
     refresh_notify_at,
     stepped_since,
 )
-from mainspring.machines.tables import history, machines, namespaces, notifications
-from mainspring.store import format_time
+from mainspring.machines.tables import machines, namespaces, notifications
 
 log = logging.getLogger("mainspring.machines")
 
@@ -89,59 +86,25 @@ class Due:
 
 
 async def read_due(ctx: Context, rows: list[Any]) -> list[Due]:
-    """Read namespace, head notification and history of every leased machine in one read transaction,
-    with a few queries for the whole batch rather than a few per machine."""
+    """Read namespace, head notification and history of every leased machine in one read transaction."""
     found: dict[str, Namespace | None] = {}
+    prepared = []
     async with ctx.store.read() as conn:
-        for name in sorted({row.namespace for row in rows}):
-            try:
-                found[name] = await find_namespace(conn, ctx, name)
-            except NamespaceNotFound:
-                found[name] = None
-        live = [row for row in rows if found[row.namespace] is not None]
-        heads = await head_notifications(conn, [row.uid for row in live])
-        histories = await histories_of(conn, [(row, found[row.namespace].config.history) for row in live])  # type: ignore[union-attr]
-    return [
-        Due(row, found[row.namespace], heads.get(row.uid), histories.get(row.uid, []))
-        if found[row.namespace] is not None else Due(row, None, None, [])
-        for row in rows
-    ]
-
-
-async def head_notifications(conn: AsyncConnection, uids: list[int]) -> dict[int, Any]:
-    """The oldest pending notification of each of these machines."""
-    if not uids:
-        return {}
-    first = (
-        select(notifications.c.machine_uid, func.min(notifications.c.seq).label("seq"))
-        .where(notifications.c.machine_uid.in_(uids))
-        .group_by(notifications.c.machine_uid)
-        .subquery()
-    )
-    query = select(notifications).join(first, and_(notifications.c.machine_uid == first.c.machine_uid, notifications.c.seq == first.c.seq))
-    return {row.machine_uid: row for row in (await conn.execute(query)).all()}
-
-
-async def histories_of(conn: AsyncConnection, wanted: list[tuple[Any, HistoryRange]]) -> dict[int, list[dict[str, Any]]]:
-    """Each machine's history as its namespace's range says: one query for all machines that get their
-    whole history (the default range), one per machine for the other ranges."""
-    whole = [row for row, rng in wanted if rng.after is None and rng.limit is None and rng.direction == "forward"]
-    histories: dict[int, list[dict[str, Any]]] = {row.uid: [] for row in whole}
-    if whole:
-        bound = {row.uid: row.last_event_id for row in whole}
-        query = (
-            select(history.c.machine_uid, history.c.event_id, history.c.created_at, history.c.data)
-            .where(history.c.machine_uid.in_(list(bound)))
-            .order_by(history.c.machine_uid, history.c.event_id)
-        )
-        for event in (await conn.execute(query)).all():
-            # As in read_history: nothing newer than the row read (a step committing meanwhile).
-            if event.event_id <= bound[event.machine_uid]:
-                histories[event.machine_uid].append({"id": event.event_id, "created_at": format_time(event.created_at), "data": event.data})
-    for row, rng in wanted:
-        if row.uid not in histories:
-            histories[row.uid] = await read_history(conn, row, rng)
-    return histories
+        for row in rows:
+            if row.namespace not in found:
+                try:
+                    found[row.namespace] = await find_namespace(conn, ctx, row.namespace)
+                except NamespaceNotFound:
+                    found[row.namespace] = None
+            ns = found[row.namespace]
+            if ns is None:
+                prepared.append(Due(row, None, None, []))
+                continue
+            head = (
+                await conn.execute(select(notifications).where(notifications.c.machine_uid == row.uid).order_by(notifications.c.seq).limit(1))
+            ).first()
+            prepared.append(Due(row, ns, head, await read_history(conn, row, ns.config.history)))
+    return prepared
 
 
 async def run_due_step(ctx: Context, row: Any) -> None:
