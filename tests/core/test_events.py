@@ -9,10 +9,11 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
+from mainspring.core import data as core_data
 from mainspring.core import outbox
 from mainspring.core.alerts import raise_alert
 from mainspring.core.tables import alerts, events
-from mainspring.store import Store
+from mainspring.store import ManualClock, Store
 
 
 async def count(store: Store, table) -> int:  # type: ignore[no-untyped-def]
@@ -140,3 +141,33 @@ async def test_sse_stream_delivers_live_in_order_and_resumes_from_cursor(live_ur
     received.clear()
     await asyncio.wait_for(read(resume_from, 2), 10)
     assert [e["data"]["n"] for e in received] == [1, 2]
+
+
+async def _emit(store: Store, count: int) -> None:
+    for i in range(count):
+        async with store.transaction() as tx:
+            await outbox.emit(tx, "test.retained", "test", str(i))
+    await outbox.wait_numbered(store)
+
+
+async def test_retention_deletes_old_events_and_keeps_the_newest(store: Store, clock: ManualClock) -> None:
+    await _emit(store, 5)
+    clock.advance(10_000)
+    await _emit(store, 2)
+    assert await outbox.delete_events_before(store, clock.now_ms() - 5_000, batch=3) == 3
+    assert await outbox.delete_events_before(store, clock.now_ms() - 5_000, batch=3) == 2
+    assert await outbox.delete_events_before(store, clock.now_ms() + 1, batch=100) == 1  # the newest stays
+    events, _ = await outbox.read_events(store, 0, 100)
+    assert [e["subject"]["id"] for e in events] == ["1"]
+
+
+async def test_retention_never_deletes_what_a_publisher_has_not_published(store: Store, clock: ManualClock) -> None:
+    await _emit(store, 6)
+    async with store.transaction() as tx:
+        await core_data.lease_cursor(tx, store, "webhook:slow", "token", clock.now_ms(), 30_000)
+        await core_data.advance_cursor(tx, "webhook:slow", "token", 2, clock.now_ms())
+    clock.advance(10_000)
+    assert await outbox.delete_events_before(store, clock.now_ms(), batch=100, publishers=["webhook:slow"]) == 2
+    assert await outbox.delete_events_before(store, clock.now_ms(), batch=100, publishers=["webhook:slow", "nats:never"]) == 0
+    events, _ = await outbox.read_events(store, 0, 100)
+    assert len(events) == 4

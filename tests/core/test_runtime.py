@@ -78,7 +78,7 @@ async def test_loop_survives_a_failing_step(settings: Settings, store: Store) ->
 async def leased(store: Store) -> Any:
     table = Table("lease_test", MetaData(), Column("id", Integer, primary_key=True), Column("lease_token", String(40)), Column("value", Integer))
     async with store.transaction() as tx:
-        await tx.conn.run_sync(table.metadata.create_all)
+        await tx.session.conn.run_sync(table.metadata.create_all) if store.is_postgres else table.metadata.create_all(tx.session.conn)
         await tx.execute(table.insert().values(id=1, lease_token="old", value=0))
     return table
 

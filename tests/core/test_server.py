@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -68,13 +69,25 @@ def test_server_requires_a_created_token(database_url: str, tmp_path: Any) -> No
         server.kill()
 
 
-def test_cli_migrate_is_idempotent_and_alerts_list_works(database_url: str) -> None:
+def test_cli_migrate_is_idempotent_and_alerts_and_events_are_read_over_http(database_url: str, tmp_path: Any) -> None:
     assert cli("migrate", "--database", database_url).returncode == 0
     assert cli("migrate", "--database", database_url).returncode == 0
-    listed = cli("alerts", "list", "--database", database_url)
-    assert listed.returncode == 0, listed.stderr
-    tail = cli("events", "tail", "--no-follow", "--database", database_url)
-    assert tail.returncode == 0, tail.stderr
+    server = ServerProcess(database_url, tmp_path / "data").start()
+    try:
+        listed = cli("alerts", "list", "--url", server.url, "--json")
+        assert listed.returncode == 0, listed.stderr
+        assert json.loads(listed.stdout) == []
+        httpx.put(server.url + "/v1/queues/q", json={}).raise_for_status()
+        httpx.post(server.url + "/v1/queues/q/interactions", json={"data": 1}).raise_for_status()
+        deadline = time.monotonic() + 30
+        while True:  # on PostgreSQL the sequencer numbers the event a moment after its commit
+            tail = cli("events", "tail", "--no-follow", "--types", "interaction.*", "--url", server.url)
+            assert tail.returncode == 0, tail.stderr
+            if tail.stdout or time.monotonic() > deadline:
+                break
+        assert [json.loads(line)["type"] for line in tail.stdout.splitlines()] == ["interaction.created"]
+    finally:
+        server.kill()
 
 
 def test_settings_come_from_file_then_env(tmp_path: Any) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -126,7 +127,7 @@ async def test_a_connection_asyncpg_lost_track_of_is_discarded_not_pooled(store:
     from sqlalchemy import event, text
 
     invalidated: list[object] = []
-    event.listen(store.writer.sync_engine, "invalidate", lambda *_args: invalidated.append(1))
+    event.listen(store.backend.engine.sync_engine, "invalidate", lambda *_args: invalidated.append(1))
     with pytest.raises(InternalClientError):
         async with store.transaction() as tx:
             await tx.execute(text("SELECT 1"))
@@ -159,3 +160,46 @@ async def test_a_client_hanging_up_mid_body_is_answered_quietly_and_stores_nothi
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
         assert (await client.get("/v1/exchange/mailboxes/a/b/messages")).json()["messages"] == []
+
+
+async def test_an_event_stream_rides_out_a_lost_store_and_goes_on(
+    live_url: str, store: Store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A failover takes the store away under open SSE streams: each pauses and carries on on the same
+    connection once the store is back, rather than ending with a traceback."""
+    from mainspring.core import outbox
+
+    async with store.transaction() as tx:
+        await outbox.emit(tx, "test.n", "test", "s", {"n": 0})
+    await outbox.wait_numbered(store)
+    real_read = store.read
+    received: list[int] = []
+    first = asyncio.Event()
+
+    @contextlib.asynccontextmanager
+    async def lost(*_args: Any, **_kwargs: Any) -> AsyncIterator[Any]:
+        raise wrapped(AdminShutdownError("terminating connection due to administrator command"))
+        yield  # pragma: no cover
+
+    async def read_stream() -> None:
+        async with httpx.AsyncClient(base_url=live_url, timeout=30) as client, client.stream("GET", "/v1/events/stream") as response:
+            async for line in response.aiter_lines():
+                if line.startswith("data:"):
+                    received.append(json.loads(line[5:])["data"]["n"])
+                    first.set()
+                    if len(received) == 2:
+                        return
+
+    with caplog.at_level(logging.WARNING):
+        reader = asyncio.create_task(read_stream())
+        await asyncio.wait_for(first.wait(), 10)
+        monkeypatch.setattr(store, "read", lost)
+        async with store.transaction() as tx:
+            await outbox.emit(tx, "test.n", "test", "s", {"n": 1})
+        store.notifier.signal_all()
+        await asyncio.sleep(1.5)  # the stream meets the lost store at least once
+        monkeypatch.setattr(store, "read", real_read)
+        await outbox.wait_numbered(store)
+        await asyncio.wait_for(reader, 15)
+    assert received == [0, 1]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]

@@ -4,84 +4,96 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import select
-
-from mainspring.core import outbox
-from mainspring.core.errors import AlertNotFound
+from mainspring.core import data, outbox
+from mainspring.core.data import Alert
+from mainspring.core.errors import AlertNotFound, InvalidRequest
 from mainspring.core.paging import decode_cursor, encode_cursor
-from mainspring.core.tables import alerts
 from mainspring.store import Store, Transaction, format_time
 
 log = logging.getLogger("mainspring.alerts")
 
 
-def alert_to_api(row: Any) -> dict[str, Any]:
+def alert_to_api(alert: Alert) -> dict[str, Any]:
     return {
-        "id": row.id,
-        "at": format_time(row.at),
-        "severity": row.severity,
-        "code": row.code,
-        "subject": {"kind": row.subject_kind, "id": row.subject_id},
-        "detail": row.detail,
-        "acked_at": format_time(row.acked_at),
+        "id": alert.id,
+        "at": format_time(alert.at),
+        "severity": alert.severity,
+        "code": alert.code,
+        "subject": {"kind": alert.subject_kind, "id": alert.subject_id},
+        "detail": alert.detail,
+        "acked_at": format_time(alert.acked_at),
     }
 
 
 async def raise_alert(
     tx: Transaction, code: str, subject_kind: str, subject_id: str, detail: str, severity: str = "error"
-) -> str:
-    """Record an alert in ``tx``. An open alert with the same code and subject is not raised twice."""
-    existing = (
-        await tx.execute(
-            select(alerts.c.id).where(
-                alerts.c.code == code,
-                alerts.c.subject_kind == subject_kind,
-                alerts.c.subject_id == subject_id,
-                alerts.c.acked_at.is_(None),
-            )
-        )
-    ).scalar()
-    if existing is not None:
-        return str(existing)
-    alert_id = uuid.uuid4().hex
-    row = {
-        "id": alert_id,
-        "at": tx.store.now_ms(),
-        "severity": severity,
-        "code": code,
-        "subject_kind": subject_kind,
-        "subject_id": subject_id,
-        "detail": detail,
-    }
-    await tx.execute(alerts.insert().values(**row))
-    await outbox.emit(tx, "alert.raised", subject_kind, subject_id, {"alert_id": alert_id, "code": code, "severity": severity, "detail": detail})
-    tx.after_commit(lambda: log.error("alert %s on %s %s: %s", code, subject_kind, subject_id, detail, extra={"alert_id": alert_id, "code": code}))
-    return alert_id
+) -> str | None:
+    """Record an alert in ``tx``; answers its id, or None when an open alert with the same code and subject
+    already says it."""
+    raised = await raise_alerts(tx, code, subject_kind, [(subject_id, detail)], severity)
+    return raised[0] if raised else None
+
+
+async def raise_alerts(
+    tx: Transaction, code: str, subject_kind: str, items: Sequence[tuple[str, str]], severity: str = "error"
+) -> list[str]:
+    """Record one alert per ``(subject_id, detail)`` in ``tx`` (start-up recovery may raise thousands at
+    once); an open alert with the same code and subject is not raised twice. Answers the new alerts' ids."""
+    if not items:
+        return []
+    already = await data.open_alert_subjects(tx, code, subject_kind, (subject for subject, _ in items))
+    now = tx.store.now_ms()
+    raised: list[Alert] = []
+    for subject, detail in items:
+        if subject in already:
+            continue
+        already.add(subject)
+        raised.append(Alert(uuid.uuid4().hex, now, severity, code, subject_kind, subject, detail, None))
+    if not raised:
+        return []
+    await data.insert_alerts(tx, raised)
+    await outbox.emit_many(tx, [
+        outbox.Event("alert.raised", subject_kind, a.subject_id,
+                     {"alert_id": a.id, "code": code, "severity": severity, "detail": a.detail})
+        for a in raised
+    ])
+
+    def report() -> None:
+        for a in raised[:100]:
+            log.error("alert %s on %s %s: %s", code, subject_kind, a.subject_id, a.detail,
+                      extra={"alert_id": a.id, "code": code})
+        if len(raised) > 100:
+            log.error("alert %s raised on %d more %s subjects", code, len(raised) - 100, subject_kind)
+
+    tx.after_commit(report)
+    return [a.id for a in raised]
 
 
 async def list_alerts(store: Store, *, open_only: bool, limit: int, cursor: str | None) -> tuple[list[dict[str, Any]], str | None]:
-    query = select(alerts).order_by(alerts.c.at.desc(), alerts.c.id.desc()).limit(limit + 1)
-    if open_only:
-        query = query.where(alerts.c.acked_at.is_(None))
+    before = None
     if cursor:
         at, alert_id = decode_cursor(cursor, 2)
-        query = query.where((alerts.c.at < at) | ((alerts.c.at == at) & (alerts.c.id < alert_id)))
+        if not isinstance(at, int) or isinstance(at, bool) or not isinstance(alert_id, str):
+            raise InvalidRequest("cursor is not one this server gave", errors=[{"loc": ["query", "cursor"], "msg": "invalid cursor"}])
+        before = (at, alert_id)
     async with store.read() as conn:
-        rows = (await conn.execute(query)).all()
-    next_cursor = encode_cursor(rows[limit - 1].at, rows[limit - 1].id) if len(rows) > limit else None
-    return [alert_to_api(r) for r in rows[:limit]], next_cursor
+        found = await data.list_alerts(conn, open_only=open_only, limit=limit + 1, before=before)
+    next_cursor = encode_cursor(found[limit - 1].at, found[limit - 1].id) if len(found) > limit else None
+    return [alert_to_api(a) for a in found[:limit]], next_cursor
 
 
 async def ack_alert(store: Store, alert_id: str) -> dict[str, Any]:
     """Acknowledge an alert; acknowledging twice keeps the first time."""
     async with store.transaction() as tx:
-        row = (await tx.execute(select(alerts).where(alerts.c.id == alert_id))).first()
-        if row is None:
+        alert = await data.get_alert(tx, alert_id)
+        if alert is None:
             raise AlertNotFound(f"no alert {alert_id}")
-        if row.acked_at is None:
-            await tx.execute(alerts.update().where(alerts.c.id == alert_id).values(acked_at=tx.store.now_ms()))
-            await outbox.emit(tx, "alert.acked", row.subject_kind, row.subject_id, {"alert_id": alert_id, "code": row.code})
-        row = (await tx.execute(select(alerts).where(alerts.c.id == alert_id))).one()
-    return alert_to_api(row)
+        if alert.acked_at is None:
+            await data.ack_alert(tx, alert_id, tx.store.now_ms())
+            await outbox.emit(tx, "alert.acked", alert.subject_kind, alert.subject_id, {"alert_id": alert_id, "code": alert.code})
+            alert = await data.get_alert(tx, alert_id)
+    assert alert is not None
+    return alert_to_api(alert)

@@ -6,6 +6,8 @@ Scopes: ``admin``; ``exchange:send:<addressee>``, ``exchange:receive:<addressee>
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import hmac
 import logging
@@ -17,11 +19,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import Depends, Request
-from sqlalchemy import select
 
+from mainspring.core import data
 from mainspring.core.errors import Forbidden, NotFound, Unauthenticated
-from mainspring.core.tables import api_tokens
 from mainspring.store import Store, format_time
+from mainspring.store.notify import Waiter
 
 log = logging.getLogger("mainspring.auth")
 
@@ -60,8 +62,16 @@ class Principal:
 OPEN = Principal("anonymous", ("admin",), open=True)
 
 
+TOKENS_CHANNEL = "auth-tokens"
+"""Signalled when a stored token is created or revoked, on every server."""
+
+
 class Authenticator:
-    """Knows the configured and stored tokens; re-reads the stored ones every ``cache_ms``."""
+    """Knows the configured and stored tokens without asking the store on the request path.
+
+    The stored ones are re-read when a token is created or revoked (a wake-up on ``TOKENS_CHANNEL``, which
+    reaches other servers through NOTIFY), in the background once half of ``cache_ms`` has passed, and
+    before answering once all of it has (the backstop should a wake-up be lost)."""
 
     def __init__(self, store: Store, configured: list[Any], cache_ms: int) -> None:
         self._store = store
@@ -69,21 +79,35 @@ class Authenticator:
         self._cache_ms = cache_ms
         self._stored: dict[str, Principal] = {}
         self._loaded_at: float | None = None
+        self._changed: Waiter | None = None
+        self._background: asyncio.Task[None] | None = None
 
     async def _refresh(self) -> None:
-        now = time.monotonic()
-        if self._loaded_at is not None and (now - self._loaded_at) * 1000 < self._cache_ms:
-            return
+        changed = self._store.notifier.waiter(TOKENS_CHANNEL)
+        loaded_at = time.monotonic()
         async with self._store.read() as conn:
-            rows = (await conn.execute(select(api_tokens).where(api_tokens.c.revoked_at.is_(None)))).all()
-        self._stored = {r.token_sha256: Principal(r.name, tuple(r.scopes)) for r in rows}
-        self._loaded_at = now
+            tokens = await data.active_tokens(conn)
+        self._stored = {t.token_sha256: Principal(t.name, tuple(t.scopes)) for t in tokens}
+        self._loaded_at = loaded_at
+        self._changed = changed
+
+    async def _refresh_quietly(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._refresh()
+
+    async def _current(self) -> None:
+        loaded_at, changed = self._loaded_at, self._changed
+        age_ms = None if loaded_at is None else (time.monotonic() - loaded_at) * 1000
+        if age_ms is None or age_ms >= self._cache_ms or (changed is not None and changed.signalled):
+            await self._refresh()
+        elif age_ms >= self._cache_ms / 2 and (self._background is None or self._background.done()):
+            self._background = asyncio.create_task(self._refresh_quietly(), name="auth-tokens-refresh")
 
     def invalidate(self) -> None:
         self._loaded_at = None
 
     async def is_open(self) -> bool:
-        await self._refresh()
+        await self._current()
         return not self._configured and not self._stored
 
     async def authenticate(self, authorization: str | None) -> Principal:
@@ -119,37 +143,30 @@ def requires(template: str) -> Callable[..., Any]:
 async def create_token(store: Store, name: str, scopes: list[str]) -> tuple[str, str]:
     """Store a new token; answers (id, token). The token itself is shown once and never stored."""
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    token_id = uuid.uuid4().hex[:12]
+    record = data.Token(uuid.uuid4().hex[:12], name, hash_token(token), scopes, store.now_ms(), None)
     async with store.transaction() as tx:
-        await tx.execute(
-            api_tokens.insert().values(
-                id=token_id, name=name, token_sha256=hash_token(token), scopes=scopes, created_at=store.now_ms()
-            )
-        )
-    return token_id, token
+        await data.insert_token(tx, record)
+        tx.notify(TOKENS_CHANNEL)
+    return record.id, token
 
 
 async def list_tokens(store: Store) -> list[dict[str, Any]]:
     async with store.read() as conn:
-        rows = (await conn.execute(select(api_tokens).order_by(api_tokens.c.created_at))).all()
+        tokens = await data.all_tokens(conn)
     return [
         {
-            "id": r.id,
-            "name": r.name,
-            "scopes": r.scopes,
-            "created_at": format_time(r.created_at),
-            "revoked_at": format_time(r.revoked_at),
+            "id": t.id,
+            "name": t.name,
+            "scopes": t.scopes,
+            "created_at": format_time(t.created_at),
+            "revoked_at": format_time(t.revoked_at),
         }
-        for r in rows
+        for t in tokens
     ]
 
 
 async def revoke_token(store: Store, token_id: str) -> None:
     async with store.transaction() as tx:
-        result = await tx.execute(
-            api_tokens.update()
-            .where(api_tokens.c.id == token_id, api_tokens.c.revoked_at.is_(None))
-            .values(revoked_at=store.now_ms())
-        )
-        if not result.rowcount:
+        if not await data.revoke_token(tx, token_id, store.now_ms()):
             raise NotFound(f"no active token {token_id}")
+        tx.notify(TOKENS_CHANNEL)

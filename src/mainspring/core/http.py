@@ -7,6 +7,7 @@ import json
 import logging
 import re
 import time
+import uuid
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -14,13 +15,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from prometheus_client import Counter, Histogram
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mainspring.core.errors import InvalidRequest, MainspringError, RateLimited, TooLarge, Unavailable
-from mainspring.store.errors import is_unavailable
+from mainspring.core.logs import bind_request
+from mainspring.store.errors import STORE_ERRORS, is_unavailable
 
 log = logging.getLogger("mainspring.http")
 
@@ -91,14 +92,25 @@ def _clean_errors(errors: Any) -> list[dict[str, Any]]:
     return [{"loc": list(e.get("loc", [])), "msg": str(e.get("msg", ""))[:500], "type": e.get("type")} for e in errors]
 
 
+def _validation_detail(request: Request, errors: list[dict[str, Any]]) -> str:
+    """Say what is wrong: a body sent as a form (``curl -d``) is the usual mistake, not the schema."""
+    content_type = request.headers.get("content-type", "")
+    media = content_type.split(";", 1)[0].strip().lower()
+    body_error = any(e["loc"][:1] == ["body"] for e in errors)
+    if body_error and media and media != "application/json" and not media.endswith("+json"):
+        return f"expected a JSON body, got Content-Type {media} (send Content-Type: application/json)"
+    return "the request does not match the schema"
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(MainspringError)
     async def _mainspring_error(_request: Request, exc: MainspringError) -> JSONResponse:
         return problem_response(exc.problem())
 
     @app.exception_handler(RequestValidationError)
-    async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        return problem_response(InvalidRequest("the request does not match the schema", errors=_clean_errors(exc.errors())).problem())
+    async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = _clean_errors(exc.errors())
+        return problem_response(InvalidRequest(_validation_detail(request, errors), errors=errors).problem())
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -127,7 +139,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     # Starlette re-raises whatever reaches the ``Exception`` handler (so uvicorn logs it a second time); the
     # store's own errors, the usual ones while a database restarts, are handled one level further in.
-    for error_class in (DBAPIError, OSError, TimeoutError, Exception):
+    for error_class in (*STORE_ERRORS, Exception):
         app.add_exception_handler(error_class, _unexpected)  # type: ignore[arg-type]
 
 
@@ -188,6 +200,33 @@ async def _send_too_large(send: Send, limit: int) -> None:
     payload = json.dumps(body).encode()
     await send({"type": "http.response.start", "status": 413, "headers": [(b"content-type", PROBLEM.encode()), (b"content-length", str(len(payload)).encode()), (b"connection", b"close")]})
     await send({"type": "http.response.body", "body": payload})
+
+
+REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
+
+class RequestIdMiddleware:
+    """``X-Request-Id``: the caller's (when it is a plain token) or a new one, on every log line of the
+    request and echoed in the answer."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        given = dict(scope.get("headers") or []).get(b"x-request-id", b"").decode("latin-1")
+        request_id = given if REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
+        bind_request(scope, request_id)
+        header = (b"x-request-id", request_id.encode())
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), header]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)
 
 
 class MetricsMiddleware:

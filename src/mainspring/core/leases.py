@@ -1,27 +1,78 @@
-"""Leases: whoever works on something holds a token with an expiry; writes are fenced by the token."""
+"""Leases, the one mechanism every face uses: whoever works on something holds a token with an expiry, both
+in the row; a lease that expires is taken over with a new token; every write that finishes work is fenced by
+the token, so a worker that lost its lease changes nothing (``409 lease_lost``).
+
+One column shape everywhere (``lease_columns``): ``lease_token`` and ``lease_expires_at`` (epoch ms). The
+conditions below are what the faces' data modules put in their statements; ``is_held`` is the same test on
+a row already read under its lock.
+"""
 
 from __future__ import annotations
 
 import secrets
 from typing import Any
 
-from sqlalchemy import ColumnElement, Table
+from sqlalchemy import Column, ColumnElement, String, Table, and_, or_
 
 from mainspring.core.errors import LeaseLost
-from mainspring.store import Transaction
+from mainspring.store.dialect import Executor
+from mainspring.store.schema import Millis
+
+TOKEN_LENGTH = 64
+
+
+def lease_columns() -> list[Column[Any]]:
+    """The two columns a leased table carries."""
+    return [Column("lease_token", String(TOKEN_LENGTH), nullable=True), Column("lease_expires_at", Millis, nullable=True)]
 
 
 def new_token() -> str:
     return secrets.token_urlsafe(18)
 
 
-def held(table: Table, token: str) -> ColumnElement[bool]:
-    """The row is still leased with ``token``. A lease taken over gets a new token, so this is the fence."""
-    return table.c.lease_token == token
+def is_held(lease_token: str | None, lease_expires_at: int | None, token: str, now: int) -> bool:
+    """A row read with these lease columns is still leased with ``token`` at ``now``."""
+    return lease_token == token and lease_expires_at is not None and lease_expires_at > now
 
 
-async def fenced_update(tx: Transaction, table: Table, where: ColumnElement[bool], token: str, **values: Any) -> None:
+def held(table: Table, token: str, now: int | None = None) -> ColumnElement[bool]:
+    """The row is leased with ``token`` (and, given ``now``, not expired). A lease taken over gets a new
+    token, so this is the fence."""
+    if now is None:
+        return table.c.lease_token == token
+    return and_(table.c.lease_token == token, table.c.lease_expires_at > now)
+
+
+def free(table: Table, now: int) -> ColumnElement[bool]:
+    """Nobody holds the row: never leased, released, or the lease expired."""
+    return or_(table.c.lease_token.is_(None), table.c.lease_expires_at.is_(None), table.c.lease_expires_at <= now)
+
+
+def expired(table: Table, now: int) -> ColumnElement[bool]:
+    """A lease was taken and has passed its expiry without being released."""
+    return and_(table.c.lease_token.is_not(None), table.c.lease_expires_at <= now)
+
+
+def released() -> dict[str, None]:
+    """The values that end a lease."""
+    return {"lease_token": None, "lease_expires_at": None}
+
+
+async def take(tx: Executor, table: Table, where: ColumnElement[bool], token: str, now: int, expires_at: int, **values: Any) -> int:
+    """Lease the free rows matching ``where`` with ``token`` until ``expires_at``; answers how many it took."""
+    statement = table.update().where(where, free(table, now)).values(lease_token=token, lease_expires_at=expires_at, **values)
+    return (await tx.execute(statement)).rowcount or 0
+
+
+async def fenced_update(
+    tx: Executor, table: Table, where: ColumnElement[bool], token: str, now: int | None = None, **values: Any
+) -> None:
     """Update the row only while ``token`` holds it; otherwise ``409 lease_lost`` and nothing changes."""
-    result = await tx.execute(table.update().where(where, held(table, token)).values(**values))
+    result = await tx.execute(table.update().where(where, held(table, token, now)).values(**values))
     if not result.rowcount:
         raise LeaseLost()
+
+
+async def extend(tx: Executor, table: Table, where: ColumnElement[bool], token: str, now: int, expires_at: int) -> None:
+    """Move the expiry of a lease still held (``409 lease_lost`` otherwise)."""
+    await fenced_update(tx, table, where, token, now, lease_expires_at=expires_at)

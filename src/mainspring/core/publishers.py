@@ -18,29 +18,18 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 import httpx
-from sqlalchemy import BigInteger, Column, String, Table, Text, or_, select
 
-from mainspring.core import outbox
+from mainspring.core import data, outbox
 from mainspring.core.leases import new_token
 from mainspring.core.runtime import Context, run_loop
 from mainspring.core.settings import EventsSettings, KafkaSink, NatsSink, WebhookSink
 from mainspring.store import Store
-from mainspring.store.schema import Millis, metadata
 
 log = logging.getLogger("mainspring.publishers")
 
-publisher_cursors = Table(
-    "publisher_cursors",
-    metadata,
-    Column("name", String(200), primary_key=True),
-    Column("position", BigInteger, nullable=False),
-    Column("lease_token", String(40), nullable=True),
-    Column("lease_until", Millis, nullable=True),
-    Column("updated_at", Millis, nullable=False),
-    Column("last_error", Text, nullable=True),
-)
 
 BATCH = 500
+PRUNE_BATCH = 1000
 LEASE_MS = 30_000
 
 
@@ -161,27 +150,10 @@ def sinks_from_settings(events: EventsSettings) -> list[Sink]:
     return sinks
 
 
-async def _lease(store: Store, name: str, token: str) -> int | None:
-    """Take the cursor's lease; answer its position, or None while another server holds it."""
-    now = store.now_ms()
-    async with store.transaction() as tx:
-        await tx.execute(store.dialect.insert(publisher_cursors).values(name=name, position=0, updated_at=now).on_conflict_do_nothing(index_elements=["name"]))
-        taken = await tx.execute(
-            publisher_cursors.update()
-            .where(
-                publisher_cursors.c.name == name,
-                or_(publisher_cursors.c.lease_token == token, publisher_cursors.c.lease_until.is_(None), publisher_cursors.c.lease_until <= now),
-            )
-            .values(lease_token=token, lease_until=now + LEASE_MS)
-        )
-        if not taken.rowcount:
-            return None
-        return int((await tx.execute(select(publisher_cursors.c.position).where(publisher_cursors.c.name == name))).scalar_one())
-
-
 async def publish_once(store: Store, sink: Sink, token: str, types: Sequence[str] = (), batch: int = BATCH) -> int:
     """Publish the next batch after the sink's cursor; answer how many events it published."""
-    position = await _lease(store, sink.name, token)
+    async with store.transaction() as tx:
+        position = await data.lease_cursor(tx, store, sink.name, token, store.now_ms(), LEASE_MS)
     if position is None:
         return 0
     events, next_position = await outbox.read_events(store, position, batch, types)
@@ -190,21 +162,17 @@ async def publish_once(store: Store, sink: Sink, token: str, types: Sequence[str
             await sink.publish(events)
         except Exception as exc:
             async with store.transaction() as tx:
-                await tx.execute(publisher_cursors.update().where(publisher_cursors.c.name == sink.name).values(last_error=str(exc)[:2000]))
+                await data.record_cursor_error(tx, sink.name, str(exc))
             raise
     if next_position != position:
         async with store.transaction() as tx:
-            await tx.execute(
-                publisher_cursors.update()
-                .where(publisher_cursors.c.name == sink.name, publisher_cursors.c.lease_token == token)
-                .values(position=next_position, updated_at=store.now_ms(), last_error=None)
-            )
+            await data.advance_cursor(tx, sink.name, token, next_position, store.now_ms())
     return len(events)
 
 
 async def cursor_position(store: Store, name: str) -> int | None:
     async with store.read() as conn:
-        return (await conn.execute(select(publisher_cursors.c.position).where(publisher_cursors.c.name == name))).scalar()
+        return await data.cursor_position(conn, name)
 
 
 async def run_publisher(ctx: Context, sink: Sink) -> None:
@@ -221,6 +189,21 @@ async def run_publisher(ctx: Context, sink: Sink) -> None:
         await run_loop(ctx, f"publisher {sink.name}", step, channel=outbox.EVENTS_CHANNEL)
     finally:
         await sink.close()
+
+
+async def prune_published_events(ctx: Context) -> None:
+    """Delete events past ``server.events_retention_ms`` that every configured publisher has passed (a
+    background loop); a full batch comes back at once."""
+    retention = ctx.settings.server.events_retention_ms
+    if retention is None:
+        return
+    names = [sink.name for sink in sinks_from_settings(ctx.settings.events)]
+
+    async def step() -> int | None:
+        deleted = await outbox.delete_events_before(ctx.store, ctx.now_ms() - retention, PRUNE_BATCH, names)
+        return ctx.now_ms() if deleted >= PRUNE_BATCH else None
+
+    await run_loop(ctx, "events-retention", step, channel="events-retention", poll_ms=ctx.settings.server.retention_interval_ms)
 
 
 async def run_publishers(ctx: Context) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
@@ -17,7 +18,9 @@ from mainspring.core.errors import InvalidRequest
 from mainspring.core.http import problem_responses
 from mainspring.core.runtime import Context, context_of
 from mainspring.core.types import Limit, Name
+from mainspring.store.errors import is_unavailable
 
+log = logging.getLogger("mainspring.events")
 router = APIRouter(prefix="/v1", tags=["events and alerts"])
 
 
@@ -107,7 +110,15 @@ async def stream_events(
         nonlocal position
         while not ctx.stopping.is_set():
             waiter = ctx.store.notifier.waiter(outbox.EVENTS_CHANNEL)
-            items, position = await outbox.read_events(ctx.store, position, 500, wanted)
+            try:
+                items, position = await outbox.read_events(ctx.store, position, 500, wanted)
+            except Exception as exc:
+                if not is_unavailable(exc):
+                    raise
+                # A failover or a restart: the stream pauses (pings go on) and carries on from its cursor.
+                log.warning("event stream paused: store unavailable (%s)", exc)
+                await asyncio.sleep(ctx.settings.server.poll_interval_ms / 1000)
+                continue
             for item in items:
                 yield ServerSentEvent(data=json.dumps(item), id=item["id"], event=item["type"])
             if not items:

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 from fastapi import APIRouter, Request
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
 
+from mainspring.core import tracing
 from mainspring.store import Store
 from mainspring.store.errors import is_unavailable
 
@@ -48,11 +49,19 @@ class Face:
     """Background loops; each returns when ``ctx.stopping`` is set."""
     cli: Any = None
     """An optional typer app mounted as ``mainspring <name>``."""
+    read_gauges: Callable[[Context], Awaitable[None]] | None = None
+    """Sets the face's Prometheus gauges from the store (called when ``/metrics`` is scraped, rate-limited)."""
 
 
-def context_of(request: Request) -> Context:
-    """FastAPI dependency: the server's context."""
+def request_context(request: Request) -> Context:
+    """The server's context, for code that holds the request."""
     return request.app.state.context  # type: ignore[no-any-return]
+
+
+async def context_of(request: Request) -> Context:
+    """FastAPI dependency: the server's context. (A plain ``def`` dependency would cost every request a
+    hop to FastAPI's thread pool and back.)"""
+    return request_context(request)
 
 
 def log_failure(logger: logging.Logger, exc: BaseException, message: str, *args: object) -> None:
@@ -99,7 +108,8 @@ async def run_loop(
     while not ctx.stopping.is_set():
         waiter = ctx.store.notifier.waiter(channel)
         try:
-            due = await step()
+            with tracing.span(f"step {name}"):
+                due = await step()
             failures = 0
         except asyncio.CancelledError:
             raise
@@ -126,6 +136,7 @@ async def run_loop(
 
 async def _sleep_or_stop(ctx: Context, seconds: float) -> None:
     try:
-        await asyncio.wait_for(ctx.stopping.wait(), seconds)
+        async with asyncio.timeout(seconds):
+            await ctx.stopping.wait()
     except TimeoutError:
         pass

@@ -4,17 +4,25 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class ServerSettings(BaseModel):
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
     host: str = "127.0.0.1"
+    """Listen address."""
     port: int = Field(8080, ge=0, le=65535)
+    """Listen port."""
     data_dir: Path = Path("./mainspring-data")
+    """The SQLite file (by default) and the exchange's message files."""
     database: str | None = None
-    """``sqlite:///…`` or ``postgresql://…``; default ``sqlite:///<data_dir>/mainspring.db``."""
+    """``sqlite:///…`` or ``postgresql://…`` (many servers may share one PostgreSQL database; a highly available
+    one takes a multi-host URL, see reliability.md); default ``sqlite:///<data_dir>/mainspring.db``."""
     pool_size: int = Field(10, ge=1, le=200)
+    """PostgreSQL connections per server (plus as many overflow)."""
     sqlite_synchronous: str = Field("FULL", pattern="^(OFF|NORMAL|FULL|EXTRA)$")
+    """``FULL`` survives power loss; ``NORMAL`` survives process crashes only, and is faster."""
     poll_interval_ms: int = Field(1000, ge=10)
     """Backstop for wake-ups: no background loop sleeps longer than this."""
     max_json_bytes: int = Field(1 << 20, ge=1024)
@@ -22,55 +30,104 @@ class ServerSettings(BaseModel):
     max_wait_ms: int = Field(60_000, ge=0)
     """Cap on every long poll (``wait_ms``) a client asks for."""
     graceful_shutdown_ms: int = Field(10_000, ge=0)
+    """On SIGTERM, how long in-flight requests, loops and handlers may take to finish."""
     startup_wait_ms: int = Field(60_000, ge=0)
     """How long a starting server or command waits for an unreachable store (a database still starting or
     restarting) before it gives up."""
     rate_limit: str | None = None
     """Requests per client (token, or address when open), e.g. ``"200/second"``; over it: ``429 rate_limited``."""
     tls_certfile: Path | None = None
+    """Serve HTTPS with this certificate (PEM), together with ``tls_keyfile``."""
     tls_keyfile: Path | None = None
-    """Serve HTTPS with this certificate and key (PEM)."""
+    """The private key (PEM) of ``tls_certfile``."""
     log_format: str = Field("text", pattern="^(text|json)$")
+    """``text``, or ``json`` (one object a line)."""
     log_level: str = "INFO"
-    events_retention_ms: int | None = Field(None, ge=1000)
+    """``DEBUG``, ``INFO``, ``WARNING`` or ``ERROR``."""
+    tracing: bool = False
+    """OpenTelemetry spans for requests, store statements, background steps and handler runs
+    (``pip install 'mainspring[otel]'``; exported by the process's tracer provider, else OTLP/HTTP)."""
+    access_log: bool = False
+    """One line per request (method, path, status) in the server's log."""
+    events_retention_ms: int | None = Field(7 * 86_400_000, ge=1000)
+    """Events older than this are deleted once every configured publisher has passed them (null: kept)."""
+    retention_interval_ms: int = Field(60_000, ge=10)
+    """How often the server prunes what its retention settings let go."""
+    require_sync_replica: bool = False
+    """Warn at start when a commit the store acknowledges is not yet on a synchronous standby (PostgreSQL with
+    synchronous replication), i.e. a 2xx would not survive the loss of the primary's machine."""
 
     def database_url(self) -> str:
         return self.database or f"sqlite:///{(self.data_dir / 'mainspring.db').resolve()}"
 
 
 class TokenConfig(BaseModel):
+    """A token configured in the file (beside those stored with ``mainspring token create``)."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
     token_sha256: str = Field(pattern="^[0-9a-f]{64}$")
+    """The sha256 (hex) of the token; the token itself is never written down."""
     scopes: list[str]
+    """``admin``, ``ui``, ``queues:<queue>``, ``exchange:send:<addressee>``… (a trailing ``*`` matches any rest)."""
     name: str = "config"
+    """Who the token is for."""
 
 
 class AuthSettings(BaseModel):
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
     tokens: list[TokenConfig] = []
+    """Tokens of the config file, beside the stored ones. With no token at all the server is open."""
     cache_ms: int = Field(2000, ge=0)
     """How long a server trusts its copy of the stored tokens (a revoke reaches every server within this)."""
 
 
 class NatsSink(BaseModel):
+    """Publish every event to a NATS JetStream stream."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
     url: str = "nats://127.0.0.1:4222"
+    """The NATS server."""
     stream: str = "MAINSPRING"
+    """The JetStream stream (created if missing)."""
     subject_prefix: str = "mainspring"
+    """Events are published as ``<prefix>.<event type>``."""
 
 
 class KafkaSink(BaseModel):
+    """Publish every event to a Kafka topic."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
     bootstrap_servers: str = "127.0.0.1:9092"
+    """The Kafka brokers, comma-separated."""
     topic: str = "mainspring-events"
+    """The topic; the key of each record is the event's subject."""
 
 
 class WebhookSink(BaseModel):
+    """POST every event to a URL."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
     url: str
+    """Where event batches are POSTed as ``{"events": [...]}``; any 2xx acknowledges a batch."""
     secret: str | None = None
+    """Sign each request: header ``X-Mainspring-Signature: sha256=<HMAC-SHA256 of the body>``."""
 
 
 class EventsSettings(BaseModel):
     """Publishers that copy the outbox elsewhere, each with its own durable cursor."""
 
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
     nats: NatsSink | None = None
+    """Publish to NATS JetStream."""
     kafka: KafkaSink | None = None
+    """Publish to Kafka."""
     webhooks: list[WebhookSink] = []
+    """Publish to webhooks."""
     types: list[str] = []
     """Only these event types are published (``prefix*`` allowed); empty means all."""

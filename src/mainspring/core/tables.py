@@ -39,3 +39,15 @@ api_tokens = Table(
     Column("created_at", Millis, nullable=False),
     Column("revoked_at", Millis, nullable=True),
 )
+
+# Each publisher's durable cursor into the outbox (migration core_0002), leased by one server at a time.
+publisher_cursors = Table(
+    "publisher_cursors",
+    metadata,
+    Column("name", String(200), primary_key=True),
+    Column("position", BigInteger, nullable=False),
+    Column("lease_token", String(64), nullable=True),
+    Column("lease_expires_at", Millis, nullable=True),
+    Column("updated_at", Millis, nullable=False),
+    Column("last_error", Text, nullable=True),
+)

@@ -1,18 +1,33 @@
 """What differs between the engines, behind one small interface.
 
-Every query is written once in SQLAlchemy Core; only the few things below have an engine-specific form.
+Every query is written once in SQLAlchemy Core; only the few things below have an engine-specific form, and
+each engine drives its own transactions (see ``sqlite`` and ``postgres``).
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+import contextlib
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol, TypeVar
 
-from sqlalchemy import Select, Table
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy import ColumnElement, Connection, Executable, Result, Select, Table
+
+T = TypeVar("T")
 
 
-class Dialect(Protocol):
+class Session(Protocol):
+    """Runs statements on one connection: inside a transaction, or a read-only view."""
+
+    async def execute(self, statement: Executable, params: Any = None) -> Result[Any]: ...
+
+
+class Executor(Protocol):
+    async def execute(self, statement: Executable, params: Any = None) -> Result[Any]: ...
+
+
+class Backend(Protocol):
     name: str
+    round_trips: int
 
     def insert(self, table: Table) -> Any:
         """An INSERT that supports ``on_conflict_do_nothing`` / ``on_conflict_do_update``."""
@@ -23,15 +38,30 @@ class Dialect(Protocol):
     def for_update(self, query: Select[Any]) -> Select[Any]:
         """Lock the rows read until commit (PostgreSQL); a no-op under SQLite's single writer."""
 
-    async def advisory_xact_lock(self, conn: AsyncConnection, key: str) -> None:
+    def any_of(self, column: ColumnElement[Any], values: Iterable[Any]) -> ColumnElement[bool]:
+        """``column IN values``, bound as one array on PostgreSQL."""
+
+    def for_share(self, query: Select[Any]) -> Select[Any]:
+        """Lock the rows read against writers (and ``for_update``) until commit, not against other sharers."""
+
+    async def advisory_xact_lock(self, session: Executor, key: str) -> None:
         """Serialize transactions on ``key`` until commit."""
 
-    async def try_advisory_xact_lock(self, conn: AsyncConnection, key: str) -> bool:
+    async def try_advisory_xact_lock(self, session: Executor, key: str) -> bool:
         """Like ``advisory_xact_lock`` but answers False at once if another transaction holds it."""
-
-    async def notify(self, conn: AsyncConnection, channels: list[str]) -> None:
-        """Send wake-ups to other servers at commit (PostgreSQL); SQLite has no other servers."""
 
     def is_unique_violation(self, exc: BaseException) -> bool: ...
 
     def is_connection_error(self, exc: BaseException) -> bool: ...
+
+    def transaction(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        """Begin a write transaction; the caller ends it with ``commit`` (leaving by an error rolls back)."""
+
+    async def commit(self, session: Any, channels: list[str]) -> None:
+        """Commit, sending the wake-ups on ``channels`` to other servers (PostgreSQL) with it."""
+
+    def read(self) -> contextlib.AbstractAsyncContextManager[Any]: ...
+
+    async def run_sync(self, work: Callable[[Connection], T]) -> T: ...
+
+    async def close(self) -> None: ...

@@ -4,49 +4,38 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
-from sqlalchemy import Executable, Result
+from sqlalchemy import Connection, Executable, Result, literal, select
 from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from mainspring.store import postgres, sqlite
 from mainspring.store.clock import Clock
-from mainspring.store.dialect import Dialect
-from mainspring.store.errors import is_unavailable
+from mainspring.store.dialect import Backend, Session
+from mainspring.store.group import GroupCommit
 from mainspring.store.notify import Notifier, PostgresListener
+from mainspring.store.urls import normalize_url, plain_dsn
+from mainspring.store.wakeups import UnixWakeups
+
+T = TypeVar("T")
+
+LISTEN_APPLICATION_NAME = "mainspring-listen"
+"""How the LISTEN connection shows in ``pg_stat_activity``."""
 
 
-def normalize_url(url: str) -> str:
-    """``sqlite:///x.db`` and ``postgresql://…`` as users write them → the async drivers' URLs."""
-    parsed = make_url(url)
-    backend = parsed.get_backend_name()
-    if backend == "sqlite":
-        return str(parsed.set(drivername="sqlite+aiosqlite"))
-    if backend in ("postgresql", "postgres"):
-        return parsed.set(drivername="postgresql+asyncpg").render_as_string(hide_password=False)
-    raise ValueError(f"unsupported database URL {url!r}: use sqlite:///PATH or postgresql://…")
-
-
-def plain_dsn(url: str) -> str:
-    """A libpq-style DSN for raw asyncpg connections (the LISTEN connection)."""
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-
-
-@dataclass
 class Transaction:
-    """A write transaction: the connection plus what to do once it has committed."""
+    """A write transaction: its statements, the wake-ups it sends and what runs once it has committed."""
 
-    conn: AsyncConnection
-    store: Store
-    channels: list[str] = field(default_factory=list)
-    _after_commit: list[Callable[[], Any]] = field(default_factory=list)
+    __slots__ = ("_after_commit", "channels", "session", "store")
+
+    def __init__(self, session: Session, store: Store) -> None:
+        self.session = session
+        self.store = store
+        self.channels: list[str] = []
+        self._after_commit: list[Callable[[], Any]] = []
 
     async def execute(self, statement: Executable, params: Any = None) -> Result[Any]:
-        return await self.conn.execute(statement, params)
+        return await self.session.execute(statement, params)
 
     def notify(self, channel: str) -> None:
         """Wake whoever waits on ``channel``, here and on other servers, once this commits."""
@@ -58,10 +47,10 @@ class Transaction:
 
 
 class Store:
-    """Engines, dialect, clock and wake-ups for one database.
+    """Engine, clock and wake-ups for one database.
 
-    ``transaction()`` is the only way to write; on SQLite it also serializes writers in this process, so
-    concurrent requests queue instead of failing with "database is locked".
+    ``transaction()`` is the only way to write; ``grouped(work)`` writes too, sharing one commit with the
+    writes that arrive at the same moment. ``read()`` is a read-only view.
     """
 
     def __init__(
@@ -72,40 +61,44 @@ class Store:
         pool_size: int = 10,
         sqlite_synchronous: str = "FULL",
     ) -> None:
+        from mainspring.store import postgres, sqlite
+
         self.url = normalize_url(url)
         self.clock = clock or Clock()
         self.notifier = Notifier()
         self.clock.subscribe(self.notifier.signal_all)
         self._listener: PostgresListener | None = None
+        self._wakeups: UnixWakeups | None = None
+        self.backend: Backend
         parsed = make_url(self.url)
-        self.dialect: Dialect
         if parsed.get_backend_name() == "sqlite":
+            self.backend = sqlite.SqliteBackend(self.url, sqlite_synchronous)
             if parsed.database and parsed.database != ":memory:":
-                Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-            self.dialect = sqlite.SqliteDialect()
-            self.writer, self.reader = sqlite.create_engines(self.url, sqlite_synchronous, readers=4)
-            self._write_lock: asyncio.Lock | None = asyncio.Lock()
+                self._wakeups = UnixWakeups(parsed.database, self.notifier)
         else:
-            self.dialect = postgres.PostgresDialect()
-            self.writer = self.reader = postgres.create_engine(self.url, pool_size)
-            self._write_lock = None
+            self.backend = postgres.PostgresBackend(self.url, pool_size)
+        self.group_commit = GroupCommit(self)
+        self.extras: dict[str, Any] = {}
+        """Per-store caches of the faces (settings seen, names known to exist)."""
+
+    @property
+    def dialect(self) -> Backend:
+        return self.backend
 
     @property
     def is_postgres(self) -> bool:
-        return self.dialect.name == "postgresql"
-
-    @property
-    def engine(self) -> AsyncEngine:
-        return self.writer
+        return self.backend.name == "postgresql"
 
     def now_ms(self) -> int:
         return self.clock.now_ms()
 
     async def start(self) -> None:
-        """Begin listening for other servers' wake-ups (PostgreSQL only)."""
+        """Begin listening for other processes' wake-ups: LISTEN on PostgreSQL, a Unix socket beside SQLite."""
         if self.is_postgres and self._listener is None:
-            self._listener = PostgresListener(plain_dsn(self.url), self.notifier)
+            self._listener = PostgresListener(plain_dsn(self.url, LISTEN_APPLICATION_NAME), self.notifier)
             self._listener.start()
+        if self._wakeups is not None:
+            await self._wakeups.start()
 
     async def listening(self, timeout_s: float = 10) -> None:
         """Wait until wake-ups from other servers arrive (PostgreSQL's LISTEN is connected)."""
@@ -116,45 +109,38 @@ class Store:
         if self._listener is not None:
             await self._listener.stop()
             self._listener = None
-        await self.writer.dispose()
-        if self.reader is not self.writer:
-            await self.reader.dispose()
+        if self._wakeups is not None:
+            await self._wakeups.stop()
+        await self.backend.close()
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[Transaction]:
-        lock = self._write_lock
-        if lock is not None:
-            await lock.acquire()
-        try:
-            async with self.writer.connect() as conn, _discarded_if_lost(conn):
-                async with conn.begin():
-                    tx = Transaction(conn, self)
-                    yield tx
-                    if tx.channels:
-                        await self.dialect.notify(conn, tx.channels)
-        finally:
-            if lock is not None:
-                lock.release()
+        async with self.backend.transaction() as session:
+            tx = Transaction(session, self)
+            yield tx
+            await self.backend.commit(session, tx.channels)
         self.notifier.signal_many(tx.channels)
+        if self._wakeups is not None and tx.channels:
+            self._wakeups.send(tx.channels)
         for callback in tx._after_commit:
             callback()
 
+    async def grouped(self, work: Callable[[Transaction], Awaitable[T]]) -> T:
+        """Run ``work(tx)`` in a transaction shared with the writes that arrive while the previous one
+        commits; answers what ``work`` answered, once it has committed."""
+        return await self.group_commit.run(work)
+
     @contextlib.asynccontextmanager
-    async def read(self) -> AsyncIterator[AsyncConnection]:
-        """A read-only snapshot (one transaction) for queries that need no lock."""
-        async with self.reader.connect() as conn, _discarded_if_lost(conn):
-            async with conn.begin():
-                yield conn
+    async def read(self) -> AsyncIterator[Session]:
+        """A read-only view: a snapshot on SQLite; each statement its own snapshot on PostgreSQL."""
+        async with self.backend.read() as session:
+            yield session
 
+    async def ping(self) -> None:
+        """One round trip to the store (readiness)."""
+        async with self.read() as session:
+            await session.execute(select(literal(1)))
 
-@contextlib.asynccontextmanager
-async def _discarded_if_lost(conn: AsyncConnection) -> AsyncIterator[None]:
-    """Never give the pool back a connection that failed as lost: asyncpg can leave one cut mid-operation
-    in a state every later use fails on, and the pool's pre-ping does not recognise it."""
-    try:
-        yield
-    except BaseException as exc:
-        if conn.dialect.name == "postgresql" and is_unavailable(exc) and not conn.invalidated:
-            with contextlib.suppress(Exception):
-                await conn.invalidate()
-        raise
+    async def run_sync(self, work: Callable[[Connection], T]) -> T:
+        """Run synchronous SQLAlchemy code (migrations, DDL) in one transaction."""
+        return await self.backend.run_sync(work)

@@ -9,13 +9,21 @@ try again.
 
 from __future__ import annotations
 
-from asyncpg.exceptions import InterfaceError as PgInterfaceError
-from asyncpg.exceptions import InternalClientError as PgInternalClientError
 from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
+
+try:
+    from asyncpg.exceptions import InterfaceError as PgInterfaceError
+    from asyncpg.exceptions import InternalClientError as PgInternalClientError
+except ImportError:  # installed without mainspring[postgres]: no asyncpg error can happen
+    PgInterfaceError = PgInternalClientError = ()  # type: ignore[assignment,misc]
 
 # SQLSTATE class 08 (connection exception), 57P01-57P03 (shutdown, crash, starting up), 53300 (too many
 # connections), 40001/40P01 (serialization failure, deadlock victim): all pass by themselves.
 _TRANSIENT_SQLSTATES = ("57P01", "57P02", "57P03", "53300", "40001", "40P01")
+
+
+STORE_ERRORS: tuple[type[Exception], ...] = (DBAPIError, OSError, TimeoutError)
+"""What the store raises when a statement or a connection fails (for handlers registered by class)."""
 
 
 def is_unavailable(exc: BaseException) -> bool:
@@ -47,3 +55,7 @@ def _says_unavailable(error: BaseException) -> bool:
         return True
     sqlstate = getattr(error, "sqlstate", None)
     return isinstance(sqlstate, str) and (sqlstate.startswith("08") or sqlstate in _TRANSIENT_SQLSTATES)
+
+
+class TransactionAborted(Exception):
+    """A COMMIT found its transaction already aborted by a failed statement: nothing was committed."""

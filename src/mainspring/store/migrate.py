@@ -41,20 +41,20 @@ def _pending(connection: Connection) -> set[str]:
 
 async def migrate(store: Store) -> None:
     """Bring the schema to the newest revision of every face; a no-op when it already is."""
-    async with store.writer.connect() as conn:
-        if store.is_postgres:
-            # Session lock: the second server waits, then finds nothing left to do.
-            await conn.execute(select(func.pg_advisory_lock(lock_key(MIGRATION_LOCK))))
-            await conn.commit()
+    if not store.is_postgres:
+        await store.run_sync(_upgrade)
+        return
+    from mainspring.store.postgres import PostgresBackend
+
+    assert isinstance(store.backend, PostgresBackend)
+    async with store.backend.engine.connect() as conn:
+        # Session lock, taken in autocommit: the second server waits, then finds nothing left to do.
+        await conn.execute(select(func.pg_advisory_lock(lock_key(MIGRATION_LOCK))))
         try:
-            await conn.run_sync(_upgrade)
-            await conn.commit()
+            await store.run_sync(_upgrade)
         finally:
-            if store.is_postgres:
-                await conn.execute(select(func.pg_advisory_unlock(lock_key(MIGRATION_LOCK))))
-                await conn.commit()
+            await conn.execute(select(func.pg_advisory_unlock(lock_key(MIGRATION_LOCK))))
 
 
 async def pending_revisions(store: Store) -> set[str]:
-    async with store.reader.connect() as conn:
-        return await conn.run_sync(_pending)
+    return await store.run_sync(_pending)

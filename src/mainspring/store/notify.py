@@ -23,12 +23,19 @@ class Waiter:
     def __init__(self, event: asyncio.Event) -> None:
         self._event = event
 
+    @property
+    def signalled(self) -> bool:
+        return self._event.is_set()
+
     async def wait(self, timeout_s: float) -> bool:
         """True when signalled, False on timeout."""
         if timeout_s <= 0:
             return self._event.is_set()
+        # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow a cancellation that arrives as
+        # its timeout fires, and a loop waiting in short naps would then never stop.
         try:
-            await asyncio.wait_for(self._event.wait(), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await self._event.wait()
         except TimeoutError:
             return False
         return True

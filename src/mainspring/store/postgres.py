@@ -1,15 +1,44 @@
-"""PostgreSQL: pooled connections, SKIP LOCKED, advisory locks, NOTIFY."""
+"""PostgreSQL: pooled asyncpg connections, SKIP LOCKED, advisory locks, NOTIFY — in as few round trips as
+the guarantees allow.
+
+Connections run in autocommit mode and transactions are driven here, so that:
+- a read is its statements and nothing else (no BEGIN/ROLLBACK around it: under READ COMMITTED every
+  statement has its own snapshot anyway);
+- a write is ``BEGIN``, its statements, and one last round trip that sends the wake-ups and ``COMMIT``
+  together;
+- no connection is pinged before use: one the server closed is noticed locally at checkout, and one lost
+  silently fails its first statement, is discarded, and the request is answered 503.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import zlib
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Any, TypeVar
 
-from sqlalchemy import Select, Table, func, select
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Executable,
+    Result,
+    Select,
+    Table,
+    any_,
+    event,
+    func,
+    literal,
+    select,
+)
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.exc import DisconnectionError
+from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 
+from mainspring.store.errors import TransactionAborted, is_unavailable
 from mainspring.store.notify import PG_CHANNEL
+
+T = TypeVar("T")
 
 UNIQUE_VIOLATION = "23505"
 
@@ -20,8 +49,56 @@ def lock_key(key: str) -> int:
     return value - (1 << 32) if value >= (1 << 31) else value
 
 
-class PostgresDialect:
+def quote_literal(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def notify_and_commit(channels: list[str]) -> str:
+    """One simple-protocol query: the wake-ups (delivered only if the commit succeeds), then COMMIT."""
+    notifies = "".join(f"SELECT pg_notify({quote_literal(PG_CHANNEL)}, {quote_literal(c)});" for c in channels)
+    return notifies + "COMMIT"
+
+
+class PostgresSession:
+    """One pooled connection, inside a transaction (writes) or not (reads)."""
+
+    def __init__(self, conn: AsyncConnection, driver: Any) -> None:
+        self.conn = conn
+        self.driver = driver
+
+    async def execute(self, statement: Executable, params: Any = None) -> Result[Any]:
+        return await self.conn.execute(statement, params)
+
+
+class PostgresBackend:
     name = "postgresql"
+
+    def __init__(self, url: str, pool_size: int) -> None:
+        self.engine = create_async_engine(
+            url,
+            pool_size=pool_size,
+            max_overflow=pool_size,
+            pool_recycle=1800,
+            isolation_level="AUTOCOMMIT",
+            # A host that swallows packets must not hold a connect for asyncpg's default minute.
+            connect_args={"server_settings": {"application_name": "mainspring"}, "timeout": 10},
+        )
+
+        self.round_trips = 0
+        """Statements sent to the server (each one round trip; a prepared statement's first use costs one
+        more, not counted): what a test counts to keep the hot paths short."""
+
+        @event.listens_for(self.engine.sync_engine, "before_cursor_execute")
+        def _count(*_args: Any) -> None:
+            self.round_trips += 1
+
+        @event.listens_for(self.engine.sync_engine, "checkout")
+        def _refuse_closed(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+            # A restarted server closes its sockets; asyncpg notices without a round trip.
+            if dbapi_connection.driver_connection.is_closed():
+                raise DisconnectionError("connection closed by the server")
+
+    # --- what differs in SQL --------------------------------------------------------------------------
 
     def insert(self, table: Table) -> Any:
         return pg_insert(table)
@@ -32,15 +109,18 @@ class PostgresDialect:
     def for_update(self, query: Select[Any]) -> Select[Any]:
         return query.with_for_update()
 
-    async def advisory_xact_lock(self, conn: AsyncConnection, key: str) -> None:
-        await conn.execute(select(func.pg_advisory_xact_lock(lock_key(key))))
+    def any_of(self, column: ColumnElement[Any], values: Iterable[Any]) -> ColumnElement[bool]:
+        # One array parameter: an IN list of n values is n parameters, each bound and cast per execution.
+        return column == any_(literal(list(values), type_=ARRAY(column.type)))
 
-    async def try_advisory_xact_lock(self, conn: AsyncConnection, key: str) -> bool:
-        return bool((await conn.execute(select(func.pg_try_advisory_xact_lock(lock_key(key))))).scalar())
+    def for_share(self, query: Select[Any]) -> Select[Any]:
+        return query.with_for_update(read=True)
 
-    async def notify(self, conn: AsyncConnection, channels: list[str]) -> None:
-        for channel in channels:
-            await conn.execute(select(func.pg_notify(PG_CHANNEL, channel)))
+    async def advisory_xact_lock(self, session: Any, key: str) -> None:
+        await session.execute(select(func.pg_advisory_xact_lock(lock_key(key))))
+
+    async def try_advisory_xact_lock(self, session: Any, key: str) -> bool:
+        return bool((await session.execute(select(func.pg_try_advisory_xact_lock(lock_key(key))))).scalar())
 
     def is_unique_violation(self, exc: BaseException) -> bool:
         orig = getattr(exc, "orig", exc)
@@ -51,13 +131,83 @@ class PostgresDialect:
     def is_connection_error(self, exc: BaseException) -> bool:
         return bool(getattr(exc, "connection_invalidated", False))
 
+    # --- transactions ---------------------------------------------------------------------------------
 
-def create_engine(url: str, pool_size: int) -> AsyncEngine:
-    return create_async_engine(
-        url,
-        pool_size=pool_size,
-        max_overflow=pool_size,
-        pool_pre_ping=True,
-        pool_recycle=1800,
-        connect_args={"server_settings": {"application_name": "mainspring"}},
-    )
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[PostgresSession]:
+        async with contextlib.AsyncExitStack() as stack:
+            session = await stack.enter_async_context(self._connection())
+            self.round_trips += 1
+            try:
+                await session.driver.execute("BEGIN")
+            except Exception as exc:
+                if not is_unavailable(exc):
+                    raise
+                # A pooled connection that died silently fails here, before anything of this transaction
+                # was sent: discard it and begin once more on a fresh one.
+                with contextlib.suppress(Exception):
+                    await session.conn.invalidate()
+                await stack.aclose()
+                session = await stack.enter_async_context(self._connection())
+                self.round_trips += 1
+                await session.driver.execute("BEGIN")
+            try:
+                yield session
+            except BaseException:
+                await _rollback_or_discard(session)
+                raise
+
+    async def commit(self, session: PostgresSession, channels: list[str]) -> None:
+        self.round_trips += 1
+        try:
+            status = await session.driver.execute(notify_and_commit(channels))
+        except BaseException:
+            await _rollback_or_discard(session)
+            raise
+        if status != "COMMIT":
+            # COMMIT of a transaction a failed statement had aborted answers ROLLBACK, not an error.
+            raise TransactionAborted("the transaction was aborted by an earlier error and rolled back")
+
+    @contextlib.asynccontextmanager
+    async def read(self) -> AsyncIterator[PostgresSession]:
+        async with self._connection() as session:
+            yield session
+
+    @contextlib.asynccontextmanager
+    async def _connection(self) -> AsyncIterator[PostgresSession]:
+        async with self.engine.connect() as conn:
+            driver = (await conn.get_raw_connection()).driver_connection
+            session = PostgresSession(conn, driver)
+            try:
+                yield session
+            except BaseException as exc:
+                if is_unavailable(exc) and not conn.invalidated:
+                    # asyncpg can leave a connection cut mid-operation in a state every later use fails on.
+                    with contextlib.suppress(Exception):
+                        await conn.invalidate()
+                raise
+            finally:
+                if not conn.invalidated and (driver.is_closed() or driver.is_in_transaction()):
+                    with contextlib.suppress(Exception):
+                        await conn.invalidate()
+
+    async def run_sync(self, work: Callable[[Connection], T]) -> T:
+        """Run ``work`` on one connection in one transaction (migrations, DDL)."""
+        async with self.engine.connect() as conn:
+            conn = await conn.execution_options(isolation_level="READ COMMITTED")
+            result = await conn.run_sync(work)
+            await conn.commit()
+        return result
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+
+
+async def _rollback_or_discard(session: PostgresSession) -> None:
+    """Roll back; a connection that cannot even do that is not given back to the pool."""
+    try:
+        if not session.driver.is_closed() and session.driver.is_in_transaction():
+            await session.driver.execute("ROLLBACK")
+    except BaseException:
+        with contextlib.suppress(Exception):
+            await session.conn.invalidate()

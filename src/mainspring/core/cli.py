@@ -1,0 +1,146 @@
+"""What every ``mainspring`` command shares: the connection to a server, output for people and for
+scripts, progress on long work, and errors as one line with an exit code.
+
+Commands that inspect or change live state talk to a running server over HTTP (``--url``/``--token``, or
+``MAINSPRING_URL``/``MAINSPRING_TOKEN``); only ``serve``, ``migrate``, ``worker`` and ``token`` open the
+store themselves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import traceback
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from typer.core import TyperGroup
+
+from mainspring.core.errors import MainspringError
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+
+UrlOpt = Annotated[str, typer.Option("--url", help="The server.", envvar="MAINSPRING_URL", show_default=True)]
+TokenOpt = Annotated[str | None, typer.Option("--token", help="Bearer token (when the server has tokens).", envvar="MAINSPRING_TOKEN", show_default=False)]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (an array for lists) instead of a table.")]
+
+EXIT_REFUSED = 1
+"""The server (or the store) refused: the problem's code is printed."""
+EXIT_USAGE = 2
+"""Bad arguments or configuration (click's own code for usage errors)."""
+EXIT_UNREACHABLE = 3
+"""The server or the store could not be reached."""
+
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+class Debug:
+    """``mainspring --debug``: show tracebacks instead of one-line errors."""
+
+    enabled = False
+
+
+def json_arg(value: str | None, name: str = "value") -> Any:
+    """A JSON option's value (None stays None)."""
+    if value is None:
+        return None
+    try:
+        return json.loads(value)
+    except ValueError as exc:
+        raise typer.BadParameter(f"not JSON: {exc}", param_hint=name) from exc
+
+
+def print_json(value: Any) -> None:
+    """JSON for scripts, indented, whatever the terminal."""
+    typer.echo(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def print_table(title: str, columns: Sequence[str], rows: Iterable[Mapping[str, Any]], *, ids: Sequence[str] = ("id",)) -> None:
+    """A table for people. The ``ids`` columns are never cut: the next command needs them whole."""
+    materialized = list(rows)
+    table = Table(title=title)
+    for column in columns:
+        if column in ids:
+            width = max([len(column), *(len(_cell(r.get(column))) for r in materialized)])
+            table.add_column(column, no_wrap=True, min_width=width, overflow="fold")
+        else:
+            table.add_column(column, overflow="fold")
+    for row in materialized:
+        table.add_row(*[_cell(row.get(c)) for c in columns])
+    out.print(table)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, dict | list):
+        return json.dumps(value, ensure_ascii=False)
+    return str(value)
+
+
+@contextlib.contextmanager
+def working(message: str) -> Iterator[None]:
+    """A spinner while the block runs, on a terminal; one plain line on stderr when piped."""
+    if err.is_terminal:
+        with err.status(message):
+            yield
+    else:
+        err.print(message, markup=False)
+        yield
+
+
+def exit_code_of(exc: BaseException) -> int:
+    """The exit status for an error a command let through."""
+    status = getattr(exc, "status", None)
+    if isinstance(exc, MainspringError) and (status == 503 or exc.code in ("unreachable", "no_answer")):
+        return EXIT_UNREACHABLE
+    if isinstance(exc, MainspringError) and exc.code in ("invalid_config", "invalid_url", "invalid_app"):
+        return EXIT_USAGE
+    if isinstance(exc, MainspringError):
+        return EXIT_REFUSED
+    if isinstance(exc, ConnectionError | TimeoutError):
+        return EXIT_UNREACHABLE
+    return EXIT_REFUSED
+
+
+def describe(exc: BaseException) -> str:
+    """One line for an error: the problem's code and detail, or the exception's type and message."""
+    if isinstance(exc, MainspringError):
+        return f"{exc.code}: {exc.detail}"
+    extra = {"asyncpg": "postgres", "nats": "nats", "aiokafka": "kafka"}
+    if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] in extra:
+        return f"{exc.name} is not installed: pip install 'mainspring[{extra[(exc.name or '').split('.')[0]]}]'"
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+class CommandGroup(TyperGroup):
+    """A group whose commands end with one line and an exit code on error, never a traceback
+    (``mainspring --debug`` shows it)."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (typer.Exit, typer.Abort, typer.TyperException, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            if Debug.enabled:
+                traceback.print_exc(file=sys.stderr)
+            err.print("[red]error:[/red] " + escape(describe(exc)), soft_wrap=True, emoji=False)
+            raise typer.Exit(exit_code_of(exc)) from None
+
+
+def each(items: Sequence[str], what: str) -> Iterator[str]:
+    """Iterate a bulk command's items with a progress bar on a terminal (plain otherwise)."""
+    if err.is_terminal and len(items) > 1:
+        from rich.progress import track
+
+        yield from track(items, description=what, console=err, transient=True)
+    else:
+        yield from items

@@ -1,0 +1,274 @@
+"""Every statement of the core: the outbox, alerts, API tokens and publisher cursors.
+
+Statements used on every request are built once (module constants) so SQLAlchemy finds them in its compiled
+cache without rebuilding them; functions answer typed records, never rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import bindparam, func, or_, select, text
+
+from mainspring.core import leases
+from mainspring.core.tables import alerts, api_tokens, events, publisher_cursors
+from mainspring.store import Store
+from mainspring.store.dialect import Executor
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """An event to write: ``type`` happened to the subject ``(subject_kind, subject_id)``."""
+
+    type: str
+    subject_kind: str
+    subject_id: str
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    position: int
+    type: str
+    at: int
+    subject_kind: str
+    subject_id: str
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Alert:
+    id: str
+    at: int
+    severity: str
+    code: str
+    subject_kind: str
+    subject_id: str
+    detail: str
+    acked_at: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    id: str
+    name: str
+    token_sha256: str
+    scopes: list[str]
+    created_at: int
+    revoked_at: int | None
+
+
+RFC3339_SQL = (
+    "(to_char(to_timestamp((({ms}) - ((({ms}) % 1000 + 1000) % 1000)) / 1000) AT TIME ZONE 'UTC', "
+    "'YYYY-MM-DD\"T\"HH24:MI:SS') || '.' || lpad(((({ms}) % 1000 + 1000) % 1000)::text, 3, '0') || 'Z')"
+)
+"""PostgreSQL: epoch milliseconds ``{ms}`` as the API writes times (``store.format_time``), for events built in
+SQL from the rows a statement wrote; NULL stays NULL."""
+
+
+# --- the outbox ---------------------------------------------------------------------------------------
+
+# PostgreSQL: positions are given after commit by the sequencer.
+_INSERT_EVENT = events.insert()
+# SQLite: one writer, so the inserting statement numbers its event itself (one statement per event, run as
+# an executemany: each execution sees the rows of the ones before it).
+_INSERT_NUMBERED_EVENT = events.insert().values(
+    position=select(func.coalesce(func.max(events.c.position), 0) + 1).scalar_subquery()
+)
+
+
+async def insert_events(tx: Executor, store: Store, batch: Sequence[Event], at: int) -> None:
+    rows = [
+        {"type": e.type, "at": at, "subject_kind": e.subject_kind, "subject_id": e.subject_id, "data": e.data}
+        for e in batch
+    ]
+    await tx.execute(_INSERT_EVENT if store.is_postgres else _INSERT_NUMBERED_EVENT, rows)
+
+
+_NUMBER_EVENTS = text(
+    """
+    UPDATE events SET position = numbered.pos
+    FROM (
+        SELECT id,
+               (SELECT COALESCE(MAX(position), 0) FROM events) + row_number() OVER (ORDER BY id) AS pos
+        FROM events WHERE position IS NULL ORDER BY id LIMIT :batch
+    ) AS numbered
+    WHERE events.id = numbered.id
+    """
+)
+
+
+async def number_events(tx: Executor, batch: int) -> int:
+    """Number committed, unnumbered events in id order (PostgreSQL, under the sequencer's lock)."""
+    return (await tx.execute(_NUMBER_EVENTS, {"batch": batch})).rowcount or 0
+
+
+async def head_position(conn: Executor) -> int:
+    return int((await conn.execute(select(func.coalesce(func.max(events.c.position), 0)))).scalar_one())
+
+
+async def count_unnumbered(conn: Executor) -> int:
+    return int((await conn.execute(select(func.count()).select_from(events).where(events.c.position.is_(None)))).scalar_one())
+
+
+def _stored(row: Any) -> StoredEvent:
+    return StoredEvent(row.position, row.type, row.at, row.subject_kind, row.subject_id, row.data)
+
+
+async def events_after(
+    conn: Executor, after: int, limit: int, types: Sequence[str] = (), prefixes: Sequence[str] = ()
+) -> tuple[list[StoredEvent], int | None]:
+    """Numbered events after ``after``, oldest first, and — when filtered by type — the top position the
+    scan covered (read first: under READ COMMITTED an event numbered between two statements must not be
+    jumped over)."""
+    query = select(events).where(events.c.position > after).order_by(events.c.position).limit(limit)
+    if not types and not prefixes:
+        return [_stored(r) for r in (await conn.execute(query)).all()], None
+    clauses = [events.c.type.in_(types)] if types else []
+    clauses.extend(events.c.type.startswith(p, autoescape=True) for p in prefixes)
+    top = int((await conn.execute(select(func.coalesce(func.max(events.c.position), after)))).scalar_one())
+    rows = (await conn.execute(query.where(or_(*clauses), events.c.position <= top))).all()
+    return [_stored(r) for r in rows], top
+
+
+async def delete_events_before(tx: Executor, before_ms: int, batch: int, up_to_position: int | None = None) -> int:
+    """Delete up to ``batch`` numbered events older than ``before_ms`` (and at or below ``up_to_position``,
+    what every publisher has passed). The newest event always stays: SQLite numbers the next one from it."""
+    newest = select(func.max(events.c.position)).scalar_subquery()
+    old = select(events.c.id).where(events.c.at < before_ms, events.c.position < newest)
+    if up_to_position is not None:
+        old = old.where(events.c.position <= up_to_position)
+    return (await tx.execute(events.delete().where(events.c.id.in_(old.limit(batch).scalar_subquery())))).rowcount or 0
+
+
+async def lowest_cursor(conn: Executor, names: Sequence[str]) -> int:
+    """The position every one of these publishers has passed (0 for one that never published)."""
+    positions = dict((await conn.execute(select(publisher_cursors.c.name, publisher_cursors.c.position).where(
+        publisher_cursors.c.name.in_(list(names))))).tuples().all())
+    return min(int(positions.get(name, 0)) for name in names)
+
+
+# --- alerts -------------------------------------------------------------------------------------------
+
+
+def _alert(row: Any) -> Alert:
+    return Alert(row.id, row.at, row.severity, row.code, row.subject_kind, row.subject_id, row.detail, row.acked_at)
+
+
+async def open_alert_subjects(tx: Executor, code: str, subject_kind: str, subject_ids: Iterable[str]) -> set[str]:
+    """Which of ``subject_ids`` already have an open alert of ``code``."""
+    wanted = list(subject_ids)
+    found: set[str] = set()
+    for start in range(0, len(wanted), 1000):
+        query = select(alerts.c.subject_id).where(
+            alerts.c.code == code,
+            alerts.c.subject_kind == subject_kind,
+            alerts.c.subject_id.in_(wanted[start : start + 1000]),
+            alerts.c.acked_at.is_(None),
+        )
+        found |= set((await tx.execute(query)).scalars())
+    return found
+
+
+async def insert_alerts(tx: Executor, rows: Sequence[Alert]) -> None:
+    await tx.execute(
+        alerts.insert(),
+        [
+            {"id": a.id, "at": a.at, "severity": a.severity, "code": a.code, "subject_kind": a.subject_kind,
+             "subject_id": a.subject_id, "detail": a.detail, "acked_at": a.acked_at}
+            for a in rows
+        ],
+    )
+
+
+async def get_alert(conn: Executor, alert_id: str) -> Alert | None:
+    row = (await conn.execute(select(alerts).where(alerts.c.id == alert_id))).first()
+    return None if row is None else _alert(row)
+
+
+async def ack_alert(tx: Executor, alert_id: str, at: int) -> None:
+    await tx.execute(alerts.update().where(alerts.c.id == alert_id, alerts.c.acked_at.is_(None)).values(acked_at=at))
+
+
+async def list_alerts(conn: Executor, *, open_only: bool, limit: int, before: tuple[int, str] | None) -> list[Alert]:
+    """Newest first; ``before`` is the (at, id) keyset position to continue after."""
+    query = select(alerts).order_by(alerts.c.at.desc(), alerts.c.id.desc()).limit(limit)
+    if open_only:
+        query = query.where(alerts.c.acked_at.is_(None))
+    if before is not None:
+        at, alert_id = before
+        query = query.where((alerts.c.at < at) | ((alerts.c.at == at) & (alerts.c.id < alert_id)))
+    return [_alert(r) for r in (await conn.execute(query)).all()]
+
+
+# --- API tokens ---------------------------------------------------------------------------------------
+
+
+def _token(row: Any) -> Token:
+    return Token(row.id, row.name, row.token_sha256, list(row.scopes), row.created_at, row.revoked_at)
+
+
+async def active_tokens(conn: Executor) -> list[Token]:
+    return [_token(r) for r in (await conn.execute(select(api_tokens).where(api_tokens.c.revoked_at.is_(None)))).all()]
+
+
+async def all_tokens(conn: Executor) -> list[Token]:
+    return [_token(r) for r in (await conn.execute(select(api_tokens).order_by(api_tokens.c.created_at))).all()]
+
+
+async def insert_token(tx: Executor, token: Token) -> None:
+    await tx.execute(
+        api_tokens.insert().values(
+            id=token.id, name=token.name, token_sha256=token.token_sha256, scopes=token.scopes, created_at=token.created_at
+        )
+    )
+
+
+async def revoke_token(tx: Executor, token_id: str, at: int) -> bool:
+    result = await tx.execute(
+        api_tokens.update().where(api_tokens.c.id == token_id, api_tokens.c.revoked_at.is_(None)).values(revoked_at=at)
+    )
+    return bool(result.rowcount)
+
+
+# --- publisher cursors --------------------------------------------------------------------------------
+
+_CURSOR_POSITION = select(publisher_cursors.c.position).where(publisher_cursors.c.name == bindparam("name"))
+
+
+async def lease_cursor(tx: Executor, store: Store, name: str, token: str, now: int, lease_ms: int) -> int | None:
+    """Take the publisher cursor ``name`` (created at 0 on first use); its position, or None while another
+    server holds it."""
+    await tx.execute(
+        store.dialect.insert(publisher_cursors)
+        .values(name=name, position=0, updated_at=now)
+        .on_conflict_do_nothing(index_elements=["name"])
+    )
+    mine_or_free = or_(leases.held(publisher_cursors, token), leases.free(publisher_cursors, now))
+    taken = await tx.execute(
+        publisher_cursors.update()
+        .where(publisher_cursors.c.name == name, mine_or_free)
+        .values(lease_token=token, lease_expires_at=now + lease_ms)
+    )
+    if not taken.rowcount:
+        return None
+    return int((await tx.execute(_CURSOR_POSITION, {"name": name})).scalar_one())
+
+
+async def record_cursor_error(tx: Executor, name: str, error: str) -> None:
+    await tx.execute(publisher_cursors.update().where(publisher_cursors.c.name == name).values(last_error=error[:2000]))
+
+
+async def advance_cursor(tx: Executor, name: str, token: str, position: int, now: int) -> None:
+    await tx.execute(
+        publisher_cursors.update()
+        .where(publisher_cursors.c.name == name, leases.held(publisher_cursors, token))
+        .values(position=position, updated_at=now, last_error=None)
+    )
+
+
+async def cursor_position(conn: Executor, name: str) -> int | None:
+    value = (await conn.execute(_CURSOR_POSITION, {"name": name})).scalar()
+    return None if value is None else int(value)

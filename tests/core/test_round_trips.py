@@ -1,0 +1,62 @@
+"""The hot write paths stay short: the statements (on PostgreSQL, round trips) a request costs are counted,
+so a change that adds one fails here rather than in a benchmark nobody ran."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from mainspring.api import create_app
+from mainspring.config import Settings
+from mainspring.store import Store
+
+CREATES = 20
+
+
+@pytest.fixture
+async def quiet_client(settings: Settings, store: Store) -> AsyncIterator[httpx.AsyncClient]:
+    """The API without its background loops, whose own statements would be counted too, and with the token
+    cache kept for the whole test (its background refresh is a statement too)."""
+    steady = settings.model_copy(update={"auth": settings.auth.model_copy(update={"cache_ms": 600_000})})
+    app = create_app(steady, store=store, run_background=False)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://mainspring.test") as client:
+            yield client
+
+
+async def _per_request(store: Store, client: httpx.AsyncClient, method: str, path: str, bodies: list[Any]) -> float:
+    assert (await client.request(method, path, json=bodies[0])).is_success  # warm: queue row, prepared statements
+    before = store.backend.round_trips
+    for body in bodies[1:]:
+        answer = await client.request(method, path, json=body)
+        assert answer.is_success, answer.text
+    return (store.backend.round_trips - before) / (len(bodies) - 1)
+
+
+async def test_an_interaction_create_is_three_round_trips_on_postgresql(store: Store, quiet_client: httpx.AsyncClient) -> None:
+    per_create = await _per_request(store, quiet_client, "POST", "/v1/queues/q/interactions", [{"data": {"n": i}} for i in range(CREATES)])
+    # PostgreSQL: BEGIN, one statement inserting the item and its event, NOTIFY + COMMIT.
+    # SQLite: BEGIN IMMEDIATE, the item, its event, COMMIT — no round trips, but no more statements either.
+    assert per_create <= (3 if store.is_postgres else 4), per_create
+
+
+async def test_a_create_with_a_message_id_costs_no_more(store: Store, quiet_client: httpx.AsyncClient) -> None:
+    bodies = [{"data": i, "message_id": f"m{i}"} for i in range(CREATES)]
+    per_create = await _per_request(store, quiet_client, "POST", "/v1/queues/q/interactions", bodies)
+    assert per_create <= (3 if store.is_postgres else 4), per_create
+
+
+async def test_a_read_is_its_statement_alone(store: Store, quiet_client: httpx.AsyncClient) -> None:
+    created = (await quiet_client.post("/v1/queues/q/interactions", json={})).json()
+    await quiet_client.get(f"/v1/interactions/{created['id']}")
+    before = store.backend.round_trips
+    for _ in range(CREATES):
+        assert (await quiet_client.get(f"/v1/interactions/{created['id']}")).status_code == 200
+    per_read = (store.backend.round_trips - before) / CREATES
+    # No BEGIN/ROLLBACK around a read on PostgreSQL; SQLite's snapshot is BEGIN, the read (its ROLLBACK is not
+    # a statement SQLAlchemy runs).
+    assert per_read <= (1 if store.is_postgres else 2), per_read
