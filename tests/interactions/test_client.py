@@ -24,4 +24,4 @@ async def test_python_client_creates_leases_and_releases(app: Any) -> None:
             await client.release(held["id"], held["lease"]["token"], {"complete": {}})
         assert lost.value.code == "lease_lost"
         many = await client.create_many("q", [{"data": i} for i in range(3)])
-        assert [i["data"] for i in many["interactions"]] == [0, 1, 2]
+        assert [i["data"] for i in many] == [0, 1, 2]

@@ -271,3 +271,55 @@ async def test_concurrent_creates_commit_together_and_errors_stay_per_request(cl
     assert answers[20].json()["code"] == "parent_not_found"
     listed = (await client.get("/v1/queues/q/interactions")).json()["interactions"]
     assert len(listed) == 20
+
+
+async def test_9_list_by_user_and_by_source_finds_exactly_those_items(client: httpx.AsyncClient) -> None:
+    """Seed 004 §9: interactions are found by who they are for (user) and where they came from (source)."""
+    made = [
+        (await create(client, user=user, source=source))["id"]
+        for user, source in (("ada", "app"), ("bob", "app"), ("ada", "mail"), ("cy", "web"))
+    ]
+    by_user = (await client.get("/v1/queues/q/interactions", params={"user": "ada"})).json()["interactions"]
+    assert [i["id"] for i in by_user] == [made[0], made[2]]
+    by_source = (await client.get("/v1/queues/q/interactions", params={"source": "app"})).json()["interactions"]
+    assert [i["id"] for i in by_source] == [made[0], made[1]]
+    both = (await client.get("/v1/queues/q/interactions", params={"user": "ada", "source": "mail"})).json()["interactions"]
+    assert [i["id"] for i in both] == [made[2]]
+    assert (await client.get("/v1/queues/q/interactions", params={"user": "nobody"})).json()["interactions"] == []
+
+
+async def test_9_3_changed_data_replaces_the_old_and_is_an_event(client: httpx.AsyncClient, store: Store) -> None:
+    """Seed 004 item 9.3: an unfinished interaction's data is changed; the change is an event with the new data."""
+    item = await create(client, data={"step": 1})
+    changed = await client.patch(f"/v1/interactions/{item['id']}", json={"data": {"step": 2}})
+    assert changed.status_code == 200 and changed.json()["data"] == {"step": 2}
+    assert (await get(client, item["id"]))["data"] == {"step": 2}
+    assert {"type": "interaction.changed", "data": {"step": 2}} in [
+        {"type": e["type"], "data": e["data"].get("data")} for e in await events_of(client, store) if e["subject"]["id"] == item["id"]
+    ]
+    await client.post(f"/v1/interactions/{item['id']}/complete", json={})
+    finished = await client.patch(f"/v1/interactions/{item['id']}", json={"data": {"step": 3}})
+    assert finished.status_code == 409 and finished.json()["code"] == "interaction_finished"
+    assert (await client.patch("/v1/interactions/999999", json={"data": 1})).status_code == 404
+    assert (await client.patch(f"/v1/interactions/{item['id']}", json={"nope": 1})).status_code == 422
+
+
+async def test_a_failed_interaction_is_retried_with_attempts_reset_and_its_error_kept(client: httpx.AsyncClient, store: Store) -> None:
+    item = await create(client)
+    [held] = await lease(client)
+    await release(client, held, {"fail": {"error": "boom"}})
+    retried = await client.post(f"/v1/interactions/{item['id']}/retry", json={})
+    assert retried.status_code == 200, retried.text
+    body = retried.json()
+    assert (body["status"], body["attempts"], body["error"]) == ("ready", 0, "boom")
+    assert "interaction.retried" in [e["type"] for e in await events_of(client, store) if e["subject"]["id"] == item["id"]]
+    again = await client.post(f"/v1/interactions/{item['id']}/retry", json={})
+    assert again.status_code == 409 and again.json()["code"] == "interaction_not_finished"
+    [held] = await lease(client)
+    await release(client, held, {"complete": {"result": 1}})
+    done = await client.post(f"/v1/interactions/{item['id']}/retry", json={})
+    assert done.status_code == 409 and done.json()["code"] == "interaction_finished"
+    later = await create(client)
+    await client.post(f"/v1/interactions/{later['id']}/cancel")
+    scheduled = (await client.post(f"/v1/interactions/{later['id']}/retry", json={"process_in_ms": 60_000})).json()
+    assert scheduled["status"] == "scheduled"

@@ -6,6 +6,7 @@ import asyncio
 import time
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 from sqlalchemy import insert
@@ -14,6 +15,7 @@ from mainspring.config import Settings
 from mainspring.interactions import leasing, service
 from mainspring.interactions.errors import InteractionNotFound
 from mainspring.interactions.outcomes import Complete
+from mainspring.interactions.settings import InteractionsSettings
 from mainspring.interactions.tables import interactions as items
 from mainspring.store import Clock, ManualClock, Store, format_time
 from tests.interactions.conftest import create, get, lease, put_queue, release
@@ -312,3 +314,27 @@ async def test_a_full_queue_waits_for_a_release_or_an_expiry_not_a_busy_loop(
     await leasing.release(store, item["id"], item["lease"]["token"], Complete())
     taken = await asyncio.wait_for(waiting, 5)
     assert len(taken.items) == 1 and time.monotonic() - began < 3
+
+
+async def test_an_item_made_due_by_direct_sql_wakes_a_waiting_worker_on_postgresql(store: Store, engine: str, database_url: str) -> None:
+    """Seed 004 §4.1: an operator's UPDATE of next_processing wakes the workers; they do not wait for their poll."""
+    if engine != "postgres":
+        pytest.skip("SQLite has no other writer to wake a worker through the database")
+    cfg = InteractionsSettings()
+    item, _ = await service.create(store, cfg, "q", {"due_at": store.now_ms() + 3_600_000})
+    waiting_side = Store(database_url, clock=store.clock, pool_size=2)
+    await waiting_side.start()
+    await waiting_side.listening()
+    try:
+        waiter = asyncio.create_task(leasing.lease_wait(waiting_side, cfg, "q", "w", 1, None, 20_000, poll_ms=60_000))
+        await asyncio.sleep(0.3)
+        assert not waiter.done()
+        operator = await asyncpg.connect(database_url)
+        try:
+            await operator.execute("UPDATE interactions SET next_processing = $1 WHERE id = $2", store.now_ms(), int(item["id"]))
+        finally:
+            await operator.close()
+        taken = await asyncio.wait_for(waiter, 5)
+        assert [i["id"] for i in taken.items] == [item["id"]]
+    finally:
+        await waiting_side.close()

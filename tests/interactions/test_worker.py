@@ -304,3 +304,22 @@ async def test_5_3_the_runtime_heartbeats_a_long_handler_so_its_lease_never_laps
     finally:
         await worker.stop()
         await real.close()
+
+
+async def test_an_idle_server_with_handlers_stops_without_waiting_out_its_grace(settings: Any, database_url: str) -> None:
+    """A server running queue handlers stopped at once when idle; it used to wait all of
+    graceful_shutdown_ms (a cancelled wait_for in a short nap swallowed the cancellation)."""
+    from mainspring.api import create_app
+
+    code = App()
+
+    @code.queue("idle")
+    async def handle(item: Any) -> None:
+        return None
+
+    patient = settings.model_copy(update={"server": settings.server.model_copy(update={"graceful_shutdown_ms": 30_000, "poll_interval_ms": 1000})})
+    server = create_app(patient, store=Store(database_url), registry=code)
+    async with server.router.lifespan_context(server):
+        await asyncio.sleep(0.3)
+        began = time.monotonic()
+    assert time.monotonic() - began < 10, "shutdown waited out the grace period"

@@ -30,7 +30,7 @@ class Workers:
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def start(self, count: int = 1) -> list[subprocess.Popen[bytes]]:
-        env = {**os.environ, "MS_TEST_LOG": str(self.log), "MAINSPRING_SERVER__POLL_INTERVAL_MS": "200", "PYTHONPATH": str(ROOT)}
+        env = {**os.environ, "MS_TEST_LOG": str(self.log), "MAINSPRING_SERVER__POLL_INTERVAL_MS": "200", "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
         new = [
             subprocess.Popen(
                 [sys.executable, "-m", "mainspring.cli", "worker", "tests.interactions.workerapp:app", "--database", self.database_url],
@@ -149,7 +149,7 @@ async def test_serve_with_app_runs_the_handlers_inside_the_server(servers: Any, 
     import httpx
 
     log = tmp_path / "served.jsonl"
-    [server] = servers(1, env={"MS_TEST_LOG": str(log), "PYTHONPATH": str(ROOT)}, args=["--app", "tests.interactions.workerapp:app"])
+    [server] = servers(1, env={"MS_TEST_LOG": str(log), "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}, args=["--app", "tests.interactions.workerapp:app"])
     async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
         created = (await client.post("/v1/queues/limited/interactions", json={"data": 1})).json()
         done = (await client.get(f"/v1/interactions/{created['id']}", params={"wait_ms": 20_000})).json()

@@ -17,3 +17,11 @@ class QueueNotFound(NotFound):
 
 class InteractionFinished(Conflict):
     code, title = "interaction_finished", "The interaction is already finished"
+
+
+class InteractionNotFinished(Conflict):
+    code, title = "interaction_not_finished", "The interaction is not finished"
+
+
+class PeriodicNotFound(NotFound):
+    code, title = "periodic_not_found", "No such periodic schedule"

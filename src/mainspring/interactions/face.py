@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 
 from mainspring.core.runtime import Context, Face, run_loop
-from mainspring.interactions import leasing, service
+from mainspring.interactions import leasing, metrics, periodic, service
+from mainspring.interactions.cli import cli
 from mainspring.interactions.routes import router
 
 
@@ -31,6 +32,26 @@ async def retention_loop(ctx: Context) -> None:
     await run_loop(ctx, "interactions-retention", step, channel="interactions-retention", poll_ms=cfg.retention_interval_ms)
 
 
+async def sync_app_schedules(ctx: Context) -> None:
+    """Store the schedules the app registers with ``@app.periodic`` (start-up; the same on every server)."""
+    for name, registration in getattr(ctx.registry, "schedules", {}).items():
+        options = registration.options
+        await periodic.put_schedule(
+            ctx.store, name, cron=options["cron"], queue=options["queue"], data_=options.get("data"),
+            timezone=options.get("timezone", "UTC"), catch_up_ms=options.get("catch_up_ms", periodic.DEFAULT_CATCH_UP_MS), source="app",
+        )
+
+
+async def periodic_loop(ctx: Context) -> None:
+    """Create the interactions of due schedule ticks, on whichever server finds them first."""
+    cfg = ctx.settings.interactions
+
+    async def step() -> int | None:
+        return await periodic.fire_due_schedules(ctx.store, cfg)
+
+    await run_loop(ctx, "interactions-periodic", step, channel=periodic.PERIODIC_CHANNEL)
+
+
 async def workers_loop(ctx: Context) -> None:
     """Run the handlers registered with ``@app.queue`` inside the server."""
     from mainspring.interactions.worker import Worker
@@ -50,4 +71,7 @@ async def workers_loop(ctx: Context) -> None:
         raise
 
 
-face = Face(name="interactions", router=router, loops=[expire_leases_loop, retention_loop, workers_loop])
+face = Face(
+    name="interactions", router=router, recover=sync_app_schedules, loops=[expire_leases_loop, retention_loop, periodic_loop, workers_loop],
+    cli=cli, read_gauges=metrics.read_gauges,
+)

@@ -137,6 +137,16 @@ class ScheduleIn(When):
         return self
 
 
+class RetryIn(Strict):
+    process_in_ms: DurationMs | None = None
+    """Run again this long from now (default: at once)."""
+
+
+class ChangeIn(Strict):
+    data: JsonValue
+    """The new ``data``; it replaces the old one whole."""
+
+
 class CompleteIn(Strict):
     result: JsonValue = None
 
@@ -150,7 +160,15 @@ class Lease(BaseModel):
     expires_at: str
 
 
+class ErrorDetail(BaseModel):
+    type: str
+    message: str
+    traceback: str
+
+
 class Interaction(BaseModel):
+    """An interaction as the API answers it, and as a ``@app.queue`` handler receives it."""
+
     id: str
     queue: str
     parent_id: str | None
@@ -162,12 +180,16 @@ class Interaction(BaseModel):
     data: Any
     result: Any
     error: str | None
+    error_detail: ErrorDetail | None = None
+    """What a Python handler raised, when it raised (type, message, traceback)."""
     status: str
     next_processing: str | None
     attempts: int
     created_at: str
     updated_at: str
     lease: Lease | None = None
+    trace_parent: str | None = None
+    """The W3C ``traceparent`` of the request that created it, when the server traces."""
 
 
 class InteractionList(BaseModel):
@@ -243,3 +265,33 @@ class OutcomeIn(Strict):
 class ReleaseIn(Strict):
     token: Token
     outcome: OutcomeIn
+
+
+class PeriodicIn(Strict):
+    cron: Annotated[str, StringConstraints(min_length=1, max_length=200)]
+    """A cron expression (five fields; ``@hourly`` and friends too)."""
+    queue: Name
+    data: JsonValue = None
+    """The ``data`` of every interaction a tick creates."""
+    timezone: Annotated[str, StringConstraints(min_length=1, max_length=64)] = "UTC"
+    catch_up_ms: DurationMs = 3_600_000
+    """Ticks missed while no server ran are created up to this far back; older ones are skipped."""
+
+
+class Periodic(BaseModel):
+    name: str
+    cron: str
+    timezone: str
+    queue: str
+    data: Any
+    catch_up_ms: int
+    next_tick: str
+    source: str
+    """``app`` (``@app.periodic``) or ``api``."""
+    created_at: str
+    updated_at: str
+
+
+class PeriodicList(BaseModel):
+    periodic: list[Periodic]
+    next_cursor: str | None = None

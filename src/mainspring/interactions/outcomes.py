@@ -42,6 +42,8 @@ class Retry:
     """This attempt failed: try again after the queue's ``error_delay_ms`` (failed once attempts are spent)."""
 
     error: str
+    detail: dict[str, Any] | None = None
+    """What the handler raised, when it raised: ``{"type", "message", "traceback"}`` (bounded)."""
 
 
 Outcome = Complete | Fail | Repeat | Wait | Retry

@@ -10,10 +10,11 @@ from mainspring.core.auth import Principal, authenticate, requires
 from mainspring.core.errors import InvalidRequest
 from mainspring.core.runtime import Context, context_of
 from mainspring.core.types import DurationMs, Limit, Name
-from mainspring.interactions import grouping, leasing, service
-from mainspring.interactions.errors import InteractionNotFound, ParentNotFound
+from mainspring.interactions import leasing, periodic, service
+from mainspring.interactions.errors import InteractionNotFound
 from mainspring.interactions.models import (
     BulkCreateIn,
+    ChangeIn,
     CompleteIn,
     CreateIn,
     FailIn,
@@ -22,9 +23,13 @@ from mainspring.interactions.models import (
     Interaction,
     InteractionList,
     LeaseIn,
+    Periodic,
+    PeriodicIn,
+    PeriodicList,
     QueueOut,
     QueueSettingsIn,
     ReleaseIn,
+    RetryIn,
     ScheduleIn,
 )
 from mainspring.store import format_time
@@ -41,17 +46,6 @@ async def _check_item_scope(ctx: Context, principal: Principal, interaction_id: 
     item = await service.read(ctx.store, interaction_id)
     principal.require(f"queues:{item['queue']}")
     return item
-
-
-def _spec(body: CreateIn, now: int) -> dict[str, Any]:
-    spec = body.model_dump(exclude={"process_at", "process_in_ms"})
-    if body.parent_id is not None:
-        parent_id = service.parse_id(body.parent_id)
-        if parent_id is None:
-            raise ParentNotFound(f"no interaction {body.parent_id}")
-        spec["parent_id"] = parent_id
-    spec["due_at"] = body.due_at(now)
-    return spec
 
 
 @router.put("/queues/{queue}", response_model=QueueOut, dependencies=[QueueScope])
@@ -75,7 +69,7 @@ async def get_queue(queue: QueueName, ctx: Context = Depends(context_of)) -> Any
 )
 async def create_interaction(queue: QueueName, body: CreateIn, response: Response, ctx: Context = Depends(context_of)) -> Any:
     """Create an interaction (201), or answer the existing one of this queue with the same `message_id` (200)."""
-    item, created = await grouping.create(ctx.store, ctx.settings.interactions, queue, _spec(body, ctx.now_ms()))
+    item, created = await service.create(ctx.store, ctx.settings.interactions, queue, service.spec_from(body, ctx.now_ms()))
     if not created:
         response.status_code = status.HTTP_200_OK
     return item
@@ -86,7 +80,7 @@ async def create_interaction(queue: QueueName, body: CreateIn, response: Respons
 async def create_interactions(queue: QueueName, body: BulkCreateIn, ctx: Context = Depends(context_of)) -> Any:
     """Create many interactions in one transaction (all or none), in request order."""
     now = ctx.now_ms()
-    results = await service.create_many(ctx.store, ctx.settings.interactions, queue, [_spec(b, now) for b in body.interactions])
+    results = await service.create_many(ctx.store, ctx.settings.interactions, queue, [service.spec_from(b, now) for b in body.interactions])
     return {"interactions": [item for item, _ in results], "next_cursor": None}
 
 
@@ -186,6 +180,61 @@ async def schedule(interaction_id: str, body: ScheduleIn, ctx: Context = Depends
     due = body.due_at(ctx.now_ms())
     assert due is not None
     return await service.schedule(ctx.store, interaction_id, due)
+
+
+@router.post("/interactions/{interaction_id}/retry", response_model=Interaction,
+             responses={404: {"description": "interaction_not_found"},
+                        409: {"description": "interaction_not_finished / interaction_finished (completed)"}})
+async def retry(
+    interaction_id: str, body: RetryIn | None = None, ctx: Context = Depends(context_of), principal: Principal = Depends(authenticate)
+) -> Any:
+    """Run a failed or cancelled interaction again (attempts back to 0), now or `process_in_ms` from now."""
+    await _check_item_scope(ctx, principal, interaction_id)
+    due = None if body is None or body.process_in_ms is None else ctx.now_ms() + body.process_in_ms
+    return await service.retry(ctx.store, interaction_id, due)
+
+
+@router.patch("/interactions/{interaction_id}", response_model=Interaction, responses=ERRORS)
+async def change_data(interaction_id: str, body: ChangeIn, ctx: Context = Depends(context_of), principal: Principal = Depends(authenticate)) -> Any:
+    """Replace an unfinished interaction's `data` (event `interaction.changed` with the new data)."""
+    await _check_item_scope(ctx, principal, interaction_id)
+    return await service.change_data(ctx.store, interaction_id, body.data)
+
+
+@router.put("/periodic/{name}", response_model=Periodic, responses={422: {"description": "invalid cron expression or time zone"}})
+async def put_periodic(
+    body: PeriodicIn, name: Name = Path(description="The schedule."), ctx: Context = Depends(context_of),
+    principal: Principal = Depends(authenticate),
+) -> Any:
+    """Create or replace a cron schedule that creates one interaction in `queue` per tick, exactly once
+    across all servers (the tick is its idempotency key)."""
+    principal.require(f"queues:{body.queue}")
+    return await periodic.put_schedule(ctx.store, name, cron=body.cron, queue=body.queue, data_=body.data, timezone=body.timezone,
+                                       catch_up_ms=body.catch_up_ms)
+
+
+@router.get("/periodic", response_model=PeriodicList)
+async def list_periodic(ctx: Context = Depends(context_of), principal: Principal = Depends(authenticate)) -> Any:
+    """Every schedule whose queue the caller may see."""
+    found = [s for s in await periodic.list_schedules(ctx.store) if principal.allows(f"queues:{s['queue']}")]
+    return {"periodic": found, "next_cursor": None}
+
+
+@router.get("/periodic/{name}", response_model=Periodic, responses={404: {"description": "periodic_not_found"}})
+async def get_periodic(name: Name = Path(), ctx: Context = Depends(context_of), principal: Principal = Depends(authenticate)) -> Any:
+    """One schedule, with its next tick."""
+    found = await periodic.get_schedule(ctx.store, name)
+    principal.require(f"queues:{found['queue']}")
+    return found
+
+
+@router.delete("/periodic/{name}", status_code=204, responses={404: {"description": "periodic_not_found"}})
+async def delete_periodic(name: Name = Path(), ctx: Context = Depends(context_of), principal: Principal = Depends(authenticate)) -> Response:
+    """Stop a schedule (interactions it created stay)."""
+    found = await periodic.get_schedule(ctx.store, name)
+    principal.require(f"queues:{found['queue']}")
+    await periodic.delete_schedule(ctx.store, name)
+    return Response(status_code=204)
 
 
 @router.post("/queues/{queue}/lease", response_model=InteractionList, dependencies=[QueueScope])

@@ -1,16 +1,25 @@
 """Settings of the interactions face (section `[interactions]` of the config file, env `MAINSPRING_INTERACTIONS__<KEY>`)."""
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class InteractionsSettings(BaseModel):
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
     lease_ms: int = Field(30_000, ge=1)
     """Default lease of a queue created without settings."""
     error_delay_ms: int = Field(1_000, ge=0)
+    """Default delay before a failed attempt is retried."""
     max_attempts: int = Field(10, ge=1)
+    """Default attempts before an item fails for good."""
     processing_timeout_ms: int | None = Field(None, ge=1)
-    retention_ms: int | None = Field(None, ge=0)
+    """Default processing timeout (None: none; leases still expire)."""
+    retention_ms: int | None = Field(7 * 86_400_000, ge=0)
+    """Finished items of a queue created without its own setting are deleted this long after they finished
+    (None: kept)."""
     retention_interval_ms: int = Field(60_000, ge=10)
+    """How often each server deletes finished items past their queue's retention."""
     retention_batch: int = Field(500, ge=1)
+    """Items deleted per transaction by the retention loop."""
     expiry_interval_ms: int = Field(1_000, ge=10)
     """How often a server looks for expired leases of queues nobody is leasing from."""

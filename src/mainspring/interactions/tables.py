@@ -2,6 +2,7 @@
 
 from sqlalchemy import Boolean, Column, Index, Integer, String, Table, Text, UniqueConstraint, text
 
+from mainspring.core.leases import lease_columns
 from mainspring.store.schema import BigId, Json, Millis, metadata
 
 # One row per queue: its settings, read by every server at each lease, and the current rate window.
@@ -43,18 +44,37 @@ interactions = Table(
     Column("state", String(16), nullable=False),
     Column("next_processing", Millis, nullable=True),
     Column("attempts", Integer, nullable=False, server_default=text("0")),
-    Column("lease_token", String(64), nullable=True),
-    Column("lease_expires_at", Millis, nullable=True),
+    *lease_columns(),
     Column("leased_at", Millis, nullable=True),
     Column("worker", String(400), nullable=True),
     Column("wake", Boolean, nullable=False, server_default=text("false")),
     Column("created_at", Millis, nullable=False),
     Column("updated_at", Millis, nullable=False),
     Column("finished_at", Millis, nullable=True),
+    Column("error_detail", Json, nullable=True),
+    Column("trace_parent", String(55), nullable=True),
     UniqueConstraint("queue", "message_id", name="uq_interactions_queue_message_id"),
     Index("ix_interactions_due", "queue", "next_processing", "id", postgresql_where=text("state = 'queued'"), sqlite_where=text("state = 'queued'")),
     Index("ix_interactions_leased", "queue", "lease_expires_at", postgresql_where=text("state = 'processing'"), sqlite_where=text("state = 'processing'")),
     Index("ix_interactions_children", "parent_id", "name", "id"),
     Index("ix_interactions_queue_id", "queue", "id"),
     Index("ix_interactions_finished", "queue", "finished_at", postgresql_where=text("finished_at IS NOT NULL"), sqlite_where=text("finished_at IS NOT NULL")),
+)
+
+# Cron-style schedules: each tick creates one interaction in ``queue`` (message_id ``periodic:<name>:<tick>``,
+# so a tick is created once whichever server fires it). ``next_tick`` is the first tick not yet created.
+interaction_schedules = Table(
+    "interaction_schedules",
+    metadata,
+    Column("name", String(128), primary_key=True),
+    Column("cron", String(200), nullable=False),
+    Column("timezone", String(64), nullable=False),
+    Column("queue", String(128), nullable=False),
+    Column("data", Json, nullable=True),
+    Column("catch_up_ms", Millis, nullable=False),
+    Column("next_tick", Millis, nullable=False),
+    Column("source", String(16), nullable=False),
+    Column("created_at", Millis, nullable=False),
+    Column("updated_at", Millis, nullable=False),
+    Index("ix_interaction_schedules_next_tick", "next_tick"),
 )

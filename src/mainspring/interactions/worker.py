@@ -28,18 +28,18 @@ import logging
 import os
 import socket
 import time
+import traceback
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import select
-
+from mainspring.core import tracing
+from mainspring.core.logs import bind
 from mainspring.core.runtime import log_failure
-from mainspring.interactions import leasing, outcomes, service
+from mainspring.interactions import data, leasing, outcomes, service
 from mainspring.interactions.models import Interaction
 from mainspring.interactions.service import finished_channel, queue_channel
 from mainspring.interactions.settings import InteractionsSettings
-from mainspring.interactions.tables import interactions as items
 from mainspring.store import Store
 
 log = logging.getLogger("mainspring.interactions.worker")
@@ -124,6 +124,21 @@ class HandlerContext:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
 
+TRACEBACK_CHARS = 16_000
+
+
+def error_detail(exc: BaseException) -> dict[str, Any]:
+    """What a handler raised, as stored with the item: the type, the message and the traceback (its end,
+    where the error is, when it is longer than ``TRACEBACK_CHARS``)."""
+    lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    text = "".join(lines)
+    if len(text) > TRACEBACK_CHARS:
+        text = "…" + text[-TRACEBACK_CHARS:]
+    module = type(exc).__module__
+    name = type(exc).__qualname__ if module == "builtins" else f"{module}.{type(exc).__qualname__}"
+    return {"type": name, "message": str(exc)[:2000], "traceback": text}
+
+
 def _wants_context(target: Any) -> bool:
     try:
         return len(inspect.signature(target).parameters) >= 2
@@ -188,8 +203,8 @@ class QueueRunner:
                 self._timeout_ms = leased.processing_timeout_ms
             if leased.lease_ms:
                 self._lease_ms = leased.lease_ms
-            for data in leased.items:
-                self._start(Interaction.model_validate(data))
+            for taken in leased.items:
+                self._start(Interaction.model_validate(taken))
             busy = len(leased.items) == min(free, self.options.batch)
             if busy:
                 continue
@@ -227,13 +242,13 @@ class QueueRunner:
 
     async def _process(self, entry: _InFlight) -> None:
         item_id = int(entry.item.id)
+        bind(queue=self.name, interaction_id=entry.item.id)  # this task's log lines
         try:
             timeout_ms = self._timeout_ms
             try:
-                if timeout_ms:
-                    value = await asyncio.wait_for(self._call(entry.item), timeout_ms / 1000)
-                else:
-                    value = await self._call(entry.item)
+                with tracing.span(f"interaction {self.name}", links_to=entry.item.trace_parent, queue=self.name, interaction_id=entry.item.id):
+                    async with asyncio.timeout(timeout_ms / 1000 if timeout_ms else None):
+                        value = await self._call(entry.item)
                 outcome = outcomes.as_outcome(value)
             except TimeoutError:
                 outcome = outcomes.Retry(f"processing timed out after {timeout_ms} ms")
@@ -241,8 +256,8 @@ class QueueRunner:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                outcome = outcomes.Retry(f"{type(exc).__name__}: {exc}"[:10_000])
-                log.warning("handler of %s #%s raised %r; it will be retried", self.name, item_id, exc)
+                outcome = outcomes.Retry(f"{type(exc).__name__}: {exc}"[:10_000], error_detail(exc))
+                log.warning("handler of %s #%s raised %r (attempt %d)", self.name, item_id, exc, entry.item.attempts)
             entry.releasing = True
             release = _Release(item_id, entry.token, outcome)
             self._releases.put_nowait(release)
@@ -310,8 +325,8 @@ class QueueRunner:
         if not checking:
             return set()
         async with self.store.read() as conn:
-            rows = (await conn.execute(select(items.c.id, items.c.state, items.c.lease_token).where(items.c.id.in_(list(checking))))).all()
-        return {r.id for r in rows if r.state == "processing" and r.lease_token == checking[r.id]}
+            found = await data.held_leases(conn, checking)
+        return {i for i, (state, token) in found.items() if state == "processing" and token == checking[i]}
 
     def _cancel_lost(self, held: set[int], checked: set[int] | None = None) -> None:
         for item_id in checked if checked is not None else list(self.inflight):

@@ -1,0 +1,656 @@
+"""Every statement of the interactions face, answering typed records.
+
+A create is the hot path of the whole face: on PostgreSQL one statement inserts the items and their
+``interaction.created`` events together (a data-modifying CTE over ``unnest`` arrays, the same text for any
+number of items); on SQLite, which has no round trips to save, one insert per item and one for the events.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import ColumnElement, and_, bindparam, case, func, or_, select, text
+
+from mainspring.core import data as core_data
+from mainspring.core import leases, outbox
+from mainspring.core.outbox import SEQUENCER_CHANNEL
+from mainspring.interactions.tables import interaction_queues as queues
+from mainspring.interactions.tables import interaction_schedules as schedules
+from mainspring.interactions.tables import interactions as items
+from mainspring.store import Store, Transaction, format_time
+from mainspring.store.dialect import Executor
+
+ACTIVE = ("queued", "processing")
+FINISHED = ("completed", "failed", "cancelled")
+
+
+@dataclass(frozen=True, slots=True)
+class InteractionRow:
+    """An interaction as stored (``state`` queued | processing | completed | failed | cancelled)."""
+
+    id: int
+    queue: str
+    parent_id: int | None
+    name: str | None
+    message_id: str | None
+    channel: str | None
+    user: str | None
+    source: str | None
+    data: Any
+    result: Any
+    error: str | None
+    state: str
+    next_processing: int | None
+    attempts: int
+    lease_token: str | None
+    lease_expires_at: int | None
+    leased_at: int | None
+    worker: str | None
+    wake: bool
+    created_at: int
+    updated_at: int
+    finished_at: int | None
+    error_detail: dict[str, Any] | None
+    trace_parent: str | None
+
+    def status(self, now: int) -> str:
+        """The API's status: ``queued`` is split by ``next_processing`` into scheduled, ready and waiting."""
+        if self.state != "queued":
+            return self.state
+        if self.next_processing is None:
+            return "waiting"
+        return "scheduled" if self.next_processing > now else "ready"
+
+    def held_by(self, token: str, now: int) -> bool:
+        return self.state == "processing" and leases.is_held(self.lease_token, self.lease_expires_at, token, now)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRow:
+    name: str
+    rate_limit_count: int | None
+    rate_limit_per_ms: int | None
+    concurrency: int | None
+    lease_ms: int
+    error_delay_ms: int
+    max_attempts: int
+    processing_timeout_ms: int | None
+    retention_ms: int | None
+    window_start: int
+    window_count: int
+    created_at: int
+    updated_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class NewInteraction:
+    """What a create stores (``due_at`` None: due now; a completed one is never due)."""
+
+    queue: str
+    data: Any = None
+    parent_id: int | None = None
+    name: str | None = None
+    message_id: str | None = None
+    channel: str | None = None
+    user: str | None = None
+    source: str | None = None
+    due_at: int | None = None
+    completed: bool = False
+    result: Any = None
+    trace_parent: str | None = None
+    """The W3C traceparent of the request that created it (tracing on)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleRow:
+    name: str
+    cron: str
+    timezone: str
+    queue: str
+    data: Any
+    catch_up_ms: int
+    next_tick: int
+    source: str
+    created_at: int
+    updated_at: int
+
+
+assert [f.name for f in dataclasses.fields(ScheduleRow)] == [c.name for c in schedules.c], "ScheduleRow drifted from the table"
+assert [f.name for f in dataclasses.fields(InteractionRow)] == [c.name for c in items.c], "InteractionRow drifted from the table"
+assert [f.name for f in dataclasses.fields(QueueRow)] == [c.name for c in queues.c], "QueueRow drifted from the table"
+
+
+def _item(row: Any) -> InteractionRow:
+    return InteractionRow(*row)
+
+
+def _queue(row: Any) -> QueueRow:
+    return QueueRow(*row)
+
+
+# --- queues ---------------------------------------------------------------------------------------------
+
+QUEUE_SETTINGS = ("rate_limit_count", "rate_limit_per_ms", "concurrency", "lease_ms", "error_delay_ms", "max_attempts",
+                  "processing_timeout_ms", "retention_ms")
+
+
+async def ensure_queue(tx: Transaction, name: str, defaults: dict[str, Any]) -> None:
+    """Create queue ``name`` with ``defaults`` unless it exists (remembered per store: rows are never deleted)."""
+    known: set[str] = tx.store.extras.setdefault("interactions:queues", set())
+    if name in known:
+        return
+    now = tx.store.now_ms()
+    stmt = tx.store.dialect.insert(queues).values(name=name, created_at=now, updated_at=now, **defaults)
+    await tx.execute(stmt.on_conflict_do_nothing(index_elements=["name"]))
+    tx.after_commit(lambda: known.add(name))
+
+
+async def put_queue(tx: Transaction, name: str, settings: dict[str, Any]) -> None:
+    now = tx.store.now_ms()
+    stmt = tx.store.dialect.insert(queues).values(name=name, created_at=now, updated_at=now, **settings)
+    await tx.execute(stmt.on_conflict_do_update(index_elements=["name"], set_={**settings, "updated_at": now}))
+    known: set[str] = tx.store.extras.setdefault("interactions:queues", set())
+    tx.after_commit(lambda: known.add(name))
+
+
+_QUEUE = select(queues).where(queues.c.name == bindparam("name"))
+
+
+async def get_queue(conn: Executor, name: str) -> QueueRow | None:
+    row = (await conn.execute(_QUEUE, {"name": name})).first()
+    return None if row is None else _queue(row)
+
+
+async def lock_queue(tx: Transaction, name: str, *, shared: bool = False) -> QueueRow:
+    """The queue's row, locked until commit: exclusively (leases that count limits, expiry, settings are
+    serialized on every server), or ``shared`` (leases without limits run side by side, but not beside
+    an exclusive holder)."""
+    statement = tx.store.dialect.for_share(_QUEUE) if shared else tx.store.dialect.for_update(_QUEUE)
+    return _queue((await tx.execute(statement, {"name": name})).one())
+
+
+async def queues_by_name(conn: Executor, names: Iterable[str]) -> dict[str, QueueRow]:
+    rows = (await conn.execute(select(queues).where(queues.c.name.in_(sorted(set(names)))))).all()
+    return {r.name: _queue(r) for r in rows}
+
+
+async def set_rate_window(tx: Executor, name: str, start: int, count: int) -> None:
+    await tx.execute(queues.update().where(queues.c.name == name).values(window_start=start, window_count=count))
+
+
+async def queue_names(conn: Executor) -> list[str]:
+    """Every queue that has a row or an item."""
+    named = set((await conn.execute(select(queues.c.name))).scalars())
+    named |= set((await conn.execute(select(items.c.queue).distinct())).scalars())
+    return sorted(named)
+
+
+def _status_expression(now: int) -> ColumnElement[str]:
+    return case(
+        (items.c.state != "queued", items.c.state),
+        (items.c.next_processing.is_(None), "waiting"),
+        (items.c.next_processing > now, "scheduled"),
+        else_="ready",
+    )
+
+
+async def count_by_status(conn: Executor, now: int, queue: str | None = None) -> dict[str, int]:
+    status = _status_expression(now)
+    query = select(status, func.count()).group_by(status)
+    if queue is not None:
+        query = query.where(items.c.queue == queue)
+    return {str(s): int(n) for s, n in (await conn.execute(query)).all()}
+
+
+async def count_by_queue_and_status(conn: Executor, now: int) -> list[tuple[str, str, int]]:
+    status = _status_expression(now)
+    query = select(items.c.queue, status, func.count()).group_by(items.c.queue, status)
+    return [(str(q), str(s), int(n)) for q, s, n in (await conn.execute(query)).all()]
+
+
+async def oldest_ready(conn: Executor, now: int) -> dict[str, int]:
+    """Per queue, since when its oldest ready item has been due (epoch ms)."""
+    query = (
+        select(items.c.queue, func.min(items.c.next_processing))
+        .where(items.c.state == "queued", items.c.next_processing <= now)
+        .group_by(items.c.queue)
+    )
+    return {str(q): int(t) for q, t in (await conn.execute(query)).all()}
+
+
+async def queues_with_retention(conn: Executor) -> list[tuple[str, int]]:
+    rows = (await conn.execute(select(queues.c.name, queues.c.retention_ms).where(queues.c.retention_ms.is_not(None)))).all()
+    return [(r.name, int(r.retention_ms)) for r in rows]
+
+
+# --- create ---------------------------------------------------------------------------------------------
+
+_UNNEST_COLUMNS = (
+    ("queue", "text"),
+    ("parent_id", "bigint"),
+    ("name", "text"),
+    ("message_id", "text"),
+    ("channel", "text"),
+    ("user", "text"),
+    ("source", "text"),
+    ("data", "jsonb"),
+    ("state", "text"),
+    ("next_processing", "bigint"),
+    ("created_at", "bigint"),
+    ("updated_at", "bigint"),
+    ("trace_parent", "text"),
+)
+
+# The items and their events in one statement. Events are inserted in id order, so the sequencer numbers
+# them in the order the items were created; a message_id already used in the queue inserts nothing.
+_CREATE_WITH_EVENTS = text(
+    "WITH ins AS (INSERT INTO interactions ("
+    + ", ".join(f'"{c}"' for c, _ in _UNNEST_COLUMNS)
+    + ", attempts) SELECT *, 0 FROM unnest("
+    + ", ".join(f"CAST(:{c} AS {t}[])" for c, t in _UNNEST_COLUMNS)
+    + ") ON CONFLICT (queue, message_id) DO NOTHING RETURNING *), "
+    "ev AS (INSERT INTO events (type, at, subject_kind, subject_id, data) "
+    "SELECT 'interaction.created', ins.created_at, 'interaction', ins.id::text, jsonb_build_object("
+    "'queue', ins.queue, "
+    "'status', CASE WHEN ins.next_processing > :now THEN 'scheduled' ELSE 'ready' END, "
+    "'next_processing', " + core_data.RFC3339_SQL.format(ms="ins.next_processing") + ") "
+    "FROM ins ORDER BY ins.id) "
+    "SELECT * FROM ins ORDER BY id"
+).columns(*items.c)
+
+_INSERT_ONE = items.insert().returning(*items.c)
+_INSERT_KEYED: dict[str, Any] = {}
+"""Per engine (ON CONFLICT is engine syntax): an insert that does nothing when the message_id is used."""
+_BY_MESSAGE_ID = select(items).where(items.c.queue == bindparam("queue"), items.c.message_id == bindparam("message_id"))
+
+
+def _values(new: NewInteraction, now: int) -> dict[str, Any]:
+    return {
+        "queue": new.queue,
+        "parent_id": new.parent_id,
+        "name": new.name,
+        "message_id": new.message_id,
+        "channel": new.channel,
+        "user": new.user,
+        "source": new.source,
+        "data": new.data,
+        "result": new.result if new.completed else None,
+        "error": None,
+        "state": "completed" if new.completed else "queued",
+        "next_processing": None if new.completed else (now if new.due_at is None else new.due_at),
+        "attempts": 0,
+        "created_at": now,
+        "updated_at": now,
+        "finished_at": now if new.completed else None,
+        "trace_parent": new.trace_parent,
+    }
+
+
+async def insert_queued_with_events(tx: Transaction, batch: Sequence[NewInteraction], now: int) -> list[InteractionRow | None]:
+    """Insert not-completed interactions with their ``interaction.created`` events; answers, per item, the
+    new row, or None where its ``message_id`` was already used in its queue."""
+    if not tx.store.is_postgres:
+        inserted = [await _insert_one(tx, _values(new, now)) for new in batch]
+        await outbox.emit_many(tx, [created_event(row, now) for row in inserted if row is not None])
+        return inserted
+    values = [_values(new, now) for new in batch]
+    params: dict[str, Any] = {c: [v[c] for v in values] for c, _ in _UNNEST_COLUMNS}
+    params["data"] = [None if d is None else json.dumps(d) for d in params["data"]]
+    params["now"] = now
+    rows = [_item(r) for r in (await tx.execute(_CREATE_WITH_EVENTS, params)).all()]
+    if rows:
+        tx.notify(SEQUENCER_CHANNEL)
+    # Rows come in array order minus the skipped ones, so a skipped item is one whose message_id is not next.
+    answers: list[InteractionRow | None] = []
+    pending = iter(rows)
+    upcoming = next(pending, None)
+    for new in batch:
+        if upcoming is not None and (new.message_id is None or upcoming.message_id == new.message_id):
+            answers.append(upcoming)
+            upcoming = next(pending, None)
+        else:
+            answers.append(None)
+    return answers
+
+
+def created_event(row: InteractionRow, now: int) -> outbox.Event:
+    return outbox.Event(
+        "interaction.created", "interaction", str(row.id),
+        {"queue": row.queue, "status": row.status(now), "next_processing": format_time(row.next_processing)},
+    )
+
+
+async def _insert_one(tx: Transaction, values: dict[str, Any]) -> InteractionRow | None:
+    if values["message_id"] is None:
+        return _item((await tx.execute(_INSERT_ONE, values)).one())
+    # The unique (queue, message_id) constraint decides between racing creators, on any server.
+    stmt = _INSERT_KEYED.get(tx.store.dialect.name)
+    if stmt is None:
+        stmt = _INSERT_KEYED[tx.store.dialect.name] = (
+            tx.store.dialect.insert(items).on_conflict_do_nothing(index_elements=["queue", "message_id"]).returning(*items.c)
+        )
+    row = (await tx.execute(stmt, values)).first()
+    return None if row is None else _item(row)
+
+
+async def insert_one(tx: Transaction, new: NewInteraction, now: int) -> InteractionRow | None:
+    """Insert one interaction (any kind, completed too) without events; None when its message_id was used."""
+    return await _insert_one(tx, _values(new, now))
+
+
+async def by_message_id(conn: Executor, queue: str, message_id: str) -> InteractionRow | None:
+    row = (await conn.execute(_BY_MESSAGE_ID, {"queue": queue, "message_id": message_id})).first()
+    return None if row is None else _item(row)
+
+
+async def existing_ids(conn: Transaction, ids: Iterable[int]) -> set[int]:
+    wanted = sorted(set(ids))
+    if not wanted:
+        return set()
+    return set((await conn.execute(select(items.c.id).where(conn.store.dialect.any_of(items.c.id, wanted)))).scalars())
+
+
+# --- one item -------------------------------------------------------------------------------------------
+
+_BY_ID = select(items).where(items.c.id == bindparam("id"))
+
+
+async def get(conn: Executor, item_id: int) -> InteractionRow | None:
+    row = (await conn.execute(_BY_ID, {"id": item_id})).first()
+    return None if row is None else _item(row)
+
+
+async def lock(tx: Transaction, item_id: int) -> InteractionRow | None:
+    """The item, its row locked until commit."""
+    row = (await tx.execute(tx.store.dialect.for_update(_BY_ID), {"id": item_id})).first()
+    return None if row is None else _item(row)
+
+
+async def lock_many(tx: Transaction, ids: Iterable[int]) -> dict[int, InteractionRow]:
+    wanted = sorted(set(ids))
+    if not wanted:
+        return {}
+    rows = (await tx.execute(tx.store.dialect.for_update(select(items).where(tx.store.dialect.any_of(items.c.id, wanted))))).all()
+    return {r.id: _item(r) for r in rows}
+
+
+async def update(tx: Executor, item_id: int, **values: Any) -> InteractionRow:
+    """Change one item; answers it as changed."""
+    return _item((await tx.execute(items.update().where(items.c.id == item_id).values(**values).returning(*items.c))).one())
+
+
+async def update_many(tx: Transaction, ids: Sequence[int], **values: Any) -> None:
+    if ids:
+        await tx.execute(items.update().where(tx.store.dialect.any_of(items.c.id, ids)).values(**values))
+
+
+async def complete_with_results(tx: Executor, results: Sequence[tuple[int, Any]], **values: Any) -> None:
+    """Complete items, each with its own result, in one executemany."""
+    if not results:
+        return
+    stmt = (
+        items.update()
+        .where(items.c.id == bindparam("b_id"))
+        .values(state="completed", result=bindparam("b_result", type_=items.c.result.type), **values)
+    )
+    await tx.execute(stmt, [{"b_id": i, "b_result": r} for i, r in results])
+
+
+async def extend_leases(tx: Executor, leases: Sequence[tuple[int, str, int]]) -> None:
+    """Set the expiry of each (id, token, expires) lease still held with that token."""
+    if not leases:
+        return
+    stmt = (
+        items.update()
+        .where(items.c.id == bindparam("b_id"), items.c.lease_token == bindparam("b_token"))
+        .values(lease_expires_at=bindparam("b_expires"))
+    )
+    await tx.execute(stmt, [{"b_id": i, "b_token": t, "b_expires": e} for i, t, e in leases])
+
+
+async def held_leases(conn: Executor, ids: Iterable[int]) -> dict[int, tuple[str, str | None]]:
+    """(state, lease token) of each item in ``ids``."""
+    wanted = sorted(set(ids))
+    if not wanted:
+        return {}
+    rows = (await conn.execute(select(items.c.id, items.c.state, items.c.lease_token).where(items.c.id.in_(wanted)))).all()
+    return {r.id: (r.state, r.lease_token) for r in rows}
+
+
+# --- parents and children -------------------------------------------------------------------------------
+
+
+async def lock_active(tx: Transaction, ids: Iterable[int]) -> list[InteractionRow]:
+    wanted = sorted(set(ids))
+    if not wanted:
+        return []
+    query = select(items).where(tx.store.dialect.any_of(items.c.id, wanted), items.c.state.in_(ACTIVE))
+    return [_item(r) for r in (await tx.execute(tx.store.dialect.for_update(query))).all()]
+
+
+async def lock_active_children(tx: Transaction, parent_ids: Sequence[int]) -> list[InteractionRow]:
+    query = select(items).where(tx.store.dialect.any_of(items.c.parent_id, parent_ids), items.c.state.in_(ACTIVE))
+    return [_item(r) for r in (await tx.execute(tx.store.dialect.for_update(query))).all()]
+
+
+async def children(
+    conn: Executor, parent_id: int, name: str | None, limit: int, after: tuple[int, int] | None
+) -> list[InteractionRow]:
+    """Children oldest first; ``after`` is the (created_at, id) keyset position to continue after."""
+    query = select(items).where(items.c.parent_id == parent_id)
+    if name is not None:
+        query = query.where(items.c.name == name)
+    if after is not None:
+        created, last = after
+        query = query.where(or_(items.c.created_at > created, and_(items.c.created_at == created, items.c.id > last)))
+    query = query.order_by(items.c.created_at, items.c.id).limit(limit)
+    return [_item(r) for r in (await conn.execute(query)).all()]
+
+
+async def latest_child(conn: Executor, parent_id: int, name: str | None) -> InteractionRow | None:
+    query = select(items).where(items.c.parent_id == parent_id)
+    if name is not None:
+        query = query.where(items.c.name == name)
+    row = (await conn.execute(query.order_by(items.c.created_at.desc(), items.c.id.desc()).limit(1))).first()
+    return None if row is None else _item(row)
+
+
+# --- lists ----------------------------------------------------------------------------------------------
+
+
+def status_filter(status: str, now: int) -> ColumnElement[bool]:
+    if status == "waiting":
+        return and_(items.c.state == "queued", items.c.next_processing.is_(None))
+    if status == "scheduled":
+        return and_(items.c.state == "queued", items.c.next_processing > now)
+    if status == "ready":
+        return and_(items.c.state == "queued", items.c.next_processing <= now)
+    return items.c.state == status
+
+
+async def list_items(
+    conn: Executor, now: int, *, queue: str | None, filters: dict[str, Any], statuses: Sequence[str], limit: int,
+    after_id: int | None, newest_first: bool = False,
+) -> list[InteractionRow]:
+    """Items filtered by exact field values and statuses, keyset-paged by id."""
+    query = select(items)
+    if queue is not None:
+        query = query.where(items.c.queue == queue)
+    for key, value in filters.items():
+        if value is not None:
+            query = query.where(items.c[key] == value)
+    if statuses:
+        query = query.where(or_(*(status_filter(s, now) for s in statuses)))
+    if after_id is not None:
+        query = query.where(items.c.id < after_id if newest_first else items.c.id > after_id)
+    query = query.order_by(items.c.id.desc() if newest_first else items.c.id).limit(limit)
+    return [_item(r) for r in (await conn.execute(query)).all()]
+
+
+async def ancestors(conn: Executor, parent_id: int | None, depth: int) -> list[InteractionRow]:
+    """The chain of parents from ``parent_id`` up, nearest first (at most ``depth``)."""
+    found: list[InteractionRow] = []
+    while parent_id is not None and len(found) < depth:
+        row = await get(conn, parent_id)
+        if row is None:
+            break
+        found.append(row)
+        parent_id = row.parent_id
+    return found
+
+
+# --- leases ---------------------------------------------------------------------------------------------
+
+
+async def expired_leases(tx: Transaction, queue: str, now: int) -> list[InteractionRow]:
+    query = select(items).where(items.c.queue == queue, items.c.state == "processing", items.c.lease_expires_at <= now)
+    return [_item(r) for r in (await tx.execute(tx.store.dialect.skip_locked(query))).all()]
+
+
+async def count_processing(tx: Executor, queue: str) -> int:
+    return int((await tx.execute(select(func.count()).select_from(items).where(items.c.queue == queue, items.c.state == "processing"))).scalar_one())
+
+
+# PostgreSQL: the lease and its ``interaction.changed`` events in one statement.
+_TAKE_DUE_WITH_EVENTS = text(
+    "WITH taken AS (UPDATE interactions SET state = 'processing', lease_token = :token, lease_expires_at = :expires, "
+    "leased_at = :now, worker = :worker, wake = false, attempts = attempts + 1, updated_at = :now "
+    "WHERE id IN (SELECT id FROM interactions WHERE queue = :queue AND state = 'queued' AND next_processing <= :now "
+    "ORDER BY next_processing, id LIMIT :room FOR UPDATE SKIP LOCKED) RETURNING *), "
+    "ev AS (INSERT INTO events (type, at, subject_kind, subject_id, data) "
+    "SELECT 'interaction.changed', :now, 'interaction', taken.id::text, "
+    "jsonb_build_object('queue', taken.queue, 'status', 'processing', 'worker', CAST(:worker AS text)) "
+    "FROM taken ORDER BY taken.next_processing, taken.id) "
+    "SELECT * FROM taken"
+).columns(*items.c)
+
+
+async def take_due_with_events(tx: Transaction, queue: str, now: int, room: int, token: str, expires: int, worker: str) -> list[InteractionRow]:
+    """Lease up to ``room`` due items (skipping rows other transactions hold), oldest due first, with their
+    ``interaction.changed`` events."""
+    if tx.store.is_postgres:
+        params = {"queue": queue, "now": now, "room": room, "token": token, "expires": expires, "worker": worker}
+        rows = [_item(r) for r in (await tx.execute(_TAKE_DUE_WITH_EVENTS, params)).all()]
+        rows.sort(key=lambda r: (r.next_processing or 0, r.id))
+        if rows:
+            tx.notify(SEQUENCER_CHANNEL)
+        return rows
+    rows = await take_due(tx, queue, now, room, token, expires, worker)
+    await outbox.emit_many(tx, [
+        outbox.Event("interaction.changed", "interaction", str(r.id), {"queue": queue, "status": "processing", "worker": worker}) for r in rows
+    ])
+    return rows
+
+
+async def take_due(tx: Transaction, queue: str, now: int, room: int, token: str, expires: int, worker: str) -> list[InteractionRow]:
+    """Lease up to ``room`` due items (skipping rows other transactions hold) in one statement, oldest due
+    first."""
+    due = (
+        select(items.c.id)
+        .where(items.c.queue == queue, items.c.state == "queued", items.c.next_processing <= now)
+        .order_by(items.c.next_processing, items.c.id)
+        .limit(room)
+    )
+    taking = (
+        items.update()
+        .where(items.c.id.in_(tx.store.dialect.skip_locked(due).scalar_subquery()))
+        .values(
+            state="processing", lease_token=token, lease_expires_at=expires, leased_at=now, worker=worker, wake=False,
+            attempts=items.c.attempts + 1, updated_at=now,
+        )
+        .returning(*items.c)
+    )
+    rows = [_item(r) for r in (await tx.execute(taking)).all()]
+    rows.sort(key=lambda r: (r.next_processing or 0, r.id))
+    return rows
+
+
+_NEXT_DUE_AND_EXPIRY = select(
+    select(func.min(items.c.next_processing)).where(items.c.queue == bindparam("queue"), items.c.state == "queued").scalar_subquery(),
+    select(func.min(items.c.lease_expires_at)).where(items.c.queue == bindparam("queue"), items.c.state == "processing").scalar_subquery(),
+)
+
+
+async def next_due_and_expiry(tx: Executor, queue: str) -> tuple[int | None, int | None]:
+    """The earliest due time of ``queue``'s waiting items and the earliest expiry of its leases (one statement)."""
+    due, expiry = (await tx.execute(_NEXT_DUE_AND_EXPIRY, {"queue": queue})).one()
+    return due, expiry
+
+
+async def queues_with_expired_leases(conn: Executor, now: int) -> list[str]:
+    query = select(items.c.queue).where(items.c.state == "processing", items.c.lease_expires_at <= now).distinct()
+    return list((await conn.execute(query)).scalars())
+
+
+async def earliest_lease_expiry(conn: Executor) -> int | None:
+    value = (await conn.execute(select(func.min(items.c.lease_expires_at)).where(items.c.state == "processing"))).scalar_one()
+    return None if value is None else int(value)
+
+
+async def mean_latency_by_bucket(conn: Executor, since: int, until: int, bucket_ms: int) -> dict[int, float]:
+    """Mean time from created to finished (ms) of the items that finished in each ``bucket_ms`` after ``since``."""
+    bucket = ((items.c.finished_at - since) // bucket_ms).label("bucket")
+    query = (
+        select(bucket, func.avg(items.c.finished_at - items.c.created_at))
+        .where(items.c.finished_at.is_not(None), items.c.finished_at > since, items.c.finished_at <= until)
+        .group_by(bucket)
+    )
+    return {int(index): float(mean or 0) for index, mean in (await conn.execute(query)).all()}
+
+
+# --- retention ------------------------------------------------------------------------------------------
+
+
+async def delete_finished_before(tx: Executor, queue: str, before: int, batch: int) -> int:
+    ids = select(items.c.id).where(items.c.queue == queue, items.c.finished_at.is_not(None), items.c.finished_at < before).limit(batch)
+    return (await tx.execute(items.delete().where(items.c.id.in_(ids.scalar_subquery())))).rowcount or 0
+
+
+# --- schedules (periodic work) --------------------------------------------------------------------------
+
+SCHEDULE_FIELDS = ("cron", "timezone", "queue", "data", "catch_up_ms", "next_tick", "source")
+
+
+async def put_schedule(tx: Transaction, row: ScheduleRow) -> None:
+    """Create or replace a schedule (its ``created_at`` stays)."""
+    values = {k: getattr(row, k) for k in SCHEDULE_FIELDS}
+    stmt = tx.store.dialect.insert(schedules).values(name=row.name, created_at=row.created_at, updated_at=row.updated_at, **values)
+    await tx.execute(stmt.on_conflict_do_update(index_elements=["name"], set_={**values, "updated_at": row.updated_at}))
+
+
+_SCHEDULE = select(schedules).where(schedules.c.name == bindparam("name"))
+
+
+async def get_schedule(conn: Executor, name: str) -> ScheduleRow | None:
+    row = (await conn.execute(_SCHEDULE, {"name": name})).first()
+    return None if row is None else ScheduleRow(*row)
+
+
+async def list_schedules(conn: Executor) -> list[ScheduleRow]:
+    return [ScheduleRow(*r) for r in (await conn.execute(select(schedules).order_by(schedules.c.name))).all()]
+
+
+async def delete_schedule(tx: Executor, name: str) -> bool:
+    return bool((await tx.execute(schedules.delete().where(schedules.c.name == name))).rowcount)
+
+
+async def take_due_schedules(tx: Transaction, now: int) -> list[ScheduleRow]:
+    """Schedules with a tick due, locked (SKIP LOCKED: each is fired by one server at a time)."""
+    query = select(schedules).where(schedules.c.next_tick <= now).order_by(schedules.c.next_tick)
+    return [ScheduleRow(*r) for r in (await tx.execute(tx.store.dialect.skip_locked(query))).all()]
+
+
+async def set_next_tick(tx: Executor, name: str, next_tick: int) -> None:
+    await tx.execute(schedules.update().where(schedules.c.name == name).values(next_tick=next_tick))
+
+
+async def earliest_tick(conn: Executor) -> int | None:
+    value = (await conn.execute(select(func.min(schedules.c.next_tick)))).scalar()
+    return None if value is None else int(value)
+
+
+__all__ = ["FINISHED", "InteractionRow", "NewInteraction", "QueueRow", "Store"]

@@ -1,0 +1,31 @@
+"""Prometheus metrics of the interactions face (see ``core.metrics``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import Counter, Gauge
+
+from mainspring.core.metrics import set_all
+from mainspring.interactions import data
+
+ITEMS = Gauge("mainspring_interactions", "Interactions by queue and status", ["queue", "status"])
+OLDEST_READY = Gauge("mainspring_interactions_oldest_ready_seconds", "How long the oldest ready item of a queue has waited", ["queue"])
+PROCESSED = Counter(
+    "mainspring_interactions_processed_total", "Leases ended, by outcome (completed, failed, retried, repeated, waited)", ["queue", "outcome"]
+)
+LEASE_EXPIRIES = Counter("mainspring_interactions_lease_expiries_total", "Leases that expired unreleased", ["queue"])
+RETRIED = Counter("mainspring_interactions_retried_total", "Failed or cancelled items run again on request", ["queue"])
+
+
+async def read_gauges(ctx: Any) -> None:
+    now = ctx.store.now_ms()
+    async with ctx.store.read() as conn:
+        counted = await data.count_by_queue_and_status(conn, now)
+        oldest = await data.oldest_ready(conn, now)
+    set_all(ITEMS, (((queue, status), n) for queue, status, n in counted))
+    set_all(OLDEST_READY, (((queue,), max(0.0, (now - since) / 1000)) for queue, since in oldest.items()))
+
+
+def outcome_name(outcome: Any) -> str:
+    return {"Complete": "completed", "Fail": "failed", "Retry": "retried", "Repeat": "repeated", "Wait": "waited"}[type(outcome).__name__]
