@@ -106,9 +106,9 @@ async def test_due_machines_read_as_one_batch_each_get_their_own_head_notificati
             assert (await client.post(f"/v1/namespaces/{ns}/machines", json={"id": machine_id, "args": events})).status_code == 201
         for ns, machine_id, args in (("orders", "a1", "first"), ("orders", "a1", "second"), ("brief", "b1", "only"), ("orders", "a2", "one")):
             assert (await client.post(f"/v1/namespaces/{ns}/machines/{machine_id}/notifications", json={"args": args})).status_code == 202
-        due = {d.row.id: d for d in await read_due(ctx, await lease_due_machines(ctx, 10))}
+        due = {d.machine.id: d for d in await read_due(ctx, await lease_due_machines(ctx, 10))}
     assert sorted(due) == ["a1", "a2", "b1"]
     assert due["a1"].head.args == "first"
-    assert [e["data"] for e in due["a1"].events] == [1, 2, 3]
-    assert due["a2"].head.args == "one" and [e["data"] for e in due["a2"].events] == ["x"]
-    assert due["b1"].head.args == "only" and [e["data"] for e in due["b1"].events] == ["q"]
+    assert [e.data for e in due["a1"].events] == [1, 2, 3]
+    assert due["a2"].head.args == "one" and [e.data for e in due["a2"].events] == ["x"]
+    assert due["b1"].head.args == "only" and [e.data for e in due["b1"].events] == ["q"]

@@ -1,8 +1,10 @@
 """Background work of the machines face: due timers and pending notifications, taken with leases.
 
-Any server takes due machines: it stamps them with a lease (token + expiry) so others leave them alone
-while it calls the processor. A server that dies mid-step simply lets the lease expire; the next server
-to look redoes the step. The version check in ``steps`` makes sure an answer is applied at most once.
+Any server takes due machines: it leases them (``core.leases``: a token and an expiry in the row) so others
+leave them alone while it calls the processor. A server that dies mid-step simply lets the lease expire; the
+next server to look redoes the step. The version guard in ``steps`` makes sure an answer is applied at most
+once. A leased batch is read with a few queries for the whole batch (namespaces, head notifications, whole
+histories), not a few per machine.
 """
 
 from __future__ import annotations
@@ -10,27 +12,24 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Any
-
-from sqlalchemy import case, func, or_, select
 
 from mainspring.core.leases import new_token
 from mainspring.core.runtime import Context, log_failure, run_loop
-from mainspring.machines.commit import committer
+from mainspring.machines import data
+from mainspring.machines.data import Applied, HistoryRow, MachineRow, NotificationRow
 from mainspring.machines.errors import NamespaceNotFound
 from mainspring.machines.namespaces import Namespace, find_namespace, processor_for
 from mainspring.machines.processor import ProcessorError
 from mainspring.machines.retry import next_delay_ms
 from mainspring.machines.steps import (
     CHANNEL,
+    applied_once,
+    apply_answer,
     fail_machine,
     journal,
     processor_view,
-    read_history,
-    refresh_notify_at,
     stepped_since,
 )
-from mainspring.machines.tables import machines, namespaces, notifications
 
 log = logging.getLogger("mainspring.machines")
 
@@ -38,112 +37,104 @@ INFLIGHT = "machines:inflight"
 INFLIGHT_COUNT = "machines:inflight-count"
 
 
-async def lease_due_machines(ctx: Context, limit: int) -> list[Any]:
-    """Lease up to ``limit`` working machines whose timer or head notification is due."""
-    store = ctx.store
+async def lease_due_machines(ctx: Context, limit: int) -> list[MachineRow]:
+    """Lease up to ``limit`` working machines whose timer or head notification is due (or soon due)."""
     now = ctx.now_ms()
     lookahead = ctx.settings.machines.timer_lookahead_ms
     margin = ctx.settings.machines.lease_margin_ms + lookahead
-    token = new_token()
-    async with store.transaction() as tx:
-        due = (
-            select(machines.c.uid, machines.c.namespace)
-            .where(machines.c.status == "working", machines.c.wake_at <= now + lookahead, or_(machines.c.lease_until.is_(None), machines.c.lease_until <= now))
-            .order_by(machines.c.wake_at)
-            .limit(limit)
-        )
-        rows = (await tx.execute(store.dialect.skip_locked(due))).all()
-        if not rows:
-            return []
-        names = {r.namespace for r in rows}
-        timeouts = dict((await tx.execute(select(namespaces.c.name, namespaces.c.timeout_ms).where(namespaces.c.name.in_(names)))).all())
-        default_timeout = 30_000
-        lease_until = case(
-            *((machines.c.namespace == name, now + timeout + margin) for name, timeout in timeouts.items()),
-            else_=now + default_timeout + margin,
-        ) if timeouts else now + default_timeout + margin
-        uids = [r.uid for r in rows]
-        await tx.execute(machines.update().where(machines.c.uid.in_(uids)).values(lease_token=token, lease_until=lease_until))
-        return list((await tx.execute(select(machines).where(machines.c.uid.in_(uids)))).all())
+    async with ctx.store.transaction() as tx:
+        return await data.lease_due(tx, now, now + lookahead, limit, new_token(), margin)
 
 
 async def next_wake(ctx: Context) -> int | None:
     """When a machine is next due (or its lease next runs out)."""
-    when = case((machines.c.lease_until > machines.c.wake_at, machines.c.lease_until), else_=machines.c.wake_at)
     async with ctx.store.read() as conn:
-        value = (await conn.execute(select(func.min(when)).where(machines.c.status == "working", machines.c.wake_at.is_not(None)))).scalar()
-    return int(value) if value is not None else None
+        return await data.next_wake(conn)
 
 
 @dataclass
 class Due:
     """A leased machine with what its step needs, read ahead of its due time."""
 
-    row: Any
+    machine: MachineRow
     namespace: Namespace | None
-    head: Any
-    events: list[dict[str, Any]]
+    head: NotificationRow | None
+    events: list[HistoryRow]
 
 
-async def read_due(ctx: Context, rows: list[Any]) -> list[Due]:
-    """Read namespace, head notification and history of every leased machine in one read transaction."""
+async def read_due(ctx: Context, leased: list[MachineRow]) -> list[Due]:
+    """Read namespace, head notification and history of every leased machine: a few queries for the batch.
+
+    The heads are read after the rows were leased, so a head may be newer than its row (a notification that
+    arrived since); it can never be older, because delivering a notification moves the version on, and the
+    step is applied only at the version leased."""
     found: dict[str, Namespace | None] = {}
-    prepared = []
     async with ctx.store.read() as conn:
-        for row in rows:
-            if row.namespace not in found:
-                try:
-                    found[row.namespace] = await find_namespace(conn, ctx, row.namespace)
-                except NamespaceNotFound:
-                    found[row.namespace] = None
-            ns = found[row.namespace]
-            if ns is None:
-                prepared.append(Due(row, None, None, []))
-                continue
-            head = (
-                await conn.execute(select(notifications).where(notifications.c.machine_uid == row.uid).order_by(notifications.c.seq).limit(1))
-            ).first()
-            prepared.append(Due(row, ns, head, await read_history(conn, row, ns.config.history)))
-    return prepared
+        for name in sorted({m.namespace for m in leased}):
+            try:
+                found[name] = await find_namespace(conn, ctx, name)
+            except NamespaceNotFound:
+                found[name] = None
+        live = [m for m in leased if found[m.namespace] is not None]
+        heads = await data.head_notifications(conn, [m.uid for m in live])
+        whole = [m for m in live if _whole(found[m.namespace])]
+        histories = await data.whole_histories(conn, whole)
+        for m in live:
+            if m.uid not in histories:
+                rng = found[m.namespace].config.history  # type: ignore[union-attr]
+                histories[m.uid] = await data.read_history(conn, m, rng.after, rng.limit, rng.direction == "backward")
+    return [Due(m, found[m.namespace], heads.get(m.uid), histories.get(m.uid, [])) for m in leased]
 
 
-async def run_due_step(ctx: Context, row: Any) -> None:
+def _whole(ns: Namespace | None) -> bool:
+    """Whether the namespace sends its processor the whole history (the default range)."""
+    if ns is None:
+        return False
+    rng = ns.config.history
+    return rng.after is None and rng.limit is None and rng.direction == "forward"
+
+
+async def run_due_step(ctx: Context, machine: MachineRow) -> None:
     """Fire the due timer or deliver the head notification of one leased machine."""
-    (due,) = await read_due(ctx, [row])
+    (due,) = await read_due(ctx, [machine])
     await fire(ctx, due)
 
 
 async def fire(ctx: Context, due: Due) -> None:
     """Wait for the due millisecond, ask the processor, and apply (group-committed) or record its failure."""
-    row, ns, head, events = due.row, due.namespace, due.head, due.events
+    machine, ns, head = due.machine, due.namespace, due.head
     if ns is None:
-        log.warning("machine %s/%s is due but its namespace is gone", row.namespace, row.id)
+        log.warning("machine %s/%s is due but its namespace is gone", machine.namespace, machine.id)
         return
-    await _until(ctx, row.wake_at)
-    if stepped_since(ctx, row):
+    await _until(ctx, machine.wake_at)
+    if stepped_since(ctx.extras, machine):
         # A Call on this server moved the machine on while the timer waited: read it again.
-        await _release(ctx, row)
+        await _release(ctx, machine)
         return
     now = ctx.now_ms()
-    timer_due = row.timer_at is not None and row.timer_at <= now
-    if timer_due and (head is None or head.due_at > now or row.timer_at <= head.due_at):
-        kind, args = "timeout", None
+    timer_due = machine.timer_at is not None and machine.timer_at <= now
+    if timer_due and (head is None or head.due_at > now or machine.timer_at <= head.due_at):  # type: ignore[operator]
+        kind, args, delivering = "timeout", None, None
     elif head is not None and head.due_at <= now:
-        kind, args = "notification", head.args
+        kind, args, delivering = "notification", head.args, head
     else:
-        await _release(ctx, row)
+        await _release(ctx, machine)
         return
     try:
-        answer = await processor_for(ctx, ns).process(kind, args, processor_view(row, events), ns.timeout_ms, ctx.now_ms())
+        answer = await processor_for(ctx, ns).process(kind, args, processor_view(machine, due.events), ns.timeout_ms, ctx.now_ms())
     except ProcessorError as error:
-        await _record_failure(ctx, ns, row, kind, head if kind == "notification" else None, error)
+        await _record_failure(ctx, ns, machine, kind, delivering, error)
         return
     except Exception as error:  # A namespace without a processor on this server: retry like a transient error.
-        await _record_failure(ctx, ns, row, kind, head if kind == "notification" else None, ProcessorError(str(error)))
+        await _record_failure(ctx, ns, machine, kind, delivering, ProcessorError(str(error)))
         return
-    applied = await committer(ctx.extras, ctx.store).apply(row, answer, consume_timer=kind == "timeout", delivered_notification=head.seq if kind == "notification" else None)
-    if not applied:
-        await _release(ctx, row)
+    delivered = delivering.seq if delivering is not None else None
+    applied = await applied_once(
+        ctx.store,
+        lambda tx, grouped: apply_answer(tx, machine, answer, grouped=grouped, consume_timer=kind == "timeout", delivered_notification=delivered),
+    )
+    if applied is not Applied.APPLIED:
+        await _release(ctx, machine)
 
 
 async def _until(ctx: Context, due: int | None) -> None:
@@ -155,43 +146,33 @@ async def _until(ctx: Context, due: int | None) -> None:
         await ctx.store.notifier.waiter("machines-clock").wait(remaining / 1000)
 
 
-async def _release(ctx: Context, row: Any) -> None:
+async def _release(ctx: Context, machine: MachineRow) -> None:
+    assert machine.lease_token is not None
     async with ctx.store.transaction() as tx:
-        await tx.execute(
-            machines.update().where(machines.c.uid == row.uid, machines.c.lease_token == row.lease_token).values(lease_token=None, lease_until=None)
-        )
+        await data.release(tx, machine.uid, machine.lease_token)
 
 
-async def _record_failure(ctx: Context, ns: Namespace, row: Any, kind: str, head: Any, error: ProcessorError) -> None:
+async def _record_failure(ctx: Context, ns: Namespace, machine: MachineRow, kind: str, head: NotificationRow | None, error: ProcessorError) -> None:
     """A transient error schedules a retry by the namespace's policy; a permanent or a spent one fails the machine."""
     now = ctx.now_ms()
-    if kind == "timeout":
-        attempts, since = row.retry_attempt + 1, row.retry_since or now
+    if head is None:
+        attempts, since = machine.retry_attempt + 1, machine.retry_since or now
     else:
         attempts, since = head.attempts + 1, head.first_failed_at or now
     delay = None if error.permanent else next_delay_ms(ns.retry, attempts, now - since)
     async with ctx.store.transaction() as tx:
         if delay is None:
-            await fail_machine(tx, row, kind, error, attempts)
+            await fail_machine(tx, machine, kind, error, attempts)
             return
-        guard = (machines.c.uid == row.uid, machines.c.version == row.version, machines.c.lease_token == row.lease_token)
-        if kind == "timeout":
-            retry_at = now + delay
-            result = await tx.execute(
-                machines.update().where(*guard).values(
-                    timer_at=retry_at, retry_attempt=attempts, retry_since=since, lease_token=None, lease_until=None,
-                    wake_at=case((machines.c.notify_at < retry_at, machines.c.notify_at), else_=retry_at),
-                )
-            )
+        if head is None:
+            kept = await data.retry_timer_later(tx, machine, now + delay, attempts, since)
         else:
-            result = await tx.execute(machines.update().where(*guard).values(lease_token=None, lease_until=None))
-            if result.rowcount:
-                await tx.execute(
-                    notifications.update().where(notifications.c.seq == head.seq).values(attempts=attempts, first_failed_at=since, due_at=now + delay)
-                )
-                await refresh_notify_at(tx, row.uid)
-        if result.rowcount:
-            await journal(tx, row.uid, kind, error.code, error.detail, permanent=False, attempt=attempts, outcome="retry")
+            kept = await data.release_at_version(tx, machine)
+            if kept:
+                await data.reschedule_notification(tx, head.seq, attempts, since, now + delay)
+                await data.refresh_notify_at(tx, machine.uid)
+        if kept:
+            await journal(tx, machine.uid, kind, error.code, error.detail, permanent=False, attempt=attempts, outcome="retry")
             tx.notify(CHANNEL)
 
 
@@ -201,31 +182,31 @@ async def take_due_timers(ctx: Context) -> int | None:
     counts: dict[str, int] = ctx.extras.setdefault(INFLIGHT_COUNT, {"rows": 0})
     free = ctx.settings.machines.concurrency - counts["rows"]
     if free > 0:
-        rows = await lease_due_machines(ctx, min(free, ctx.settings.machines.batch))
-        if rows:
-            counts["rows"] += len(rows)
-            task = asyncio.create_task(_guarded(ctx, rows))
+        leased = await lease_due_machines(ctx, min(free, ctx.settings.machines.batch))
+        if leased:
+            counts["rows"] += len(leased)
+            task = asyncio.create_task(_guarded(ctx, leased))
             inflight.add(task)
 
-            def finished(t: asyncio.Task[None], n: int = len(rows)) -> None:
+            def finished(t: asyncio.Task[None], n: int = len(leased)) -> None:
                 inflight.discard(t)
                 counts["rows"] -= n
                 ctx.store.notifier.signal(CHANNEL)
 
             task.add_done_callback(finished)
-        if len(rows) == free:
+        if len(leased) == free:
             return None  # every worker is busy; a finishing batch wakes the loop
-        if rows:
+        if leased:
             return ctx.now_ms()
     due = await next_wake(ctx)
     return None if due is None else due - ctx.settings.machines.timer_lookahead_ms
 
 
-async def _guarded(ctx: Context, rows: list[Any]) -> None:
+async def _guarded(ctx: Context, leased: list[MachineRow]) -> None:
     try:
-        prepared = await read_due(ctx, rows)
+        prepared = await read_due(ctx, leased)
     except Exception as exc:
-        log_failure(log, exc, "reading %d due machines failed; their leases will expire and they will be retried", len(rows))
+        log_failure(log, exc, "reading %d due machines failed; their leases will expire and they will be retried", len(leased))
         return
     await asyncio.gather(*(_fire_guarded(ctx, due) for due in prepared))
 
@@ -236,7 +217,7 @@ async def _fire_guarded(ctx: Context, due: Due) -> None:
     except asyncio.CancelledError:
         raise
     except Exception as exc:
-        log_failure(log, exc, "background step of machine %s/%s failed; its lease will expire and it will be retried", due.row.namespace, due.row.id)
+        log_failure(log, exc, "background step of machine %s/%s failed; its lease will expire and it will be retried", due.machine.namespace, due.machine.id)
 
 
 async def machines_loop(ctx: Context) -> None:
@@ -248,4 +229,3 @@ async def machines_loop(ctx: Context) -> None:
         for task in list(inflight):
             task.cancel()
         await asyncio.gather(*inflight, return_exceptions=True)
-

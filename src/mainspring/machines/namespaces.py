@@ -6,21 +6,21 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from mainspring.core.runtime import Context
+from mainspring.machines import data
+from mainspring.machines.data import NamespaceRow
 from mainspring.machines.errors import NamespaceNotFound, ProcessorFailed
 from mainspring.machines.processor import HttpProcessor, LocalProcessor, Processor
 from mainspring.machines.settings import HistoryRange, NamespaceConfig, ProcessorConfig, RetryPolicy
-from mainspring.machines.tables import namespaces
 from mainspring.store import Transaction, format_time
+from mainspring.store.dialect import Executor
 
 HTTP_CLIENT = "machines:http-client"
 LOCAL_PROCESSORS = "machines:local-processors"
 
 
-@dataclass
+@dataclass(frozen=True)
 class Namespace:
     name: str
     config: NamespaceConfig
@@ -50,18 +50,34 @@ def local_target(ctx: Context, name: str) -> Any:
     return registration.target if registration is not None else None
 
 
-def _from_row(row: Any) -> Namespace:
-    config = NamespaceConfig(
-        processor=ProcessorConfig(url=row.processor_url, timeout_ms=row.timeout_ms),
-        retry=RetryPolicy.model_validate(row.retry),
-        history=HistoryRange.model_validate(row.history),
-    )
-    return Namespace(row.name, config, stored=True, updated_at=row.updated_at)
+_PARSED: dict[tuple[Any, ...], Namespace] = {}
+"""Namespaces as parsed from their rows: a step reads the row every time (a PUT applies at once on every
+server), but validating it into settings models costs more than the read, so a row seen before is not
+parsed again."""
 
 
-async def find_namespace(conn: AsyncConnection, ctx: Context, name: str) -> Namespace:
+def _from_row(row: NamespaceRow) -> Namespace:
+    key = (row.name, row.updated_at, row.processor_url, row.timeout_ms, repr(row.retry), repr(row.history))
+    found = _PARSED.get(key)
+    if found is None:
+        if len(_PARSED) > 1000:
+            _PARSED.clear()
+        config = NamespaceConfig(
+            processor=ProcessorConfig(url=row.processor_url, timeout_ms=row.timeout_ms),
+            retry=RetryPolicy.model_validate(row.retry),
+            history=HistoryRange.model_validate(row.history),
+        )
+        found = _PARSED[key] = Namespace(row.name, config, stored=True, updated_at=row.updated_at)
+    return found
+
+
+async def find_namespace(conn: Executor, ctx: Context, name: str) -> Namespace:
     """The namespace as stored now; one bound only to an in-process processor has the defaults."""
-    row = (await conn.execute(select(namespaces).where(namespaces.c.name == name))).first()
+    return namespace_of(ctx, name, await data.get_namespace(conn, name))
+
+
+def namespace_of(ctx: Context, name: str, row: NamespaceRow | None) -> Namespace:
+    """The namespace ``name`` given its stored row (None: not stored)."""
     if row is not None:
         return _from_row(row)
     if local_target(ctx, name) is not None:
@@ -77,12 +93,11 @@ async def get_namespace(ctx: Context, name: str) -> Namespace:
 async def put_namespace(ctx: Context, name: str, config: NamespaceConfig) -> Namespace:
     """Create or replace a namespace; every server uses it from its next step on."""
     async with ctx.store.transaction() as tx:
-        await save_namespace(tx, name, config)
-        row = (await tx.execute(select(namespaces).where(namespaces.c.name == name))).one()
+        row = await save_namespace(tx, name, config)
     return _from_row(row)
 
 
-async def save_namespace(tx: Transaction, name: str, config: NamespaceConfig) -> None:
+async def save_namespace(tx: Transaction, name: str, config: NamespaceConfig) -> NamespaceRow:
     values = {
         "processor_url": config.processor.url,
         "timeout_ms": config.processor.timeout_ms,
@@ -90,8 +105,7 @@ async def save_namespace(tx: Transaction, name: str, config: NamespaceConfig) ->
         "history": config.history.model_dump(),
         "updated_at": tx.store.now_ms(),
     }
-    insert = tx.store.dialect.insert(namespaces).values(name=name, **values)
-    await tx.execute(insert.on_conflict_do_update(index_elements=[namespaces.c.name], set_=values))
+    return await data.save_namespace(tx, name, values)
 
 
 def processor_for(ctx: Context, namespace: Namespace) -> Processor:

@@ -1,7 +1,9 @@
-"""The machines face's domain functions: Start, Call, Notify, Repair, Get, Remove, list, operations.
+"""The machines face's domain functions: Start, Call, Notify, Repair, Get, Remove, list, operations, and the
+reads the dashboard shows.
 
-A step reads the machine, calls the processor outside any transaction, then applies the answer in one
-transaction guarded by the version it read (see ``steps``). A lost race is re-run from a fresh read.
+A step reads the machine, calls the processor outside any transaction, then applies the answer in a group
+commit guarded by the version it read (see ``steps``). A lost race is re-run from a fresh read. Statements
+are in ``data``.
 """
 
 from __future__ import annotations
@@ -12,14 +14,12 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError
-
 from mainspring.core import outbox
 from mainspring.core.errors import MainspringError
 from mainspring.core.paging import decode_cursor, encode_cursor
 from mainspring.core.runtime import Context
-from mainspring.machines.commit import committer
+from mainspring.machines import data
+from mainspring.machines.data import Applied, FailureRow, MachineRow, NotificationRow, OperationRow
 from mainspring.machines.errors import (
     IdempotencyKeyReused,
     MachineAlreadyExists,
@@ -31,27 +31,32 @@ from mainspring.machines.errors import (
     ProcessorFailed,
     ProcessorTimeout,
 )
-from mainspring.machines.namespaces import Namespace, find_namespace, processor_for
+from mainspring.machines.namespaces import (
+    Namespace,
+    find_namespace,
+    local_target,
+    namespace_of,
+    processor_for,
+)
 from mainspring.machines.processor import UNSET, Answer, ProcessorError
 from mainspring.machines.settings import HistoryRange
 from mainspring.machines.steps import (
     CHANNEL,
     SUBJECT,
-    append_history,
+    applied_once,
     apply_answer,
-    count_pending,
+    event_of_each,
     fail_machine,
+    history_to_api,
     journal,
     note_version,
     processor_view,
-    read_history,
-    refresh_notify_at,
-    remove_machine_rows,
-    save_operation,
-    subject_id,
 )
-from mainspring.machines.tables import failures, machines, notifications, operations
-from mainspring.store import format_time
+from mainspring.machines.steps import (
+    remove_machine as remove_machine_rows,
+)
+from mainspring.store import Transaction, format_time
+from mainspring.store.dialect import Executor
 
 
 @dataclass
@@ -75,8 +80,8 @@ def machine_lock(ctx: Context, namespace: str, machine_id: str) -> asyncio.Lock:
     return lock
 
 
-def _problem(error: MainspringError) -> Reply:
-    return Reply(error.status, error.problem())
+def _not_found(namespace: str, machine_id: str) -> MachineNotFound:
+    return MachineNotFound(f"no machine {machine_id!r} in namespace {namespace!r}")
 
 
 def _processor_error(error: ProcessorError) -> MainspringError:
@@ -87,31 +92,44 @@ async def _replay(ctx: Context, namespace: str, machine_id: str, key: str | None
     if key is None:
         return None
     async with ctx.store.read() as conn:
-        row = (
-            await conn.execute(
-                select(operations).where(operations.c.namespace == namespace, operations.c.machine_id == machine_id, operations.c.key == key)
-            )
-        ).first()
-    if row is None:
+        found = await data.get_operation(conn, namespace, machine_id, key)
+    if found is None:
         return None
-    if row.kind != kind:
-        raise IdempotencyKeyReused(f"key {key!r} was used for a {row.kind}, not a {kind}")
-    return Reply(row.status_code, row.body)
+    if found.kind != kind:
+        raise IdempotencyKeyReused(f"key {key!r} was used for a {found.kind}, not a {kind}")
+    return Reply(found.status_code, found.body)
 
 
-async def _load(ctx: Context, namespace: str, machine_id: str, rng: HistoryRange | None = None) -> tuple[Namespace, Any, list[dict[str, Any]]]:
+async def _save_operation(tx: Transaction, namespace: str, machine_id: str, key: str | None, kind: str, status: int, body: Any) -> None:
+    """Remember an idempotent operation's answer; a second insert of the key fails the whole step."""
+    if key is not None:
+        await data.insert_operation(tx, OperationRow(namespace, machine_id, key, kind, status, body, tx.store.now_ms()))
+
+
+async def _history(conn: Executor, machine: MachineRow, rng: HistoryRange) -> list[dict[str, Any]]:
+    events = await data.read_history(conn, machine, rng.after, rng.limit, rng.direction == "backward")
+    return history_to_api(events)
+
+
+async def _load(ctx: Context, namespace: str, machine_id: str, rng: HistoryRange | None = None) -> tuple[Namespace, MachineRow, list[data.HistoryRow]]:
+    """The machine with its namespace and the part of its history the processor is sent: two statements."""
     async with ctx.store.read() as conn:
-        ns = await find_namespace(conn, ctx, namespace)
-        row = (await conn.execute(select(machines).where(machines.c.namespace == namespace, machines.c.id == machine_id))).first()
-        if row is None:
-            raise MachineNotFound(f"no machine {machine_id!r} in namespace {namespace!r}")
-        events = await read_history(conn, row, rng or ns.config.history)
-    return ns, row, events
+        machine, stored = await data.machine_and_namespace(conn, namespace, machine_id)
+        if machine is None:
+            await find_namespace(conn, ctx, namespace)  # namespace_not_found first
+            raise _not_found(namespace, machine_id)
+        ns = namespace_of(ctx, namespace, stored)
+        rng = rng or ns.config.history
+        events = await data.read_history(conn, machine, rng.after, rng.limit, rng.direction == "backward")
+    return ns, machine, events
 
 
 async def _process(ctx: Context, ns: Namespace, kind: str, args: Any, view: dict[str, Any], timeout_ms: int | None = None) -> Answer:
     processor = processor_for(ctx, ns)
     return await processor.process(kind, args, view, timeout_ms or ns.timeout_ms, ctx.now_ms())
+
+
+# --- Start --------------------------------------------------------------------------------------------------
 
 
 async def start_machine(ctx: Context, namespace: str, machine_id: str, args: Any, key: str | None = None) -> Reply:
@@ -120,41 +138,18 @@ async def start_machine(ctx: Context, namespace: str, machine_id: str, args: Any
     if replay is not None:
         return replay
     async with ctx.store.read() as conn:
-        ns = await find_namespace(conn, ctx, namespace)
-        exists = (await conn.execute(select(machines.c.uid).where(machines.c.namespace == namespace, machines.c.id == machine_id))).first()
-    if exists is not None:
+        stored, taken = await data.namespace_and_taken(conn, namespace, machine_id)
+    ns = namespace_of(ctx, namespace, stored)
+    if taken:
         raise MachineAlreadyExists(f"machine {machine_id!r} already exists in namespace {namespace!r}")
     view = {"namespace": namespace, "id": machine_id, "status": "working", "history": [], "aux_state": None}
     try:
         answer = await _process(ctx, ns, "init", args, view)
     except ProcessorError as error:
         raise _processor_error(error) from error
-    now = ctx.now_ms()
-    timer_at = answer.timer_at if isinstance(answer.timer_at, int) else None
     try:
-        async with ctx.store.transaction() as tx:
-            uid = (
-                await tx.execute(
-                    machines.insert()
-                    .values(
-                        namespace=namespace, id=machine_id, status="working", version=1, last_event_id=len(answer.events),
-                        aux_state=None if answer.aux_state is UNSET else answer.aux_state,
-                        timer_at=timer_at, notify_at=None, wake_at=timer_at, retry_attempt=0, created_at=now, updated_at=now,
-                    )
-                    .returning(machines.c.uid)
-                )
-            ).scalar_one()
-            row = (await tx.execute(select(machines).where(machines.c.uid == uid))).one()
-            await outbox.emit(tx, "machine.created", SUBJECT, subject_id(row), {"namespace": namespace, "id": machine_id})
-            await append_history(tx, row, answer.events, now, 1)
-            if answer.remove:
-                await remove_machine_rows(tx, row)
-            elif timer_at is not None:
-                tx.notify(CHANNEL)
-                tx.store.notifier.signal(CHANNEL)
-            body = _created_body(row, answer, now)
-            await save_operation(tx, namespace, machine_id, key, "start", 201, body)
-    except IntegrityError as exc:
+        body = await ctx.store.grouped(lambda tx: _create(tx, namespace, machine_id, answer, key))
+    except Exception as exc:
         if not ctx.store.dialect.is_unique_violation(exc):
             raise
         replay = await _replay(ctx, namespace, machine_id, key, "start")
@@ -164,17 +159,38 @@ async def start_machine(ctx: Context, namespace: str, machine_id: str, args: Any
     return Reply(201, body)
 
 
-def _created_body(row: Any, answer: Answer, now: int) -> dict[str, Any]:
+async def _create(tx: Transaction, namespace: str, machine_id: str, answer: Answer, key: str | None) -> dict[str, Any]:
+    """Write a new machine from its ``init`` answer (a group commit's work)."""
+    now = tx.store.now_ms()
+    timer_at = answer.timer_at if isinstance(answer.timer_at, int) else None
+    aux_state = None if answer.aux_state is UNSET else answer.aux_state
+    machine = await data.insert_machine(tx, namespace, machine_id, aux_state, timer_at, len(answer.events), now)
+    await data.insert_history(tx, machine.uid, 1, answer.events, now)
+    await outbox.emit_many(tx, [outbox.Event("machine.created", SUBJECT, machine.subject, {"namespace": namespace, "id": machine_id}),
+                                *event_of_each(machine, answer.events, 1)])
+    if answer.remove:
+        await remove_machine_rows(tx, machine)
+    elif timer_at is not None:
+        tx.notify(CHANNEL)
+    body = _created_body(machine, answer, now)
+    await _save_operation(tx, namespace, machine_id, key, "start", 201, body)
+    return body
+
+
+def _created_body(machine: MachineRow, answer: Answer, now: int) -> dict[str, Any]:
     """The new machine as Get would show it, built from what the step just wrote (no re-read)."""
     if answer.remove:
-        return {"namespace": row.namespace, "id": row.id, "status": "removed", "history": [], "aux_state": None, "timer": None, "error": None}
+        return {"namespace": machine.namespace, "id": machine.id, "status": "removed", "history": [], "aux_state": None, "timer": None, "error": None}
     created = format_time(now)
     return {
-        **summary(row),
-        "history": [{"id": i, "created_at": created, "data": data} for i, data in enumerate(answer.events, start=1)],
+        **summary(machine),
+        "history": [{"id": i, "created_at": created, "data": event} for i, event in enumerate(answer.events, start=1)],
         "pending_notifications": 0,
         "failures": [],
     }
+
+
+# --- Call and Repair ----------------------------------------------------------------------------------------
 
 
 async def call_machine(ctx: Context, namespace: str, machine_id: str, args: Any, key: str | None = None, timeout_ms: int | None = None) -> Reply:
@@ -190,22 +206,17 @@ async def repair_machine(ctx: Context, namespace: str, machine_id: str, args: An
     if replay is not None:
         return replay
     async with machine_lock(ctx, namespace, machine_id):
-        _ns, row, _ = await _load(ctx, namespace, machine_id, HistoryRange(limit=1))
-        if row.status != "failed":
+        _ns, machine, _ = await _load(ctx, namespace, machine_id, HistoryRange(limit=1))
+        if machine.status != "failed":
             raise MachineAlreadyWorking(f"machine {machine_id!r} is working")
         async with ctx.store.transaction() as tx:
-            result = await tx.execute(
-                machines.update()
-                .where(machines.c.uid == row.uid, machines.c.version == row.version)
-                .values(status="working", error=None, version=row.version + 1, retry_attempt=0, retry_since=None, updated_at=ctx.now_ms())
-            )
-            if not result.rowcount:
+            if not await data.mark_repaired(tx, machine, ctx.now_ms()):
                 raise MachineBusy("the machine changed while it was repaired; try again")
-            await journal(tx, row.uid, "repair", "repaired", "simple repair", permanent=False, attempt=0, outcome="repaired")
-            await outbox.emit(tx, "machine.repaired", SUBJECT, subject_id(row), {"namespace": namespace, "id": machine_id, "simple": True})
+            await journal(tx, machine.uid, "repair", "repaired", "simple repair", permanent=False, attempt=0, outcome="repaired")
+            await outbox.emit(tx, "machine.repaired", SUBJECT, machine.subject, {"namespace": namespace, "id": machine_id, "simple": True})
             tx.notify(CHANNEL)
             body = {"response": None}
-            await save_operation(tx, namespace, machine_id, key, "repair", 200, body)
+            await _save_operation(tx, namespace, machine_id, key, "repair", 200, body)
     return Reply(200, body)
 
 
@@ -215,59 +226,63 @@ async def _step(ctx: Context, namespace: str, machine_id: str, kind: str, args: 
         return replay
     async with machine_lock(ctx, namespace, machine_id):
         for _attempt in range(ctx.settings.machines.conflict_retries + 1):
-            ns, row, events = await _load(ctx, namespace, machine_id)
-            if kind == "call" and row.status != "working":
+            ns, machine, events = await _load(ctx, namespace, machine_id)
+            if kind == "call" and machine.status != "working":
                 raise MachineFailed(f"machine {machine_id!r} is failed; repair it first")
-            if kind == "repair" and row.status == "working":
+            if kind == "repair" and machine.status == "working":
                 raise MachineAlreadyWorking(f"machine {machine_id!r} is working")
             try:
-                answer = await _process(ctx, ns, kind, args, processor_view(row, events), timeout_ms)
+                answer = await _process(ctx, ns, kind, args, processor_view(machine, events), timeout_ms)
             except ProcessorError as error:
-                reply = await _step_failed(ctx, row, kind, error, key)
+                reply = await _step_failed(ctx, machine, kind, error, key)
                 if reply is None:
                     continue
                 return reply
             try:
-                body = await committer(ctx.extras, ctx.store).run(
-                    lambda tx, row=row, answer=answer: _apply_step(ctx, tx, row, answer, kind, key)
+                body = await applied_once(
+                    ctx.store, lambda tx, grouped, machine=machine, answer=answer: _apply_step(ctx, tx, machine, answer, kind, key, grouped)
                 )
-                if body is None:
-                    continue
-            except IntegrityError as exc:
+            except Exception as exc:
                 replay = await _replay(ctx, namespace, machine_id, key, kind) if ctx.store.dialect.is_unique_violation(exc) else None
                 if replay is None:
                     raise
                 return replay
+            if body is Applied.MOVED_ON:
+                continue
+            assert isinstance(body, dict)
             return Reply(200, body)
     raise MachineBusy("other steps kept changing the machine; try again")
 
 
-async def _apply_step(ctx: Context, tx: Any, row: Any, answer: Answer, kind: str, key: str | None) -> dict[str, Any] | None:
-    """Apply a call or repair answer in ``tx`` (a group commit); None when the machine moved on."""
-    if not await apply_answer(tx, row, answer, repaired=kind == "repair"):
-        return None
-    tx.after_commit(lambda: note_version(ctx.extras, row.uid, row.version + 1))
+async def _apply_step(ctx: Context, tx: Transaction, machine: MachineRow, answer: Answer, kind: str, key: str | None, grouped: bool) -> dict[str, Any] | Applied:
+    """Apply a call or repair answer in ``tx``; the answer's body, or why nothing was written."""
+    outcome = await apply_answer(tx, machine, answer, grouped=grouped, repaired=kind == "repair")
+    if outcome is not Applied.APPLIED:
+        return outcome
+    tx.after_commit(lambda: note_version(ctx.extras, machine.uid, machine.version + 1))
     body = {"response": answer.response}
-    await save_operation(tx, row.namespace, row.id, key, kind, 200, body)
+    await _save_operation(tx, machine.namespace, machine.id, key, kind, 200, body)
     return body
 
 
-async def _step_failed(ctx: Context, row: Any, kind: str, error: ProcessorError, key: str | None) -> Reply | None:
+async def _step_failed(ctx: Context, machine: MachineRow, kind: str, error: ProcessorError, key: str | None) -> Reply | None:
     """Record a failed call or repair; a permanent error on a call fails the machine. None: lost a race."""
     problem = _processor_error(error)
     async with ctx.store.transaction() as tx:
         if kind == "call" and error.permanent:
-            if not await fail_machine(tx, row, kind, error, attempt=1):
+            if not await fail_machine(tx, machine, kind, error, attempt=1):
                 return None
-            await save_operation(tx, row.namespace, row.id, key, kind, problem.status, problem.problem())
+            await _save_operation(tx, machine.namespace, machine.id, key, kind, problem.status, problem.problem())
         else:
             # A transient error leaves the machine as it was; the journal still keeps it.
-            still = (await tx.execute(select(machines.c.version).where(machines.c.uid == row.uid))).scalar()
-            if still is None:
-                raise MachineNotFound(f"no machine {row.id!r} in namespace {row.namespace!r}")
-            await journal(tx, row.uid, kind, error.code, error.detail, permanent=error.permanent, attempt=1,
+            if await data.current_version(tx, machine.uid) is None:
+                raise _not_found(machine.namespace, machine.id)
+            await journal(tx, machine.uid, kind, error.code, error.detail, permanent=error.permanent, attempt=1,
                           outcome="repair_failed" if kind == "repair" else "returned")
     raise problem
+
+
+# --- Notify -------------------------------------------------------------------------------------------------
 
 
 async def notify_machine(ctx: Context, namespace: str, machine_id: str, args: Any, key: str | None = None) -> Reply:
@@ -278,22 +293,16 @@ async def notify_machine(ctx: Context, namespace: str, machine_id: str, args: An
     notification_id = uuid.uuid4().hex
     try:
         async with ctx.store.transaction() as tx:
-            now = ctx.now_ms()
-            row = (
-                await tx.execute(
-                    ctx.store.dialect.for_update(select(machines.c.uid, machines.c.timer_at).where(machines.c.namespace == namespace, machines.c.id == machine_id))
-                )
-            ).first()
-            if row is None:
+            machine = await data.lock_machine(tx, namespace, machine_id)
+            if machine is None:
                 async with ctx.store.read() as conn:
                     await find_namespace(conn, ctx, namespace)
-                raise MachineNotFound(f"no machine {machine_id!r} in namespace {namespace!r}")
-            await tx.execute(notifications.insert().values(id=notification_id, machine_uid=row.uid, args=args, created_at=now, due_at=now, attempts=0))
-            await refresh_notify_at(tx, row.uid)
+                raise _not_found(namespace, machine_id)
+            await data.insert_notification(tx, notification_id, machine.uid, args, ctx.now_ms())
             tx.notify(CHANNEL)
             body = {"id": notification_id}
-            await save_operation(tx, namespace, machine_id, key, "notify", 202, body)
-    except IntegrityError as exc:
+            await _save_operation(tx, namespace, machine_id, key, "notify", 202, body)
+    except Exception as exc:
         replay = await _replay(ctx, namespace, machine_id, key, "notify") if ctx.store.dialect.is_unique_violation(exc) else None
         if replay is None:
             raise
@@ -301,44 +310,44 @@ async def notify_machine(ctx: Context, namespace: str, machine_id: str, args: An
     return Reply(202, body)
 
 
+# --- Get, list, Remove, operations --------------------------------------------------------------------------
+
+
 async def get_machine(ctx: Context, namespace: str, machine_id: str, rng: HistoryRange) -> dict[str, Any]:
+    """The machine with a range of its history, its pending notifications and its newest failures.
+
+    The row and its pending count come from one statement (one snapshot) and the history is bounded by that
+    row, so a notification is always shown either pending or in the history, never neither."""
     async with ctx.store.read() as conn:
-        await find_namespace(conn, ctx, namespace)
-        row = (await conn.execute(select(machines).where(machines.c.namespace == namespace, machines.c.id == machine_id))).first()
-        if row is None:
-            raise MachineNotFound(f"no machine {machine_id!r} in namespace {namespace!r}")
-        return await machine_to_api(conn, ctx, row, rng)
+        found = await data.machine_with_pending(conn, namespace, machine_id)
+        if found is None:
+            await find_namespace(conn, ctx, namespace)
+            raise _not_found(namespace, machine_id)
+        machine, pending = found
+        if local_target(ctx, namespace) is None:  # an in-process namespace exists whether stored or not
+            await find_namespace(conn, ctx, namespace)
+        journal_rows = await data.recent_failures(conn, machine.uid, ctx.settings.machines.journal_in_get)
+        events = await _history(conn, machine, rng)
+    return {**summary(machine), "history": events, "pending_notifications": pending, "failures": [failure_to_api(f) for f in journal_rows]}
 
 
-async def machine_to_api(conn: Any, ctx: Context, row: Any, rng: HistoryRange) -> dict[str, Any]:
-    journal_rows = (
-        await conn.execute(
-            select(failures).where(failures.c.machine_uid == row.uid).order_by(failures.c.seq.desc()).limit(ctx.settings.machines.journal_in_get)
-        )
-    ).all()
+def failure_to_api(failure: FailureRow) -> dict[str, Any]:
+    return {"at": format_time(failure.at), "kind": failure.kind, "code": failure.code, "detail": failure.detail,
+            "permanent": failure.permanent, "attempt": failure.attempt, "outcome": failure.outcome}
+
+
+def summary(machine: MachineRow) -> dict[str, Any]:
     return {
-        **summary(row),
-        "history": await read_history(conn, row, rng),
-        "pending_notifications": await count_pending(conn, row.uid),
-        "failures": [
-            {"at": format_time(f.at), "kind": f.kind, "code": f.code, "detail": f.detail, "permanent": f.permanent, "attempt": f.attempt, "outcome": f.outcome}
-            for f in reversed(journal_rows)
-        ],
-    }
-
-
-def summary(row: Any) -> dict[str, Any]:
-    return {
-        "namespace": row.namespace,
-        "id": row.id,
-        "status": row.status,
-        "version": row.version,
-        "last_event_id": row.last_event_id,
-        "aux_state": row.aux_state,
-        "timer": format_time(row.timer_at),
-        "error": row.error,
-        "created_at": format_time(row.created_at),
-        "updated_at": format_time(row.updated_at),
+        "namespace": machine.namespace,
+        "id": machine.id,
+        "status": machine.status,
+        "version": machine.version,
+        "last_event_id": machine.last_event_id,
+        "aux_state": machine.aux_state,
+        "timer": format_time(machine.timer_at),
+        "error": machine.error,
+        "created_at": format_time(machine.created_at),
+        "updated_at": format_time(machine.updated_at),
     }
 
 
@@ -346,34 +355,62 @@ async def remove_machine(ctx: Context, namespace: str, machine_id: str) -> None:
     """Remove a machine with its whole history."""
     async with ctx.store.transaction() as tx:
         # Lock the machine before its children, in the order a step takes them, so the two cannot deadlock.
-        query = select(machines).where(machines.c.namespace == namespace, machines.c.id == machine_id)
-        row = (await tx.execute(ctx.store.dialect.for_update(query))).first()
-        if row is None:
-            raise MachineNotFound(f"no machine {machine_id!r} in namespace {namespace!r}")
-        await remove_machine_rows(tx, row)
+        machine = await data.lock_machine(tx, namespace, machine_id)
+        if machine is None:
+            raise _not_found(namespace, machine_id)
+        await remove_machine_rows(tx, machine)
 
 
 async def list_machines(ctx: Context, namespace: str, status: str | None, limit: int, cursor: str | None) -> tuple[list[dict[str, Any]], str | None]:
-    query = select(machines).where(machines.c.namespace == namespace).order_by(machines.c.id).limit(limit + 1)
-    if status is not None:
-        query = query.where(machines.c.status == status)
+    after = None
     if cursor:
-        (after,) = decode_cursor(cursor, 1)
-        query = query.where(machines.c.id > str(after))
+        (value,) = decode_cursor(cursor, 1)
+        after = str(value)
     async with ctx.store.read() as conn:
         await find_namespace(conn, ctx, namespace)
-        rows = (await conn.execute(query)).all()
-    next_cursor = encode_cursor(rows[limit - 1].id) if len(rows) > limit else None
-    return [summary(r) for r in rows[:limit]], next_cursor
+        found = await data.list_machines(conn, namespace, status, after, limit + 1)
+    next_cursor = encode_cursor(found[limit - 1].id) if len(found) > limit else None
+    return [summary(m) for m in found[:limit]], next_cursor
 
 
 async def get_operation(ctx: Context, namespace: str, machine_id: str, key: str) -> dict[str, Any]:
     async with ctx.store.read() as conn:
-        row = (
-            await conn.execute(
-                select(operations).where(operations.c.namespace == namespace, operations.c.machine_id == machine_id, operations.c.key == key)
-            )
-        ).first()
-    if row is None:
+        found = await data.get_operation(conn, namespace, machine_id, key)
+    if found is None:
         raise OperationNotFound(f"no operation with key {key!r} took effect on machine {machine_id!r}")
-    return {"key": row.key, "kind": row.kind, "status": row.status_code, "response": row.body, "created_at": format_time(row.created_at)}
+    return {"key": found.key, "kind": found.kind, "status": found.status_code, "response": found.body, "created_at": format_time(found.created_at)}
+
+
+# --- what the dashboard shows -------------------------------------------------------------------------------
+
+
+async def namespace_names(ctx: Context) -> list[str]:
+    """Every namespace: stored, used by a machine, configured, or bound to an in-process processor."""
+    async with ctx.store.read() as conn:
+        known = await data.namespace_names(conn)
+    return sorted(known | set(ctx.settings.machines.namespaces) | set(getattr(ctx.registry, "processors", {})))
+
+
+async def search_machines(ctx: Context, status: str | None, id_part: str | None, limit: int) -> list[dict[str, Any]]:
+    """Machines of every namespace whose id contains ``id_part`` (the API lists one namespace at a time)."""
+    async with ctx.store.read() as conn:
+        found = await data.search_machines(conn, status, id_part, limit)
+    return [{"namespace": m.namespace, "id": m.id, "status": m.status, "timer": format_time(m.timer_at), "updated_at": format_time(m.updated_at)} for m in found]
+
+
+async def pending_notifications(ctx: Context, namespace: str, machine_id: str, limit: int = 50) -> list[dict[str, Any]]:
+    """The notifications waiting for a machine, oldest (next) first."""
+    async with ctx.store.read() as conn:
+        found = await data.pending_notifications(conn, namespace, machine_id, limit)
+    return [notification_to_api(n) for n in found]
+
+
+def notification_to_api(notification: NotificationRow) -> dict[str, Any]:
+    return {"id": notification.id, "args": notification.args, "created_at": format_time(notification.created_at),
+            "due_at": format_time(notification.due_at), "attempts": notification.attempts}
+
+
+async def count_by_status(ctx: Context) -> dict[str, int]:
+    """Machines counted by status."""
+    async with ctx.store.read() as conn:
+        return await data.count_by_status(conn)

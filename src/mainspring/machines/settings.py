@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class RetryPolicy(BaseModel):
     """Exponential backoff for timers and notifications whose processor call failed transiently."""
 
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
     initial_ms: int = Field(100, ge=0, le=86_400_000)
+    """The first delay."""
     factor: float = Field(2.0, ge=1.0, le=100.0)
+    """Each next delay is the previous one times this."""
     max_ms: int = Field(60_000, ge=0, le=86_400_000)
+    """No delay is longer than this."""
     max_attempts: int | None = Field(10, ge=1, le=1_000_000)
     """Processor calls in all (the first one included); None: no limit."""
     max_total_ms: int | None = Field(None, ge=0, le=315_360_000_000)
@@ -22,24 +27,43 @@ class RetryPolicy(BaseModel):
 class HistoryRange(BaseModel):
     """Which part of the history a processor is sent (Machinegun's HistoryRange)."""
 
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
     after: int | None = Field(None, ge=0)
+    """Events after this event id (None: from the first)."""
     limit: int | None = Field(None, ge=1, le=100_000)
+    """At most this many events (None: all)."""
     direction: str = Field("forward", pattern="^(forward|backward)$")
+    """``forward`` (oldest first) or ``backward`` (newest first)."""
 
 
 class ProcessorConfig(BaseModel):
+    """Where a namespace's processor is."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
     url: str | None = Field(None, max_length=2000, pattern=r"^https?://")
     """None: the namespace is served by an in-process processor registered with ``App.processor``."""
     timeout_ms: int = Field(30_000, ge=1, le=3_600_000)
+    """How long the server waits for the processor's answer."""
 
 
 class NamespaceConfig(BaseModel):
+    """A namespace: its processor, retry policy and history range."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
     processor: ProcessorConfig = ProcessorConfig()
+    """The processor."""
     retry: RetryPolicy = RetryPolicy()
+    """The retry policy of timers and notifications."""
     history: HistoryRange = HistoryRange()
+    """The part of the history sent to the processor."""
 
 
 class MachinesSettings(BaseModel):
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
     namespaces: dict[str, NamespaceConfig] = {}
     """Namespaces written to the store at start-up (the file wins over a PUT made before the restart)."""
     lease_margin_ms: int = Field(5_000, ge=0)

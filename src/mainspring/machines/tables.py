@@ -1,7 +1,8 @@
-"""The machines face's tables (migration machines_0001)."""
+"""The machines face's tables (migrations machines_0001, machines_0002: the one lease shape)."""
 
 from sqlalchemy import Boolean, Column, ForeignKey, Index, Integer, String, Table, Text, UniqueConstraint
 
+from mainspring.core.leases import lease_columns
 from mainspring.store.schema import BigId, Json, Millis, metadata
 
 namespaces = Table(
@@ -30,8 +31,7 @@ machines = Table(
     Column("wake_at", Millis, nullable=True),
     Column("retry_attempt", Integer, nullable=False),
     Column("retry_since", Millis, nullable=True),
-    Column("lease_token", String(40), nullable=True),
-    Column("lease_until", Millis, nullable=True),
+    *lease_columns(),
     Column("error", Json, nullable=True),
     Column("created_at", Millis, nullable=False),
     Column("updated_at", Millis, nullable=False),

@@ -1,0 +1,672 @@
+"""Every statement of the machines face, answering typed records.
+
+The hot paths are Call, Start and the background steps. Their statements are module constants (or built once
+per engine), every value bound, so SQLAlchemy finds them compiled in its cache. A step's write is guarded by
+the version it read (``UPDATE … WHERE uid = :uid AND version = :version``): an answer computed from version N
+is applied only while the machine is still at N.
+
+**No deadlocks between group commits.** A group transaction carries the steps of many machines, in whatever
+order they arrived; two servers' groups taking machine rows in opposite orders would deadlock (PostgreSQL
+breaks it after a second). So a grouped step never waits for a machine row: on PostgreSQL its guarded update
+skips a row another transaction holds (``SKIP LOCKED``) and answers ``LOCKED``; the caller then applies the
+step alone in a transaction of its own, which waits for that one row while holding nothing else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import (
+    Select,
+    and_,
+    bindparam,
+    case,
+    delete,
+    func,
+    literal,
+    null,
+    select,
+    text,
+)
+from sqlalchemy.sql.elements import TextClause
+
+from mainspring.core import leases
+from mainspring.core.outbox import SEQUENCER_CHANNEL
+from mainspring.machines.tables import failures, history, machines, namespaces, notifications, operations
+from mainspring.store import Store, Transaction
+from mainspring.store.dialect import Executor
+
+# --- records ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceRow:
+    name: str
+    processor_url: str | None
+    timeout_ms: int
+    retry: dict[str, Any]
+    history: dict[str, Any]
+    updated_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class MachineRow:
+    """A machine as stored (``status`` working | failed; ``wake_at`` = the earlier of timer and head
+    notification, what the background loop looks for)."""
+
+    uid: int
+    namespace: str
+    id: str
+    status: str
+    version: int
+    last_event_id: int
+    aux_state: Any
+    timer_at: int | None
+    notify_at: int | None
+    wake_at: int | None
+    retry_attempt: int
+    retry_since: int | None
+    lease_token: str | None
+    lease_expires_at: int | None
+    error: dict[str, Any] | None
+    created_at: int
+    updated_at: int
+
+    @property
+    def subject(self) -> str:
+        """The machine as events and alerts name it."""
+        return f"{self.namespace}/{self.id}"
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryRow:
+    machine_uid: int
+    event_id: int
+    created_at: int
+    data: Any
+
+
+@dataclass(frozen=True, slots=True)
+class NotificationRow:
+    seq: int
+    id: str
+    machine_uid: int
+    args: Any
+    created_at: int
+    due_at: int
+    attempts: int
+    first_failed_at: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class OperationRow:
+    namespace: str
+    machine_id: str
+    key: str
+    kind: str
+    status_code: int
+    body: Any
+    created_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class FailureRow:
+    seq: int
+    machine_uid: int
+    at: int
+    kind: str
+    code: str
+    detail: str
+    permanent: bool
+    attempt: int
+    outcome: str
+
+
+for _record, _table in (
+    (NamespaceRow, namespaces),
+    (MachineRow, machines),
+    (HistoryRow, history),
+    (NotificationRow, notifications),
+    (OperationRow, operations),
+    (FailureRow, failures),
+):
+    assert [f.name for f in dataclasses.fields(_record)] == [c.name for c in _table.c], f"{_record.__name__} drifted from {_table.name}"
+
+_MACHINE_WIDTH = len(machines.c)
+
+
+def _machine(row: Any) -> MachineRow:
+    return MachineRow(*row[:_MACHINE_WIDTH])
+
+
+def _namespace(row: Any) -> NamespaceRow:
+    return NamespaceRow(*row)
+
+
+# --- namespaces -------------------------------------------------------------------------------------------
+
+_NAMESPACE = select(namespaces).where(namespaces.c.name == bindparam("name"))
+
+
+async def get_namespace(conn: Executor, name: str) -> NamespaceRow | None:
+    row = (await conn.execute(_NAMESPACE, {"name": name})).first()
+    return None if row is None else _namespace(row)
+
+
+async def save_namespace(tx: Transaction, name: str, values: dict[str, Any]) -> NamespaceRow:
+    """Create or replace namespace ``name`` (``values``: every column but the name)."""
+    insert = tx.store.dialect.insert(namespaces).values(name=name, **values)
+    upsert = insert.on_conflict_do_update(index_elements=[namespaces.c.name], set_=values).returning(*namespaces.c)
+    return _namespace((await tx.execute(upsert)).one())
+
+
+async def namespace_names(conn: Executor) -> set[str]:
+    """Every namespace stored or used by a machine."""
+    stored = set((await conn.execute(select(namespaces.c.name))).scalars())
+    return stored | set((await conn.execute(select(machines.c.namespace).distinct())).scalars())
+
+
+# --- machines: reads --------------------------------------------------------------------------------------
+
+_BY_NAME = and_(machines.c.namespace == bindparam("namespace"), machines.c.id == bindparam("id"))
+_MACHINE = select(machines).where(_BY_NAME)
+# A step's read: the machine and its namespace's stored settings in one statement.
+_MACHINE_AND_NAMESPACE = (
+    select(machines, namespaces)
+    .select_from(machines.outerjoin(namespaces, namespaces.c.name == machines.c.namespace))
+    .where(_BY_NAME)
+)
+# Get: the machine and how many notifications wait, read in one statement. Two statements would be two
+# snapshots under READ COMMITTED: a delivery committing between them would show its notification neither
+# pending (the later count) nor in the history (bounded by the earlier row).
+_MACHINE_AND_PENDING = select(
+    machines,
+    select(func.count()).select_from(notifications).where(notifications.c.machine_uid == machines.c.uid).scalar_subquery(),
+).where(_BY_NAME)
+_UID_EXISTS = select(machines.c.uid).where(_BY_NAME)
+# Start's read: the namespace's stored row (if any) and whether the id is taken, in one statement.
+_ONE = select(literal(1).label("one")).subquery()
+_NAMESPACE_AND_TAKEN = select(namespaces, _UID_EXISTS.exists()).select_from(
+    _ONE.outerjoin(namespaces, namespaces.c.name == bindparam("namespace"))
+)
+
+
+async def get_machine(conn: Executor, namespace: str, machine_id: str) -> MachineRow | None:
+    row = (await conn.execute(_MACHINE, {"namespace": namespace, "id": machine_id})).first()
+    return None if row is None else _machine(row)
+
+
+async def machine_and_namespace(conn: Executor, namespace: str, machine_id: str) -> tuple[MachineRow | None, NamespaceRow | None]:
+    """The machine (None if absent) and its namespace's stored row (None if not stored or the machine is
+    absent: then ask ``get_namespace``)."""
+    row = (await conn.execute(_MACHINE_AND_NAMESPACE, {"namespace": namespace, "id": machine_id})).first()
+    if row is None:
+        return None, None
+    stored = row[_MACHINE_WIDTH:]
+    return _machine(row), (None if stored[0] is None else _namespace(stored))
+
+
+async def machine_with_pending(conn: Executor, namespace: str, machine_id: str) -> tuple[MachineRow, int] | None:
+    """The machine and the number of its pending notifications, as of one moment."""
+    row = (await conn.execute(_MACHINE_AND_PENDING, {"namespace": namespace, "id": machine_id})).first()
+    return None if row is None else (_machine(row), int(row[_MACHINE_WIDTH]))
+
+
+async def namespace_and_taken(conn: Executor, namespace: str, machine_id: str) -> tuple[NamespaceRow | None, bool]:
+    """The namespace's stored row (None: not stored) and whether machine ``machine_id`` exists in it."""
+    row = (await conn.execute(_NAMESPACE_AND_TAKEN, {"namespace": namespace, "id": machine_id})).one()
+    stored = row[: len(namespaces.c)]
+    return (None if stored[0] is None else _namespace(stored)), bool(row[-1])
+
+
+async def machine_exists(conn: Executor, namespace: str, machine_id: str) -> bool:
+    return (await conn.execute(_UID_EXISTS, {"namespace": namespace, "id": machine_id})).first() is not None
+
+
+async def lock_machine(tx: Transaction, namespace: str, machine_id: str) -> MachineRow | None:
+    """The machine, its row locked until commit (Notify and Remove take it before anything else)."""
+    row = (await tx.execute(_for_update(tx.store, _MACHINE), {"namespace": namespace, "id": machine_id})).first()
+    return None if row is None else _machine(row)
+
+
+@functools.cache
+def _for_update_cached(dialect: str, query: Select[Any]) -> Select[Any]:
+    return query.with_for_update() if dialect == "postgresql" else query
+
+
+def _for_update(store: Store, query: Select[Any]) -> Select[Any]:
+    return _for_update_cached(store.dialect.name, query)
+
+
+async def list_machines(conn: Executor, namespace: str, status: str | None, after_id: str | None, limit: int) -> list[MachineRow]:
+    """One namespace's machines by id, after ``after_id``."""
+    query = select(machines).where(machines.c.namespace == namespace).order_by(machines.c.id).limit(limit)
+    if status is not None:
+        query = query.where(machines.c.status == status)
+    if after_id is not None:
+        query = query.where(machines.c.id > after_id)
+    return [_machine(r) for r in (await conn.execute(query)).all()]
+
+
+async def search_machines(conn: Executor, status: str | None, id_part: str | None, limit: int) -> list[MachineRow]:
+    """Machines of every namespace whose id contains ``id_part``."""
+    query = select(machines).order_by(machines.c.namespace, machines.c.id).limit(limit)
+    if status:
+        query = query.where(machines.c.status == status)
+    if id_part:
+        query = query.where(machines.c.id.contains(id_part, autoescape=True))
+    return [_machine(r) for r in (await conn.execute(query)).all()]
+
+
+async def count_by_status(conn: Executor) -> dict[str, int]:
+    rows = (await conn.execute(select(machines.c.status, func.count()).group_by(machines.c.status))).all()
+    return {str(status): int(n) for status, n in rows}
+
+
+_VERSION = select(machines.c.version).where(machines.c.uid == bindparam("uid"))
+
+
+async def current_version(conn: Executor, uid: int) -> int | None:
+    value = (await conn.execute(_VERSION, {"uid": uid})).scalar()
+    return None if value is None else int(value)
+
+
+# --- history ----------------------------------------------------------------------------------------------
+
+
+@functools.cache
+def _history_query(backward: bool, after: bool, limit: bool) -> Select[Any]:
+    query = select(history).where(history.c.machine_uid == bindparam("uid"), history.c.event_id <= bindparam("last"))
+    if after:
+        query = query.where(history.c.event_id < bindparam("after") if backward else history.c.event_id > bindparam("after"))
+    query = query.order_by(history.c.event_id.desc() if backward else history.c.event_id)
+    return query.limit(bindparam("limit")) if limit else query
+
+
+async def read_history(conn: Executor, machine: MachineRow, after: int | None, limit: int | None, backward: bool) -> list[HistoryRow]:
+    """A range of the history of ``machine`` as read: never past its ``last_event_id``, so a step committing
+    after the row was read cannot show events newer than the row they belong with."""
+    query = _history_query(backward, after is not None, limit is not None)
+    rows = await conn.execute(query, {"uid": machine.uid, "last": machine.last_event_id, "after": after, "limit": limit})
+    return [HistoryRow(*r) for r in rows.all()]
+
+
+async def whole_histories(conn: Executor, batch: Sequence[MachineRow]) -> dict[int, list[HistoryRow]]:
+    """The whole history of each machine of ``batch`` in one query, each bounded by the row as read."""
+    bound = {m.uid: m.last_event_id for m in batch}
+    found: dict[int, list[HistoryRow]] = {uid: [] for uid in bound}
+    if not bound:
+        return found
+    query = select(history).where(history.c.machine_uid.in_(sorted(bound))).order_by(history.c.machine_uid, history.c.event_id)
+    for row in (await conn.execute(query)).all():
+        if row.event_id <= bound[row.machine_uid]:
+            found[row.machine_uid].append(HistoryRow(*row))
+    return found
+
+
+# --- notifications ----------------------------------------------------------------------------------------
+
+_INSERT_NOTIFICATION = notifications.insert()
+_HEAD_DUE = select(notifications.c.due_at).where(notifications.c.machine_uid == bindparam("uid")).order_by(notifications.c.seq).limit(1)
+_SET_NOTIFY_AT = (
+    machines.update()
+    .where(machines.c.uid == bindparam("b_uid"))
+    .values(
+        notify_at=bindparam("b_head", type_=machines.c.notify_at.type),
+        wake_at=case(
+            (bindparam("b_head", type_=machines.c.notify_at.type).is_(None), machines.c.timer_at),
+            (machines.c.timer_at.is_(None), bindparam("b_head", type_=machines.c.notify_at.type)),
+            (machines.c.timer_at < bindparam("b_head", type_=machines.c.notify_at.type), machines.c.timer_at),
+            else_=bindparam("b_head", type_=machines.c.notify_at.type),
+        ),
+    )
+)
+_DELETE_NOTIFICATION = delete(notifications).where(notifications.c.seq == bindparam("seq"))
+_RESCHEDULE_NOTIFICATION = (
+    notifications.update()
+    .where(notifications.c.seq == bindparam("b_seq"))
+    .values(attempts=bindparam("b_attempts"), first_failed_at=bindparam("b_since"), due_at=bindparam("b_due"))
+)
+_COUNT_PENDING = select(func.count()).select_from(notifications).where(notifications.c.machine_uid == bindparam("uid"))
+
+
+async def insert_notification(tx: Transaction, notification_id: str, uid: int, args: Any, now: int) -> None:
+    """Queue a notification (the machine's row held by ``tx``) and point ``notify_at`` at the queue's head."""
+    values = {"id": notification_id, "machine_uid": uid, "args": args, "created_at": now, "due_at": now, "attempts": 0}
+    await tx.execute(_INSERT_NOTIFICATION, values)
+    await refresh_notify_at(tx, uid)
+
+
+async def refresh_notify_at(tx: Transaction, uid: int) -> None:
+    """Point ``notify_at`` (and ``wake_at``) at the oldest pending notification: they go strictly in order.
+
+    Its own statements, after the machine row is held: the head is read in a snapshot taken after every
+    writer of this machine's queue that held the row before us had committed."""
+    head = (await tx.execute(_HEAD_DUE, {"uid": uid})).scalar()
+    await tx.execute(_SET_NOTIFY_AT, {"b_uid": uid, "b_head": head})
+
+
+async def delete_notification(tx: Transaction, seq: int) -> None:
+    await tx.execute(_DELETE_NOTIFICATION, {"seq": seq})
+
+
+async def reschedule_notification(tx: Transaction, seq: int, attempts: int, first_failed_at: int, due_at: int) -> None:
+    await tx.execute(_RESCHEDULE_NOTIFICATION, {"b_seq": seq, "b_attempts": attempts, "b_since": first_failed_at, "b_due": due_at})
+
+
+async def count_pending(conn: Executor, uid: int) -> int:
+    return int((await conn.execute(_COUNT_PENDING, {"uid": uid})).scalar_one())
+
+
+async def head_notifications(conn: Executor, uids: Sequence[int]) -> dict[int, NotificationRow]:
+    """The oldest pending notification of each of these machines, in one query."""
+    if not uids:
+        return {}
+    first = (
+        select(notifications.c.machine_uid, func.min(notifications.c.seq).label("seq"))
+        .where(notifications.c.machine_uid.in_(sorted(set(uids))))
+        .group_by(notifications.c.machine_uid)
+        .subquery()
+    )
+    query = select(notifications).join(first, notifications.c.seq == first.c.seq)
+    return {r.machine_uid: NotificationRow(*r) for r in (await conn.execute(query)).all()}
+
+
+async def pending_notifications(conn: Executor, namespace: str, machine_id: str, limit: int) -> list[NotificationRow]:
+    query = (
+        select(notifications)
+        .join(machines, machines.c.uid == notifications.c.machine_uid)
+        .where(machines.c.namespace == namespace, machines.c.id == machine_id)
+        .order_by(notifications.c.seq)
+        .limit(limit)
+    )
+    return [NotificationRow(*r) for r in (await conn.execute(query)).all()]
+
+
+# --- idempotent operations and the failure journal --------------------------------------------------------
+
+_OPERATION = select(operations).where(
+    operations.c.namespace == bindparam("namespace"), operations.c.machine_id == bindparam("machine_id"), operations.c.key == bindparam("key")
+)
+_INSERT_OPERATION = operations.insert()
+_INSERT_FAILURE = failures.insert()
+
+
+async def get_operation(conn: Executor, namespace: str, machine_id: str, key: str) -> OperationRow | None:
+    row = (await conn.execute(_OPERATION, {"namespace": namespace, "machine_id": machine_id, "key": key})).first()
+    return None if row is None else OperationRow(*row)
+
+
+async def insert_operation(tx: Transaction, operation: OperationRow) -> None:
+    """Remember an operation's answer; a second insert of the key fails the transaction (unique violation)."""
+    await tx.execute(_INSERT_OPERATION, dataclasses.asdict(operation))
+
+
+async def insert_failure(
+    tx: Transaction, uid: int, at: int, kind: str, code: str, detail: str, *, permanent: bool, attempt: int, outcome: str
+) -> None:
+    await tx.execute(
+        _INSERT_FAILURE,
+        {"machine_uid": uid, "at": at, "kind": kind, "code": code, "detail": detail[:4000], "permanent": permanent, "attempt": attempt, "outcome": outcome},
+    )
+
+
+async def recent_failures(conn: Executor, uid: int, limit: int) -> list[FailureRow]:
+    """The newest ``limit`` journal entries, oldest first."""
+    query = select(failures).where(failures.c.machine_uid == uid).order_by(failures.c.seq.desc()).limit(limit)
+    return [FailureRow(*r) for r in reversed((await conn.execute(query)).all())]
+
+
+# --- machines: writes -------------------------------------------------------------------------------------
+
+_INSERT_MACHINE = machines.insert().returning(*machines.c)
+_INSERT_HISTORY = history.insert()
+
+
+async def insert_machine(tx: Transaction, namespace: str, machine_id: str, aux_state: Any, timer_at: int | None, last_event_id: int, now: int) -> MachineRow:
+    """A new working machine at version 1 (a duplicate (namespace, id) is a unique violation)."""
+    values = {
+        "namespace": namespace, "id": machine_id, "status": "working", "version": 1, "last_event_id": last_event_id,
+        "aux_state": aux_state, "timer_at": timer_at, "notify_at": None, "wake_at": timer_at, "retry_attempt": 0,
+        "retry_since": None, "lease_token": None, "lease_expires_at": None, "error": None, "created_at": now, "updated_at": now,
+    }
+    return _machine((await tx.execute(_INSERT_MACHINE, values)).one())
+
+
+async def insert_history(tx: Transaction, uid: int, first: int, events: Sequence[Any], now: int) -> None:
+    """Append ``events`` as ids ``first``, ``first+1``… — the (machine, id) key refuses a duplicate."""
+    if events:
+        await tx.execute(_INSERT_HISTORY, [{"machine_uid": uid, "event_id": first + i, "created_at": now, "data": data} for i, data in enumerate(events)])
+
+
+class Applied(enum.Enum):
+    """How a guarded write of a step ended."""
+
+    APPLIED = "applied"
+    MOVED_ON = "moved_on"
+    """The machine is no longer at the version the step read: nothing was written."""
+    LOCKED = "locked"
+    """Another transaction holds the machine's row (PostgreSQL, grouped): nothing was written; apply it alone."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepWrite:
+    """What a step changes on the machine row, from the version it read."""
+
+    uid: int
+    version: int
+    last_event_id: int
+    aux_state: Any
+    timer_at: int | None
+    retry_attempt: int
+    retry_since: int | None
+    status: str
+    error: dict[str, Any] | None
+    updated_at: int
+
+
+def _typed(name: str) -> Any:
+    return bindparam(name, type_=machines.c[name.removeprefix("b_")].type)
+
+
+_STEP_VALUES = {
+    "version": bindparam("b_version") + 1,
+    "last_event_id": _typed("b_last_event_id"),
+    "aux_state": _typed("b_aux_state"),
+    "timer_at": _typed("b_timer_at"),
+    # The head notification may have changed without a new version (Notify): wake_at is computed from the
+    # notify_at the row has when this statement holds it.
+    "wake_at": case(
+        (_typed("b_timer_at").is_(None), machines.c.notify_at),
+        (machines.c.notify_at.is_(None), _typed("b_timer_at")),
+        (machines.c.notify_at < _typed("b_timer_at"), machines.c.notify_at),
+        else_=_typed("b_timer_at"),
+    ),
+    "retry_attempt": _typed("b_retry_attempt"),
+    "retry_since": _typed("b_retry_since"),
+    "status": _typed("b_status"),
+    "error": _typed("b_error"),
+    **leases.released(),
+    "updated_at": _typed("b_updated_at"),
+}
+_APPLY_STEP = machines.update().where(machines.c.uid == bindparam("b_uid"), machines.c.version == bindparam("b_version")).values(**_STEP_VALUES)
+def _step_params(step: StepWrite) -> dict[str, Any]:
+    return {
+        "b_uid": step.uid, "b_version": step.version, "b_last_event_id": step.last_event_id, "b_aux_state": step.aux_state,
+        "b_timer_at": step.timer_at, "b_retry_attempt": step.retry_attempt, "b_retry_since": step.retry_since,
+        "b_status": step.status, "b_error": step.error, "b_updated_at": step.updated_at,
+    }
+
+
+def _step_cte(lock: str) -> TextClause:
+    """PostgreSQL: a step's machine row, its history rows and their ``machine.event`` events in one statement
+    (one round trip instead of three). ``target`` takes the row (``lock``: wait, or skip a held one); the
+    answer tells whether the row was taken and whether the version still matched."""
+    timer = "CAST(:timer_at AS bigint)"
+    return text(
+        f"WITH target AS (SELECT uid FROM machines WHERE uid = :uid FOR UPDATE{lock}), "
+        "m AS (UPDATE machines SET version = :version + 1, last_event_id = :last_event_id, "
+        "aux_state = CAST(:aux_state AS jsonb), "
+        f"timer_at = {timer}, "
+        f"wake_at = CASE WHEN {timer} IS NULL THEN machines.notify_at WHEN machines.notify_at IS NULL THEN {timer} "
+        f"WHEN machines.notify_at < {timer} THEN machines.notify_at ELSE {timer} END, "
+        "retry_attempt = :retry_attempt, retry_since = CAST(:retry_since AS bigint), status = :status, "
+        "error = CAST(:error AS jsonb), lease_token = NULL, lease_expires_at = NULL, updated_at = :now "
+        "FROM target WHERE machines.uid = target.uid AND machines.version = :version RETURNING machines.uid), "
+        "e AS (SELECT CAST(:first AS integer) + CAST(ord AS integer) - 1 AS event_id, data "
+        "FROM unnest(CAST(:events AS jsonb[])) WITH ORDINALITY AS x(data, ord)), "
+        "h AS (INSERT INTO machine_history (machine_uid, event_id, created_at, data) SELECT m.uid, e.event_id, :now, e.data FROM m, e), "
+        "ev AS (INSERT INTO events (type, at, subject_kind, subject_id, data) "
+        "SELECT 'machine.event', :now, 'machine', CAST(:subject AS text), jsonb_build_object("
+        "'namespace', CAST(:namespace AS text), 'id', CAST(:id AS text), 'event_id', e.event_id, 'data', e.data) "
+        "FROM m, e ORDER BY e.event_id) "
+        "SELECT (SELECT count(*) FROM target), (SELECT count(*) FROM m)"
+    )
+
+
+_STEP_WAITING = _step_cte("")
+_STEP_SKIPPING = _step_cte(" SKIP LOCKED")
+
+
+def _json(value: Any) -> str | None:
+    return None if value is None else json.dumps(value)
+
+
+async def write_step_with_events(tx: Transaction, machine: MachineRow, step: StepWrite, events: Sequence[Any], *, grouped: bool) -> Applied:
+    """PostgreSQL: ``write_step`` with the step's history rows and ``machine.event`` events, one statement."""
+    params = {
+        "uid": step.uid, "version": step.version, "last_event_id": step.last_event_id, "aux_state": _json(step.aux_state),
+        "timer_at": step.timer_at, "retry_attempt": step.retry_attempt, "retry_since": step.retry_since, "status": step.status,
+        "error": _json(step.error), "now": step.updated_at, "first": machine.last_event_id + 1,
+        "events": [json.dumps(e) for e in events], "subject": machine.subject, "namespace": machine.namespace, "id": machine.id,
+    }
+    taken, applied = (await tx.execute(_STEP_SKIPPING if grouped else _STEP_WAITING, params)).one()
+    if applied:
+        if events:
+            tx.notify(SEQUENCER_CHANNEL)
+        return Applied.APPLIED
+    return Applied.MOVED_ON if taken else Applied.LOCKED
+
+
+async def write_step(tx: Transaction, step: StepWrite) -> Applied:
+    """SQLite: write the machine row of a step, guarded by the version it read; the lease ends with it. (One
+    writer at a time, so nothing is ever held by another transaction; PostgreSQL uses
+    ``write_step_with_events``.)"""
+    result = await tx.execute(_APPLY_STEP, _step_params(step))
+    return Applied.APPLIED if result.rowcount else Applied.MOVED_ON
+
+
+_FAIL = (
+    machines.update()
+    .where(machines.c.uid == bindparam("b_uid"), machines.c.version == bindparam("b_version"))
+    .values(status="failed", error=bindparam("b_error", type_=machines.c.error.type), version=bindparam("b_version") + 1,
+            updated_at=bindparam("b_now"), **leases.released())
+)
+_REPAIRED = (
+    machines.update()
+    .where(machines.c.uid == bindparam("b_uid"), machines.c.version == bindparam("b_version"))
+    .values(status="working", error=null(), version=bindparam("b_version") + 1, retry_attempt=0, retry_since=null(), updated_at=bindparam("b_now"))
+)
+
+
+async def fail_machine(tx: Transaction, machine: MachineRow, error: dict[str, Any], now: int) -> bool:
+    """Turn the machine ``failed`` while it is still at the version read; False if it moved on."""
+    result = await tx.execute(_FAIL, {"b_uid": machine.uid, "b_version": machine.version, "b_error": error, "b_now": now})
+    return bool(result.rowcount)
+
+
+async def mark_repaired(tx: Transaction, machine: MachineRow, now: int) -> bool:
+    """A failed machine ``working`` again (a simple repair), guarded by its version."""
+    result = await tx.execute(_REPAIRED, {"b_uid": machine.uid, "b_version": machine.version, "b_now": now})
+    return bool(result.rowcount)
+
+
+async def delete_machine(tx: Transaction, machine: MachineRow) -> None:
+    """Remove a machine with its history, pending notifications, journal and operations."""
+    for table, column in ((history, history.c.machine_uid), (notifications, notifications.c.machine_uid), (failures, failures.c.machine_uid)):
+        await tx.execute(delete(table).where(column == machine.uid))
+    await tx.execute(delete(operations).where(operations.c.namespace == machine.namespace, operations.c.machine_id == machine.id))
+    await tx.execute(delete(machines).where(machines.c.uid == machine.uid))
+
+
+# --- background: leases on due machines -------------------------------------------------------------------
+
+DEFAULT_TIMEOUT_MS = 30_000
+
+
+async def lease_due(tx: Transaction, now: int, due_by: int, limit: int, token: str, margin_ms: int) -> list[MachineRow]:
+    """Lease up to ``limit`` free working machines due by ``due_by`` (skipping rows other transactions hold),
+    each for its namespace's processor timeout plus ``margin_ms``; answers them as leased, earliest due first."""
+    timeouts = dict((await tx.execute(_TIMEOUTS)).all())
+    expires: Any = now + DEFAULT_TIMEOUT_MS + margin_ms
+    if timeouts:
+        expires = case(*((machines.c.namespace == name, now + ms + margin_ms) for name, ms in timeouts.items()), else_=expires)
+    due = (
+        select(machines.c.uid)
+        .where(machines.c.status == "working", machines.c.wake_at <= due_by, leases.free(machines, now))
+        .order_by(machines.c.wake_at)
+        .limit(limit)
+    )
+    taken = await leases.take(tx, machines, machines.c.uid.in_(tx.store.dialect.skip_locked(due).scalar_subquery()), token, now, expires)
+    if not taken:
+        return []
+    rows = (await tx.execute(_LEASED, {"token": token})).all()
+    return [_machine(r) for r in rows]
+
+
+_TIMEOUTS = select(namespaces.c.name, namespaces.c.timeout_ms)
+_LEASED = select(machines).where(machines.c.lease_token == bindparam("token")).order_by(machines.c.wake_at, machines.c.uid)
+
+_NEXT_WAKE = select(
+    func.min(case((machines.c.lease_expires_at > machines.c.wake_at, machines.c.lease_expires_at), else_=machines.c.wake_at))
+).where(machines.c.status == "working", machines.c.wake_at.is_not(None))
+
+
+async def next_wake(conn: Executor) -> int | None:
+    """When a machine is next due (or its lease next runs out)."""
+    value = (await conn.execute(_NEXT_WAKE)).scalar()
+    return None if value is None else int(value)
+
+
+_BY_UID = machines.c.uid == bindparam("b_uid")
+
+
+async def release(tx: Transaction, uid: int, token: str) -> None:
+    """End a lease still held with ``token`` (nothing if it was ended or taken over since)."""
+    await tx.execute(_RELEASE, {"b_uid": uid, "b_token": token})
+
+
+_HELD = leases.held(machines, bindparam("b_token"))  # type: ignore[arg-type]
+_RELEASE = machines.update().where(_BY_UID, _HELD).values(**leases.released())
+_RETRY_TIMER = (
+    machines.update()
+    .where(_BY_UID, machines.c.version == bindparam("b_version"), _HELD)
+    .values(
+        timer_at=bindparam("b_retry_at", type_=machines.c.timer_at.type),
+        retry_attempt=bindparam("b_attempts"),
+        retry_since=bindparam("b_since", type_=machines.c.retry_since.type),
+        wake_at=case((machines.c.notify_at < bindparam("b_retry_at", type_=machines.c.timer_at.type), machines.c.notify_at), else_=bindparam("b_retry_at", type_=machines.c.timer_at.type)),
+        **leases.released(),
+    )
+)
+_RELEASE_AT_VERSION = machines.update().where(_BY_UID, machines.c.version == bindparam("b_version"), _HELD).values(**leases.released())
+
+
+async def retry_timer_later(tx: Transaction, machine: MachineRow, retry_at: int, attempts: int, since: int) -> bool:
+    """Move a failed timer to ``retry_at`` and end the lease, while the machine is as read and still leased."""
+    params = {"b_uid": machine.uid, "b_version": machine.version, "b_token": machine.lease_token, "b_retry_at": retry_at, "b_attempts": attempts, "b_since": since}
+    return bool((await tx.execute(_RETRY_TIMER, params)).rowcount)
+
+
+async def release_at_version(tx: Transaction, machine: MachineRow) -> bool:
+    """End the lease while the machine is as read and still leased by us."""
+    return bool((await tx.execute(_RELEASE_AT_VERSION, {"b_uid": machine.uid, "b_version": machine.version, "b_token": machine.lease_token})).rowcount)
+
+
+__all__ = ["Applied", "FailureRow", "HistoryRow", "MachineRow", "NamespaceRow", "NotificationRow", "OperationRow", "StepWrite"]

@@ -1,0 +1,53 @@
+"""Call and Start stay short: the statements (on PostgreSQL, round trips) each costs are counted, so a change
+that adds one fails here."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from mainspring.api import create_app
+from mainspring.app import App
+from mainspring.config import Settings
+from mainspring.store import Store
+from tests.machines.conftest import FakeProcessor
+
+BASE = "/v1/namespaces/orders/machines"
+REQUESTS = 20
+
+
+@pytest.fixture
+async def quiet_client(settings: Settings, store: Store, registry: App, fake: FakeProcessor) -> AsyncIterator[httpx.AsyncClient]:
+    """The API without its background loops, whose own statements would be counted too, and with the token
+    cache kept for the whole test (its background refresh is a statement too)."""
+    steady = settings.model_copy(update={"auth": settings.auth.model_copy(update={"cache_ms": 600_000})})
+    app = create_app(steady, store=store, registry=registry, run_background=False)
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://mainspring.test") as client:
+            yield client
+
+
+async def _statements_per_request(store: Store, client: httpx.AsyncClient, requests: list[tuple[str, dict[str, object]]]) -> float:
+    before = store.backend.round_trips
+    for path, body in requests:
+        answer = await client.post(path, json=body)
+        assert answer.is_success, answer.text
+    return (store.backend.round_trips - before) / len(requests)
+
+
+async def test_a_call_reads_in_two_statements_and_commits_in_three_round_trips(store: Store, quiet_client: httpx.AsyncClient) -> None:
+    assert (await quiet_client.post(BASE, json={"id": "m1"})).status_code == 201
+    assert (await quiet_client.post(f"{BASE}/m1/call", json={"args": 0})).status_code == 200  # warm
+    per_call = await _statements_per_request(store, quiet_client, [(f"{BASE}/m1/call", {"args": i}) for i in range(REQUESTS)])
+    # PostgreSQL: the machine with its namespace, its history; BEGIN, one statement writing the row, its history
+    # and their events, NOTIFY + COMMIT. SQLite: the same reads, BEGIN IMMEDIATE, row, history, events, COMMIT.
+    assert per_call <= (5 if store.is_postgres else 8), per_call
+
+
+async def test_a_start_costs_a_few_statements(store: Store, quiet_client: httpx.AsyncClient) -> None:
+    assert (await quiet_client.post(BASE, json={"id": "warm"})).status_code == 201
+    per_start = await _statements_per_request(store, quiet_client, [(BASE, {"id": f"m{i}"}) for i in range(REQUESTS)])
+    # PostgreSQL: the namespace and whether the id is taken; BEGIN, the machine, its history, its events, COMMIT.
+    assert per_start <= (6 if store.is_postgres else 7), per_start
