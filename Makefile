@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # Both cores: the suite is mostly waiting on databases and child servers.
 PYTEST_ARGS ?= -n 2
 
-.PHONY: setup run test lint services browser clean
+.PHONY: setup run test lint services browser clean sync-clients config-docs
 
 setup: $(VENV)/.installed
 
@@ -15,17 +15,41 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e ".[test]"
 	touch $@
 
-## Set up and run the server on the embedded SQLite default (http://127.0.0.1:8080/docs).
-run: setup
+## Install the runtime only (no test tools) and run the server on the embedded SQLite default
+## (http://127.0.0.1:8080/docs).
+run: $(VENV)/.runtime
 	$(BIN)/mainspring serve
 
-## Set up, make sure PostgreSQL and NATS are up, lint, and run the whole suite on both engines.
+$(VENV)/.runtime: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e .
+	touch $@
+
+## Set up (with the test tools), make sure PostgreSQL and NATS are up, lint, and run the whole suite on both engines.
 test: setup services browser lint
 	$(BIN)/pytest $(PYTEST_ARGS)
 
+# The typed public surface: the clients, the App and what handlers receive, the CLI.
+STRICT := src/mainspring/client src/mainspring/__init__.py src/mainspring/app.py src/mainspring/worker.py \
+	src/mainspring/config.py src/mainspring/interactions/outcomes.py src/mainspring/interactions/models.py \
+	src/mainspring/cli.py src/mainspring/core/cli.py src/mainspring/exchange/cli.py src/mainspring/machines/cli.py \
+	src/mainspring/interactions/cli.py src/mainspring/batching/cli.py
+
 lint: setup
 	$(BIN)/lint-imports
-	$(BIN)/ruff check src tests
+	$(BIN)/ruff check src tests scripts
+	$(BIN)/mypy --strict --follow-imports=silent $(STRICT)
+	$(BIN)/python scripts/sync_clients.py --check
+	$(BIN)/python scripts/config_docs.py --check
+
+## Regenerate the sync clients (client/_sync) from the async ones (client/_async).
+sync-clients: setup
+	$(BIN)/python scripts/sync_clients.py
+
+## Regenerate docs/configuration.md from the settings models.
+config-docs: setup
+	$(BIN)/python scripts/config_docs.py
 
 services:
 	scripts/ensure-services

@@ -65,7 +65,8 @@ async def main() -> None:
     async with engine.begin() as conn:
         await conn.run_sync(metadata.create_all)
     stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGINT, stop.set)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
     async with AsyncExchangeClient(args.server, args.token) as client:
         worker = ExchangeProcessor(client, engine, addressee=args.addressee, database=args.database,
                                    client_id=args.client_id, handler=book_orders, heartbeat_s=30)

@@ -2,23 +2,20 @@
 
     mainspring serve --app examples.interactions.app:app          # handlers inside the server
     mainspring worker examples.interactions.app:app               # or in their own process(es)
-    curl -X POST localhost:8080/v1/queues/orders/interactions -d '{"data": {"total": 12}}'
-    curl "localhost:8080/v1/interactions/1?wait_ms=10000"
+    curl http://127.0.0.1:8080/v1/queues/orders/interactions --json '{"data": {"total": 12}}'
+    curl "http://127.0.0.1:8080/v1/interactions/ID?wait_ms=10000"    # ID: the "id" the create answered
 """
 
 from __future__ import annotations
 
 import random
-from typing import Any
-
-from mainspring.app import App
-from mainspring.interactions import Fail, Repeat, Wait
+from mainspring import App, Fail, HandlerContext, Interaction, Repeat, Wait
 
 app = App()
 
 
 @app.queue("orders", concurrency=20)
-async def order(item: Any, ctx: Any) -> Any:
+async def order(item: Interaction, ctx: HandlerContext) -> object:
     payments = await ctx.children("payment")
     if not payments:
         await ctx.create_child("payment", queue="payments", data={"amount": item.data["total"]})
@@ -30,7 +27,7 @@ async def order(item: Any, ctx: Any) -> Any:
 
 
 @app.queue("payments", concurrency=5, timeout_ms=10_000)
-def charge(item: Any) -> Any:
+def charge(item: Interaction) -> object:
     if random.random() < 0.2:
         raise ConnectionError("the bank did not answer")  # retried after the queue's error_delay_ms
     if random.random() < 0.1:

@@ -1,12 +1,15 @@
-"""An invoice machine: issued, paid in parts, overdue reminders. Run in-process with
-``PYTHONPATH=examples/machines mainspring serve --app invoices:app``, or over HTTP with
-``python examples/machines/invoices.py`` (port 9000)."""
+"""An invoice machine: issued, paid in parts, overdue reminders.
+
+Run in-process, from the repository root: ``mainspring serve --app examples.machines.invoices:app``; or as
+an HTTP processor: ``python -m examples.machines.invoices --port 9000``, with the namespace's processor URL
+set to ``http://127.0.0.1:9000/``.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from mainspring.app import App
+from mainspring import App
 from mainspring.machines.processor import Unprocessable
 
 app = App()
@@ -44,6 +47,12 @@ class Invoice:
 
 
 if __name__ == "__main__":
+    import argparse
+
     from mainspring.machines.host import serve_processor
 
-    serve_processor(Invoice, port=9000)
+    parser = argparse.ArgumentParser(description="Serve the Invoice processor over HTTP.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=9000)
+    options = parser.parse_args()
+    serve_processor(Invoice, host=options.host, port=options.port)

@@ -1,6 +1,82 @@
-"""Mainspring: a durable processing server and Python library."""
+"""Mainspring: a durable processing server and Python library.
 
-from mainspring.app import App
+What your code uses, importable from here:
+
+```python
+from mainspring import App, Interaction, HandlerContext, Package, Complete, Fail, Repeat, Wait, Retry
+```
+The clients live in ``mainspring.client``; every error is a ``mainspring.MainspringError``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["App", "__version__"]
+
+if TYPE_CHECKING:
+    from mainspring.app import App, AppError, BatcherOptions, QueueOptions
+    from mainspring.batching.worker import BatchPackage as Package
+    from mainspring.batching.worker import BatchTask as PackageTask
+    from mainspring.core.errors import MainspringError
+    from mainspring.interactions.models import Interaction
+    from mainspring.interactions.outcomes import Complete, Fail, Outcome, Repeat, Retry, Wait
+    from mainspring.interactions.worker import HandlerContext
+    from mainspring.producer import Producer, producer
+
+# Imported on first use, so that `import mainspring.client` stays light (no server code is loaded).
+_EXPORTS = {
+    "App": ("mainspring.app", "App"),
+    "AppError": ("mainspring.app", "AppError"),
+    "BatcherOptions": ("mainspring.app", "BatcherOptions"),
+    "QueueOptions": ("mainspring.app", "QueueOptions"),
+    "Package": ("mainspring.batching.worker", "BatchPackage"),
+    "PackageTask": ("mainspring.batching.worker", "BatchTask"),
+    "MainspringError": ("mainspring.core.errors", "MainspringError"),
+    "Interaction": ("mainspring.interactions.models", "Interaction"),
+    "Complete": ("mainspring.interactions.outcomes", "Complete"),
+    "Fail": ("mainspring.interactions.outcomes", "Fail"),
+    "Outcome": ("mainspring.interactions.outcomes", "Outcome"),
+    "Repeat": ("mainspring.interactions.outcomes", "Repeat"),
+    "Retry": ("mainspring.interactions.outcomes", "Retry"),
+    "Wait": ("mainspring.interactions.outcomes", "Wait"),
+    "HandlerContext": ("mainspring.interactions.worker", "HandlerContext"),
+    "Producer": ("mainspring.producer", "Producer"),
+    "producer": ("mainspring.producer", "producer"),
+}
+
+__all__ = [
+    "App",
+    "AppError",
+    "BatcherOptions",
+    "Complete",
+    "Fail",
+    "HandlerContext",
+    "Interaction",
+    "MainspringError",
+    "Outcome",
+    "Package",
+    "PackageTask",
+    "Producer",
+    "QueueOptions",
+    "Repeat",
+    "Retry",
+    "Wait",
+    "__version__",
+    "producer",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'mainspring' has no attribute {name!r}")
+    import importlib
+
+    module, attribute = _EXPORTS[name]
+    value = getattr(importlib.import_module(module), attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,4 +1,10 @@
-"""The ``mainspring`` command."""
+"""The ``mainspring`` command.
+
+``serve``, ``migrate``, ``worker`` and ``token`` open the store; everything else talks to a running server
+over HTTP (``--url``/``--token``, or ``MAINSPRING_URL``/``MAINSPRING_TOKEN``). Errors are one line and an
+exit code (1 refused, 2 bad usage or configuration, 3 server or store unreachable); ``--debug`` shows the
+traceback.
+"""
 
 from __future__ import annotations
 
@@ -10,13 +16,23 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from mainspring import __version__
-from mainspring.config import Settings, load_settings
-from mainspring.core import alerts as alerts_service
-from mainspring.core import auth, outbox
+from mainspring.client.events import EventsClient
+from mainspring.config import ConfigError, Settings, load_settings
+from mainspring.core import auth
+from mainspring.core.cli import (
+    DEFAULT_URL,
+    CommandGroup,
+    Debug,
+    JsonOpt,
+    TokenOpt,
+    UrlOpt,
+    out,
+    print_json,
+    print_table,
+    working,
+)
 from mainspring.core.logs import configure_logging
 from mainspring.core.runtime import retry_while_unavailable
 from mainspring.store import Store
@@ -28,23 +44,49 @@ cli = typer.Typer(
     name="mainspring",
     help="Mainspring: durable exchange, machines, interactions and batching on one store.",
     no_args_is_help=True,
-    rich_markup_mode="rich",
+    cls=CommandGroup,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
-token_cli = typer.Typer(help="API tokens (stored as sha256; the token itself is shown once).", no_args_is_help=True)
-events_cli = typer.Typer(help="The event log.", no_args_is_help=True)
-alerts_cli = typer.Typer(help="Alerts an administrator must see.", no_args_is_help=True)
+token_cli = typer.Typer(help="API tokens (stored as sha256; a token itself is shown once). Opens the store.", no_args_is_help=True)
+events_cli = typer.Typer(help="The event log of a running server.", no_args_is_help=True)
+alerts_cli = typer.Typer(help="Alerts an administrator must see, on a running server.", no_args_is_help=True)
 cli.add_typer(token_cli, name="token")
 cli.add_typer(events_cli, name="events")
 cli.add_typer(alerts_cli, name="alerts")
-console = Console()
 
-ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="TOML config file.", envvar="MAINSPRING_CONFIG")]
-DatabaseOpt = Annotated[str | None, typer.Option("--database", help="sqlite:///PATH or postgresql://…")]
-DataDirOpt = Annotated[Path | None, typer.Option("--data-dir", help="Where SQLite and exchange files live.")]
+ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="TOML config file (it must exist).", envvar="MAINSPRING_CONFIG", show_default=False)]
+DatabaseOpt = Annotated[str | None, typer.Option("--database", help="sqlite:///PATH or postgresql://…", show_default="sqlite:///<data-dir>/mainspring.db")]
+DataDirOpt = Annotated[Path | None, typer.Option("--data-dir", help="Where SQLite and exchange files live.", show_default="./mainspring-data")]
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"mainspring {__version__}")
+        raise typer.Exit()
+
+
+@cli.callback()
+def root(
+    version: Annotated[bool, typer.Option("--version", help="Print the version and exit.", callback=_version, is_eager=True)] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show the traceback of an error.", envvar="MAINSPRING_DEBUG")] = False,
+) -> None:
+    """Mainspring: durable exchange, machines, interactions and batching on one store."""
+    Debug.enabled = debug
 
 
 def settings_from(config: Path | None, database: str | None = None, data_dir: Path | None = None, **server: Any) -> Settings:
     return load_settings(config, server={"database": database, "data_dir": data_dir, **server})
+
+
+def existing_store(settings: Settings) -> None:
+    """Refuse to open a SQLite store that does not exist: a command run in the wrong folder must not
+    create an empty one beside it."""
+    url = settings.server.database_url()
+    if url.startswith("sqlite:"):
+        path = Path(url.split(":///", 1)[1])
+        if not path.exists():
+            raise ConfigError(f"no store at {path}: pass --database or --data-dir, or create it with `mainspring migrate`")
 
 
 def run_with_store(settings: Settings, work: Callable[[Store], Awaitable[T]], *, migrate: bool = True) -> T:
@@ -60,82 +102,93 @@ def run_with_store(settings: Settings, work: Callable[[Store], Awaitable[T]], *,
     return asyncio.run(main())
 
 
+def _noop(_store: Store) -> Awaitable[None]:
+    return asyncio.sleep(0)
+
+
 @cli.command()
 def serve(
     config: ConfigOpt = None,
-    host: Annotated[str | None, typer.Option(help="Listen address [default: 127.0.0.1].")] = None,
-    port: Annotated[int | None, typer.Option(help="Listen port [default: 8080].")] = None,
+    host: Annotated[str | None, typer.Option(help="Listen address.", show_default="127.0.0.1")] = None,
+    port: Annotated[int | None, typer.Option(help="Listen port.", show_default="8080")] = None,
     data_dir: DataDirOpt = None,
     database: DatabaseOpt = None,
-    app: Annotated[str | None, typer.Option("--app", help="Your code to run in the server, as module:attribute.")] = None,
+    app: Annotated[str | None, typer.Option("--app", help="Your code to run in the server, as module:attribute.", show_default=False)] = None,
+    workers: Annotated[int, typer.Option(min=1, help="Server processes on the one port (PostgreSQL only).")] = 1,
 ) -> None:
-    """Migrate the store, then serve the HTTP API and run the background work."""
+    """Migrate the store (creating it if new), then serve the HTTP API, the dashboard and the background work."""
     import uvicorn
 
-    from mainspring.api import create_app
+    from mainspring.api import SERVE_APP_ENV, SERVE_SETTINGS_ENV, create_app
     from mainspring.app import load_app
 
     settings = settings_from(config, database, data_dir, host=host, port=port)
-    configure_logging(settings.server.log_level, settings.server.log_format)
-    run_with_store(settings, lambda _store: asyncio.sleep(0))
+    configure_logging(settings.server.log_level, settings.server.log_format, access_log=settings.server.access_log)
+    if workers > 1 and not settings.server.database_url().startswith("postgresql"):
+        raise typer.BadParameter("several workers need PostgreSQL: SQLite has one writer, so more processes add only contention", param_hint="--workers")
     registry = load_app(app) if app else None
-    server_app = create_app(settings, registry=registry)
+    run_with_store(settings, _noop)
+    if workers > 1:
+        # Each worker process builds its own server from the same settings (uvicorn imports the factory there).
+        os.environ[SERVE_SETTINGS_ENV] = settings.model_dump_json()
+        if app:
+            os.environ[SERVE_APP_ENV] = app
+    server_app: Any = "mainspring.api:serve_app" if workers > 1 else create_app(settings, registry=registry)
     uvicorn.run(
         server_app,
+        factory=workers > 1,
+        workers=workers,
         host=settings.server.host,
         port=settings.server.port,
         log_config=None,
         timeout_graceful_shutdown=max(1, settings.server.graceful_shutdown_ms // 1000),
         ssl_certfile=settings.server.tls_certfile,
         ssl_keyfile=settings.server.tls_keyfile,
-        access_log=False,
+        access_log=settings.server.access_log,
     )
 
 
 @cli.command()
 def worker(
-    app: Annotated[str, typer.Argument(help="Your code, as module:attribute (a mainspring.App).")],
+    app: Annotated[str, typer.Argument(help="Your code, as module:attribute (a mainspring.App).", show_default=False)],
     config: ConfigOpt = None,
     database: DatabaseOpt = None,
     data_dir: DataDirOpt = None,
+    http_port: Annotated[int | None, typer.Option("--http-port", help="Serve /healthz and /metrics on this port.", show_default="off")] = None,
+    http_host: Annotated[str, typer.Option("--http-host", help="Address of the /healthz and /metrics port.")] = "127.0.0.1",
 ) -> None:
-    """Run the queue handlers of APP against the store, without serving HTTP (SIGTERM: graceful stop)."""
-    import sys
-
+    """Run APP's queue handlers and batch workers against an existing store, without serving the API (SIGTERM: graceful stop; a second signal: at once)."""
     from mainspring.app import load_app
-    from mainspring.interactions.worker import run_worker
+    from mainspring.worker import run, runnable
 
     settings = settings_from(config, database, data_dir)
     configure_logging(settings.server.log_level, settings.server.log_format)
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
     registry = load_app(app)
-    run_with_store(settings, lambda _store: asyncio.sleep(0))
-
-    async def main() -> None:
-        store = Store(settings.server.database_url(), pool_size=settings.server.pool_size, sqlite_synchronous=settings.server.sqlite_synchronous)
-        await run_worker(store, registry, settings.interactions, poll_ms=settings.server.poll_interval_ms, graceful_ms=settings.server.graceful_shutdown_ms)
-
-    asyncio.run(main())
+    what = runnable(registry)
+    existing_store(settings)
+    run_with_store(settings, _noop)
+    out.print(f"mainspring worker runs {what}", markup=False)
+    asyncio.run(run(settings, registry, http_host=http_host, http_port=http_port))
 
 
 @cli.command()
 def migrate(config: ConfigOpt = None, database: DatabaseOpt = None, data_dir: DataDirOpt = None) -> None:
-    """Bring the store's schema up to date (a no-op when it is)."""
+    """Create the store, or bring its schema up to date (a no-op when it is)."""
     settings = settings_from(config, database, data_dir)
-    run_with_store(settings, lambda _store: asyncio.sleep(0))
-    console.print(f"[green]schema up to date[/green] ({settings.server.database_url().split('@')[-1]})")
+    with working("migrating the store…"):
+        run_with_store(settings, _noop)
+    out.print(f"[green]schema up to date[/green] ({settings.server.database_url().split('@')[-1]})")
 
 
 @cli.command()
 def version() -> None:
-    """Print the version."""
-    console.print(__version__)
+    """Print the version (as --version does)."""
+    typer.echo(f"mainspring {__version__}")
 
 
 @token_cli.command("create")
 def token_create(
-    scope: Annotated[list[str], typer.Option("--scope", "-s", help="A scope such as admin, queues:emails, exchange:send:*.")],
+    scope: Annotated[list[str], typer.Option("--scope", "-s", help="A scope such as admin, ui, queues:emails, exchange:send:*.", show_default=False)],
     name: Annotated[str, typer.Option(help="Who the token is for.")] = "token",
     config: ConfigOpt = None,
     database: DatabaseOpt = None,
@@ -143,55 +196,51 @@ def token_create(
 ) -> None:
     """Create a token. It is printed once; only its sha256 is stored."""
     settings = settings_from(config, database, data_dir)
+    existing_store(settings)
     token_id, token = run_with_store(settings, lambda s: auth.create_token(s, name, scope))
-    console.print(f"id: {token_id}\ntoken: [bold]{token}[/bold]\n(store it now: it cannot be shown again)")
+    out.print(f"id: {token_id}\ntoken: [bold]{token}[/bold]\n(store it now: it cannot be shown again)")
 
 
 @token_cli.command("list")
-def token_list(config: ConfigOpt = None, database: DatabaseOpt = None, data_dir: DataDirOpt = None) -> None:
+def token_list(config: ConfigOpt = None, database: DatabaseOpt = None, data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
     """List stored tokens (never the tokens themselves)."""
     settings = settings_from(config, database, data_dir)
+    existing_store(settings)
     rows = run_with_store(settings, auth.list_tokens)
-    table = Table("id", "name", "scopes", "created", "revoked")
-    for row in rows:
-        table.add_row(row["id"], row["name"], " ".join(row["scopes"]), row["created_at"], row["revoked_at"] or "")
-    console.print(table)
+    if as_json:
+        print_json(rows)
+        return
+    print_table("tokens", ["id", "name", "scopes", "created_at", "revoked_at"],
+                [{**r, "scopes": " ".join(r["scopes"])} for r in rows])
 
 
 @token_cli.command("revoke")
-def token_revoke(token_id: str, config: ConfigOpt = None, database: DatabaseOpt = None, data_dir: DataDirOpt = None) -> None:
-    """Revoke a token by id (every server stops accepting it within auth.cache_ms)."""
-    settings = settings_from(config, database, data_dir)
-    run_with_store(settings, lambda s: auth.revoke_token(s, token_id))
-    console.print(f"revoked {token_id}")
-
-
-@events_cli.command("tail")
-def events_tail(
-    after: Annotated[int, typer.Option(help="Start after this event id (0: from the beginning).")] = 0,
-    types: Annotated[str | None, typer.Option(help="Comma-separated types, prefix* allowed.")] = None,
-    follow: Annotated[bool, typer.Option("--follow/--no-follow", "-f", help="Keep waiting for new events.")] = True,
+def token_revoke(
+    token_id: Annotated[str, typer.Argument(metavar="ID", help="The token's id (from token list).", show_default=False)],
     config: ConfigOpt = None,
     database: DatabaseOpt = None,
     data_dir: DataDirOpt = None,
 ) -> None:
-    """Print events as JSON lines, oldest first."""
+    """Revoke a token by id (every server stops accepting it within auth.cache_ms)."""
     settings = settings_from(config, database, data_dir)
-    wanted = [t for t in (types or "").split(",") if t]
+    existing_store(settings)
+    run_with_store(settings, lambda s: auth.revoke_token(s, token_id))
+    out.print(f"revoked {token_id}")
 
-    async def tail(store: Store) -> None:
-        position = after
-        while True:
-            items, position = await outbox.read_events(store, position, 500, wanted)
-            for item in items:
-                print(json.dumps(item), flush=True)
-            if not items:
-                if not follow:
-                    return
-                await asyncio.sleep(settings.server.poll_interval_ms / 1000)
 
+@events_cli.command("tail")
+def events_tail(
+    after: Annotated[str | None, typer.Option(help="Start after this event id.", show_default="from the beginning")] = None,
+    types: Annotated[str | None, typer.Option(help="Comma-separated types, prefix* allowed.", show_default="all")] = None,
+    follow: Annotated[bool, typer.Option("--follow/--no-follow", "-f", help="Keep waiting for new events.")] = True,
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = None,
+) -> None:
+    """Print events as JSON lines, oldest first (scope admin or ui)."""
     try:
-        run_with_store(settings, tail)
+        with EventsClient(url, token) as client:
+            for event in client.follow(after, types, forever=follow):
+                typer.echo(json.dumps(event), nl=True)
     except KeyboardInterrupt:
         pass
 
@@ -199,41 +248,47 @@ def events_tail(
 @alerts_cli.command("list")
 def alerts_list(
     all_: Annotated[bool, typer.Option("--all", help="Include acknowledged alerts.")] = False,
-    config: ConfigOpt = None,
-    database: DatabaseOpt = None,
-    data_dir: DataDirOpt = None,
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """List alerts, newest first."""
-    settings = settings_from(config, database, data_dir)
-    items, _ = run_with_store(settings, lambda s: alerts_service.list_alerts(s, open_only=not all_, limit=1000, cursor=None))
-    table = Table("id", "at", "severity", "code", "subject", "detail", "acked")
-    for a in items:
-        table.add_row(a["id"], a["at"], a["severity"], a["code"], f"{a['subject']['kind']}:{a['subject']['id']}", a["detail"], a["acked_at"] or "")
-    console.print(table)
+    with EventsClient(url, token) as client:
+        items = list(client.iterate_alerts(open_only=not all_))
+    if as_json:
+        print_json(items)
+        return
+    print_table("alerts", ["id", "at", "severity", "code", "subject", "detail", "acked_at"],
+                [{**a, "subject": f"{a['subject']['kind']}:{a['subject']['id']}"} for a in items], ids=("id", "subject"))
 
 
 @alerts_cli.command("ack")
-def alerts_ack(alert_id: str, config: ConfigOpt = None, database: DatabaseOpt = None, data_dir: DataDirOpt = None) -> None:
-    """Acknowledge an alert."""
-    settings = settings_from(config, database, data_dir)
-    run_with_store(settings, lambda s: alerts_service.ack_alert(s, alert_id))
-    console.print(f"acknowledged {alert_id}")
+def alerts_ack(
+    alert_id: Annotated[str, typer.Argument(metavar="ID", help="The alert's id (from alerts list).", show_default=False)],
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = None,
+) -> None:
+    """Acknowledge an alert (scope admin)."""
+    with EventsClient(url, token) as client:
+        client.ack_alert(alert_id)
+    out.print(f"acknowledged {alert_id}", markup=False)
 
 
 def _mount_face_clis() -> None:
     from mainspring.api import FACES
+    from mainspring.batching.selftest import selftest
 
     for face in FACES:
         if face.cli is not None:
             cli.add_typer(face.cli, name=face.name)
-    from mainspring.batching.selftest import selftest
-
     cli.command("selftest")(selftest)
+
+
+_mount_face_clis()
 
 
 def main() -> None:
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    _mount_face_clis()
     cli()
 
 

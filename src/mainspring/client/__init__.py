@@ -1,1 +1,73 @@
-"""Python clients for Mainspring's faces (sync and async, over httpx)."""
+"""Python clients for every face of a Mainspring server, sync and async, over httpx.
+
+```python
+from mainspring.client import InteractionsClient
+
+with InteractionsClient("http://127.0.0.1:8080", token="ms_…") as client:
+    item = client.create("emails", {"to": "a@b.c"}, message_id="order-17")
+```
+Each face has a blocking client and an ``Async…`` twin with the same methods, generated from one
+description (``client/_async``). Every error is a ``mainspring.MainspringError`` with ``status``, ``code``
+and ``detail``; a server that cannot be reached is ``ServiceUnavailable``. Calls that are safe to repeat
+are retried under one policy (``mainspring.client.policy.RetryPolicy``).
+"""
+
+from mainspring.client._async.batching import AsyncBatchingClient
+from mainspring.client._async.events import AsyncEventsClient
+from mainspring.client._async.exchange import AsyncExchangeClient
+from mainspring.client._async.interactions import AsyncInteractionsClient
+from mainspring.client._async.machines import AsyncMachinesClient
+from mainspring.client._sync.batching import BatchingClient
+from mainspring.client._sync.events import EventsClient
+from mainspring.client._sync.exchange import ExchangeClient
+from mainspring.client._sync.interactions import InteractionsClient
+from mainspring.client._sync.machines import MachinesClient
+from mainspring.client.errors import (
+    ApiError,
+    Busy,
+    Cancelled,
+    Conflict,
+    Forbidden,
+    InvalidRequest,
+    InvalidURL,
+    LeaseLost,
+    MainspringError,
+    MessagesUnavailable,
+    NotFound,
+    RateLimited,
+    ServiceUnavailable,
+    TooLarge,
+    Unauthenticated,
+)
+from mainspring.client.models import Reply
+from mainspring.client.policy import RetryPolicy
+
+__all__ = [
+    "ApiError",
+    "AsyncBatchingClient",
+    "AsyncEventsClient",
+    "AsyncExchangeClient",
+    "AsyncInteractionsClient",
+    "AsyncMachinesClient",
+    "BatchingClient",
+    "Busy",
+    "Cancelled",
+    "Conflict",
+    "EventsClient",
+    "ExchangeClient",
+    "Forbidden",
+    "InteractionsClient",
+    "InvalidRequest",
+    "InvalidURL",
+    "LeaseLost",
+    "MachinesClient",
+    "MainspringError",
+    "MessagesUnavailable",
+    "NotFound",
+    "RateLimited",
+    "Reply",
+    "RetryPolicy",
+    "ServiceUnavailable",
+    "TooLarge",
+    "Unauthenticated",
+]

@@ -1,7 +1,7 @@
-"""Python client of the exchange, and the protocol helper that runs API_1…API_5 for an application.
+"""Clients of the exchange, and the protocol helper that runs API_1…API_5 for an application.
 
-``ExchangeClient`` / ``AsyncExchangeClient``: one method per call of API.md §1; transport errors and 502/503/504
-are retried with jittered exponential backoff (tenacity) where the call is safe to repeat.
+``ExchangeClient`` / ``AsyncExchangeClient``: one method per call of API.md §1; the calls that are safe to
+repeat are retried under the clients' one retry policy (``mainspring.client.policy``).
 
 ``ExchangeProcessor``: fetch → start → your handler inside *your* database transaction → ready (with replies)
 → commit → committed / commit-failed. In the same transaction it writes the process id into a marker table
@@ -14,257 +14,40 @@ fenced: it inserts an "aborted" marker, which either fails because the original 
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 from sqlalchemy import BigInteger, Column, MetaData, String, Table, select
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-from tenacity import AsyncRetrying, Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
+
+from mainspring.client._async.exchange import AsyncExchangeClient
+from mainspring.client._sync.exchange import ExchangeClient
+from mainspring.client.errors import (
+    ApiError,
+    Busy,
+    Cancelled,
+    MessagesUnavailable,
+    NotFound,
+    ServiceUnavailable,
+)
+from mainspring.client.models import Message, Process, Reply
 
 log = logging.getLogger("mainspring.client.exchange")
 
-RETRIED_STATUS = (502, 503, 504)
+ExchangeError = ApiError
+"""The name this error had before every client shared ``mainspring.client.errors``."""
+Unavailable = ServiceUnavailable
+"""The name this error had before every client shared ``mainspring.client.errors``."""
 
-
-class ExchangeError(Exception):
-    """An answer of the exchange that is not a success: ``status``, ``code`` and the problem body."""
-
-    def __init__(self, status: int, code: str, problem: dict[str, Any]) -> None:
-        super().__init__(f"{status} {code}: {problem.get('detail', '')}")
-        self.status = status
-        self.code = code
-        self.problem = problem
-
-
-class Busy(ExchangeError):
-    @property
-    def active_process_id(self) -> str | None:
-        return self.problem.get("active_process_id")
-
-
-class MessagesUnavailable(ExchangeError):
-    @property
-    def message_ids(self) -> list[str]:
-        return list(self.problem.get("message_ids") or [])
-
-
-class Cancelled(ExchangeError):
-    """The process may not (or no longer) commit: roll back."""
-
-
-class NotFound(ExchangeError):
-    pass
-
-
-class Unavailable(ExchangeError):
-    """The server or its disk is temporarily unable to answer; try again later."""
-
-
-_BY_CODE: dict[str, type[ExchangeError]] = {
-    "busy": Busy,
-    "messages_unavailable": MessagesUnavailable,
-    "cancelled": Cancelled,
-    "message_not_found": NotFound,
-    "process_not_found": NotFound,
-}
-
-
-def _check(response: httpx.Response) -> httpx.Response:
-    if response.status_code < 400:
-        return response
-    try:
-        problem = response.json()
-    except ValueError:
-        problem = {"detail": response.text[:500]}
-    code = str(problem.get("code", "http_error"))
-    kind = _BY_CODE.get(code) or (Unavailable if response.status_code in (*RETRIED_STATUS, 507) else ExchangeError)
-    raise kind(response.status_code, code, problem)
-
-
-def _transient(exc: BaseException) -> bool:
-    return isinstance(exc, httpx.TransportError | Unavailable)
-
-
-def _retry_kwargs(attempts: int, max_wait: float) -> dict[str, Any]:
-    return {
-        "retry": retry_if_exception(_transient),
-        "stop": stop_after_attempt(attempts),
-        "wait": wait_random_exponential(multiplier=0.05, max=max_wait),
-        "reraise": True,
-    }
-
-
-@dataclass
-class Reply:
-    """A message to publish when the process commits."""
-
-    addressee: str
-    database: str
-    body: bytes | str
-    content_type: str | None = None
-    message_id: str | None = None
-
-    def to_api(self) -> dict[str, Any]:
-        item: dict[str, Any] = {"addressee": self.addressee, "database": self.database}
-        if isinstance(self.body, str):
-            item["body"] = self.body
-        else:
-            item["body_base64"] = base64.b64encode(self.body).decode()
-        if self.content_type:
-            item["content_type"] = self.content_type
-        if self.message_id:
-            item["message_id"] = self.message_id
-        return item
-
-
-def _mailbox(addressee: str, database: str) -> str:
-    return f"/v1/exchange/mailboxes/{addressee}/{database}"
-
-
-def _headers(token: str | None) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"} if token else {}
-
-
-class AsyncExchangeClient:
-    """The exchange API over ``httpx.AsyncClient``."""
-
-    def __init__(self, base_url: str, token: str | None = None, *, timeout: float = 30, attempts: int = 5,
-                 max_wait: float = 5, transport: httpx.AsyncBaseTransport | None = None) -> None:
-        self._http = httpx.AsyncClient(base_url=base_url, headers=_headers(token), timeout=timeout, transport=transport)
-        self._retry = _retry_kwargs(attempts, max_wait)
-
-    async def aclose(self) -> None:
-        await self._http.aclose()
-
-    async def __aenter__(self) -> AsyncExchangeClient:
-        return self
-
-    async def __aexit__(self, *_exc: object) -> None:
-        await self.aclose()
-
-    async def _call(self, method: str, path: str, *, retry: bool = True, **kwargs: Any) -> httpx.Response:
-        if not retry:
-            return _check(await self._http.request(method, path, **kwargs))
-        async for attempt in AsyncRetrying(**self._retry):
-            with attempt:
-                return _check(await self._http.request(method, path, **kwargs))
-        raise AssertionError("unreachable")
-
-    async def store(self, addressee: str, database: str, body: bytes, *, content_type: str | None = None,
-                    message_id: str | None = None, sender: str | None = None) -> dict[str, Any]:
-        """Store a message; with ``message_id`` the call is idempotent and retried."""
-        headers = {k: v for k, v in {"Content-Type": content_type, "Message-Id": message_id, "X-Sender": sender}.items() if v}
-        response = await self._call("POST", f"{_mailbox(addressee, database)}/messages", content=body,
-                                    headers=headers, retry=message_id is not None)
-        return response.json()  # type: ignore[no-any-return]
-
-    async def list(self, addressee: str, database: str, limit: int = 100) -> dict[str, Any]:
-        return (await self._call("GET", f"{_mailbox(addressee, database)}/messages", params={"limit": limit})).json()  # type: ignore[no-any-return]
-
-    async def read(self, addressee: str, database: str, message_id: str) -> bytes:
-        return (await self._call("GET", f"{_mailbox(addressee, database)}/messages/{message_id}")).content
-
-    async def start(self, addressee: str, database: str, client_id: str, message_ids: list[str]) -> dict[str, Any]:
-        """API_2. Not blindly retried (a lost answer would look like BUSY); see ``ExchangeProcessor``."""
-        response = await self._call("POST", f"{_mailbox(addressee, database)}/processes", retry=False,
-                                    json={"client_id": client_id, "message_ids": message_ids})
-        return response.json()  # type: ignore[no-any-return]
-
-    async def process(self, process_id: str) -> dict[str, Any]:
-        return (await self._call("GET", f"/v1/exchange/processes/{process_id}")).json()  # type: ignore[no-any-return]
-
-    async def processes(self, addressee: str, database: str, state: str) -> list[dict[str, Any]]:
-        found: list[dict[str, Any]] = []
-        cursor: str | None = None
-        while True:
-            params = {"addressee": addressee, "database": database, "state": state, "limit": 1000}
-            if cursor:
-                params["cursor"] = cursor
-            page = (await self._call("GET", "/v1/exchange/processes", params=params)).json()
-            found.extend(page["processes"])
-            cursor = page.get("next_cursor")
-            if not cursor:
-                return found
-
-    async def heartbeat(self, process_id: str) -> dict[str, Any]:
-        return (await self._call("POST", f"/v1/exchange/processes/{process_id}/heartbeat")).json()  # type: ignore[no-any-return]
-
-    async def ready(self, process_id: str, replies: list[Reply] | None = None) -> dict[str, Any]:
-        body = {"replies": [r.to_api() for r in replies or []]}
-        return (await self._call("POST", f"/v1/exchange/processes/{process_id}/ready", json=body)).json()  # type: ignore[no-any-return]
-
-    async def committed(self, process_id: str) -> dict[str, Any]:
-        return (await self._call("POST", f"/v1/exchange/processes/{process_id}/committed")).json()  # type: ignore[no-any-return]
-
-    async def commit_failed(self, process_id: str, error: str | None = None) -> dict[str, Any]:
-        body = {"error": error} if error else {}
-        return (await self._call("POST", f"/v1/exchange/processes/{process_id}/commit-failed", json=body)).json()  # type: ignore[no-any-return]
-
-
-class ExchangeClient:
-    """The exchange API over ``httpx.Client`` (for producers, scripts and synchronous applications)."""
-
-    def __init__(self, base_url: str, token: str | None = None, *, timeout: float = 30, attempts: int = 5,
-                 max_wait: float = 5, transport: httpx.BaseTransport | None = None) -> None:
-        self._http = httpx.Client(base_url=base_url, headers=_headers(token), timeout=timeout, transport=transport)
-        self._retry = _retry_kwargs(attempts, max_wait)
-
-    def close(self) -> None:
-        self._http.close()
-
-    def __enter__(self) -> ExchangeClient:
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.close()
-
-    def _call(self, method: str, path: str, *, retry: bool = True, **kwargs: Any) -> httpx.Response:
-        if not retry:
-            return _check(self._http.request(method, path, **kwargs))
-        for attempt in Retrying(**self._retry):
-            with attempt:
-                return _check(self._http.request(method, path, **kwargs))
-        raise AssertionError("unreachable")
-
-    def store(self, addressee: str, database: str, body: bytes, *, content_type: str | None = None,
-              message_id: str | None = None, sender: str | None = None) -> dict[str, Any]:
-        headers = {k: v for k, v in {"Content-Type": content_type, "Message-Id": message_id, "X-Sender": sender}.items() if v}
-        return self._call("POST", f"{_mailbox(addressee, database)}/messages", content=body, headers=headers,
-                          retry=message_id is not None).json()  # type: ignore[no-any-return]
-
-    def list(self, addressee: str, database: str, limit: int = 100) -> dict[str, Any]:
-        return self._call("GET", f"{_mailbox(addressee, database)}/messages", params={"limit": limit}).json()  # type: ignore[no-any-return]
-
-    def read(self, addressee: str, database: str, message_id: str) -> bytes:
-        return self._call("GET", f"{_mailbox(addressee, database)}/messages/{message_id}").content
-
-    def start(self, addressee: str, database: str, client_id: str, message_ids: list[str]) -> dict[str, Any]:
-        return self._call("POST", f"{_mailbox(addressee, database)}/processes", retry=False,
-                          json={"client_id": client_id, "message_ids": message_ids}).json()  # type: ignore[no-any-return]
-
-    def process(self, process_id: str) -> dict[str, Any]:
-        return self._call("GET", f"/v1/exchange/processes/{process_id}").json()  # type: ignore[no-any-return]
-
-    def ready(self, process_id: str, replies: list[Reply] | None = None) -> dict[str, Any]:
-        body = {"replies": [r.to_api() for r in replies or []]}
-        return self._call("POST", f"/v1/exchange/processes/{process_id}/ready", json=body).json()  # type: ignore[no-any-return]
-
-    def committed(self, process_id: str) -> dict[str, Any]:
-        return self._call("POST", f"/v1/exchange/processes/{process_id}/committed").json()  # type: ignore[no-any-return]
-
-    def commit_failed(self, process_id: str, error: str | None = None) -> dict[str, Any]:
-        body = {"error": error} if error else {}
-        return self._call("POST", f"/v1/exchange/processes/{process_id}/commit-failed", json=body).json()  # type: ignore[no-any-return]
-
-    def resolve(self, process_id: str, committed: bool) -> dict[str, Any]:
-        return self._call("POST", f"/v1/exchange/processes/{process_id}/resolve", json={"committed": committed}).json()  # type: ignore[no-any-return]
+__all__ = [
+    "AsyncExchangeClient", "Busy", "Cancelled", "ExchangeClient", "ExchangeError", "ExchangeProcessor",
+    "InboundMessage", "MessagesUnavailable", "NotFound", "Outcome", "Reply", "ServiceUnavailable", "Unavailable",
+]
 
 
 # --- the protocol helper ---------------------------------------------------------------------------------
@@ -289,7 +72,7 @@ class InboundMessage:
     created_at: str
     size: int
     body: bytes
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -322,7 +105,7 @@ class ExchangeProcessor:
         database: str,
         client_id: str,
         handler: Handler,
-        accept: Callable[[list[dict[str, Any]]], bool] | None = None,
+        accept: Callable[[list[Message]], bool] | None = None,
         batch_limit: int = 100,
         heartbeat_s: float | None = None,
     ) -> None:
@@ -393,10 +176,10 @@ class ExchangeProcessor:
                     settled += 1
         return settled
 
-    async def _start(self, message_ids: list[str]) -> dict[str, Any] | None:
+    async def _start(self, message_ids: list[str]) -> Process | None:
         try:
             return await self.client.start(self.addressee, self.database, self.client_id, message_ids)
-        except httpx.TransportError:
+        except ServiceUnavailable:
             # The answer may be lost after the server started it: the next resolve_pending finds it by
             # our client id and settles it (no marker: aborted).
             log.warning("no answer to API_2; any process it made is settled on the next round")
@@ -444,7 +227,7 @@ class ExchangeProcessor:
             await asyncio.sleep(self.heartbeat_s)
             try:
                 await self.client.heartbeat(pid)
-            except (ExchangeError, httpx.TransportError) as exc:
+            except ExchangeError as exc:
                 log.warning("heartbeat of %s failed: %s", pid, exc)
 
     async def _run_transaction(
@@ -471,7 +254,7 @@ class ExchangeProcessor:
                 if isinstance(exc, Cancelled):
                     return Outcome("cancelled", pid, ids)
                 await self._abandon(pid, f"rolled back: {type(exc).__name__}: {exc}")
-                if isinstance(exc, IntegrityError | httpx.TransportError | Unavailable):
+                if isinstance(exc, IntegrityError | ServiceUnavailable):
                     return Outcome("aborted", pid, ids)
                 raise
             try:
@@ -490,7 +273,7 @@ class ExchangeProcessor:
         self.crash_hook("before_committed")
         try:
             await self.client.committed(pid)
-        except (httpx.TransportError, Unavailable) as exc:
+        except ServiceUnavailable as exc:
             log.warning("API_4 of %s not delivered (%s); resolve_pending delivers it", pid, exc)
         return Outcome("committed", pid, ids)
 
@@ -499,7 +282,7 @@ class ExchangeProcessor:
         # resolve_pending tells it later.
         try:
             await self.client.commit_failed(pid, reason)
-        except (ExchangeError, httpx.TransportError) as exc:
+        except ExchangeError as exc:
             log.warning("API_5 of %s not delivered (%s); resolve_pending delivers it", pid, exc)
 
     async def run(self, stop: asyncio.Event | None = None, *, idle_s: float = 1.0, max_idle_s: float = 30.0) -> None:
@@ -511,7 +294,7 @@ class ExchangeProcessor:
             try:
                 outcome = await self.process_once()
                 failures = 0 if outcome.status == "committed" else failures + 1
-            except (httpx.TransportError, Unavailable, DBAPIError) as exc:
+            except (ServiceUnavailable, DBAPIError) as exc:
                 log.warning("exchange round failed: %s", exc)
                 failures += 1
             if failures:

@@ -1,0 +1,95 @@
+"""The machines client (API.md §2): namespaces and the Automaton calls."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any, Literal, cast
+from urllib.parse import quote
+
+from mainspring.client._async.base import AsyncBaseClient, body
+from mainspring.client.models import Machine, MachinePage, Namespace
+
+
+def _machines(ns: str, machine_id: str | None = None) -> str:
+    path = f"/v1/namespaces/{quote(ns, safe='')}/machines"
+    return path if machine_id is None else f"{path}/{quote(machine_id, safe='')}"
+
+
+def _key(idempotency_key: str | None) -> dict[str, str]:
+    return {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+
+
+class AsyncMachinesClient(AsyncBaseClient):
+    """Every call of the machines face. Start, Call, Notify and Repair take ``idempotency_key``: with one,
+    a repeat answers the first answer and changes nothing, so the call is retried safely."""
+
+    async def put_namespace(self, ns: str, *, url: str | None = None, timeout_ms: int = 30_000,
+                            retry: dict[str, Any] | None = None, history: dict[str, Any] | None = None) -> Namespace:
+        """Store namespace ``ns``: its processor (``url``; None: the in-process one registered under its
+        name), the processor's ``timeout_ms``, its ``retry`` policy and ``history`` settings."""
+        fields = body(processor={"url": url, "timeout_ms": timeout_ms}, retry=retry, history=history)
+        return cast(Namespace, await self._json("PUT", f"/v1/namespaces/{quote(ns, safe='')}", idempotent=True, json=fields))
+
+    async def get_namespace(self, ns: str) -> Namespace:
+        """The stored settings of namespace ``ns``."""
+        return cast(Namespace, await self._json("GET", f"/v1/namespaces/{quote(ns, safe='')}", idempotent=True))
+
+    async def start(self, ns: str, machine_id: str, args: Any = None, *, idempotency_key: str | None = None) -> Machine:
+        """Start machine ``machine_id`` (the processor's ``init``); ``Conflict`` when it exists."""
+        answer = await self._json("POST", _machines(ns), idempotent=idempotency_key is not None,
+                                  json={"id": machine_id, "args": args}, headers=_key(idempotency_key))
+        return cast(Machine, answer)
+
+    async def call(self, ns: str, machine_id: str, args: Any = None, *, idempotency_key: str | None = None,
+                   timeout_ms: int | None = None) -> Any:
+        """Call a machine (the processor's ``call``) and answer the processor's ``response``."""
+        answer = await self._json("POST", f"{_machines(ns, machine_id)}/call", idempotent=idempotency_key is not None,
+                                  json={"args": args, **body(timeout_ms=timeout_ms)}, headers=_key(idempotency_key))
+        return answer["response"]
+
+    async def notify(self, ns: str, machine_id: str, args: Any = None, *, idempotency_key: str | None = None) -> str:
+        """Queue a notification for a machine (delivered later, in order, at least once); answers its id."""
+        answer = await self._json("POST", f"{_machines(ns, machine_id)}/notifications", idempotent=idempotency_key is not None,
+                                  json={"args": args}, headers=_key(idempotency_key))
+        return str(answer["id"])
+
+    async def repair(self, ns: str, machine_id: str, args: Any = None, *, simple: bool = False,
+                     idempotency_key: str | None = None) -> Any:
+        """Repair a failed machine through the processor's ``repair`` (or, ``simple``, without calling
+        it); answers the processor's ``response``."""
+        answer = await self._json("POST", f"{_machines(ns, machine_id)}/repair", idempotent=idempotency_key is not None,
+                                  json={"args": args, "simple": simple}, headers=_key(idempotency_key))
+        return answer["response"]
+
+    async def get(self, ns: str, machine_id: str, *, after: int | None = None, limit: int | None = None,
+                  direction: Literal["forward", "backward"] = "forward") -> Machine:
+        """A machine with a range of its history (``after`` an event id, ``limit`` events, ``direction``)."""
+        params = {"after": after, "limit": limit, "direction": direction}
+        return cast(Machine, await self._json("GET", _machines(ns, machine_id), idempotent=True, params=params))
+
+    async def remove(self, ns: str, machine_id: str) -> None:
+        """Remove a machine and its history."""
+        await self._json("DELETE", _machines(ns, machine_id), idempotent=True)
+
+    async def operation(self, ns: str, machine_id: str, key: str) -> dict[str, Any]:
+        """Whether and how the operation with Idempotency-Key ``key`` ended."""
+        path = f"{_machines(ns, machine_id)}/operations/{quote(key, safe='')}"
+        return cast(dict[str, Any], await self._json("GET", path, idempotent=True))
+
+    async def page(self, ns: str, *, status: Literal["working", "failed"] | None = None, limit: int = 100,
+                   cursor: str | None = None) -> MachinePage:
+        """One page of the namespace's machines."""
+        params = {"status": status, "limit": limit, "cursor": cursor}
+        return cast(MachinePage, await self._json("GET", _machines(ns), idempotent=True, params=params))
+
+    async def list(self, ns: str, *, status: Literal["working", "failed"] | None = None,
+                   limit: int = 100) -> AsyncIterator[Machine]:
+        """Every machine of the namespace (of ``status``), ``limit`` a page."""
+        cursor: str | None = None
+        while True:
+            page = await self.page(ns, status=status, limit=limit, cursor=cursor)
+            for machine in page["machines"]:
+                yield machine
+            cursor = page.get("next_cursor")
+            if not cursor:
+                return

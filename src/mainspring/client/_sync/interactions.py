@@ -1,0 +1,182 @@
+# Generated from client/_async by scripts/sync_clients.py: edit that file, not this one.
+"""The interactions client (API.md §3): queues, items, children, leases and outcomes."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Iterator, Mapping
+from typing import Any, cast
+from urllib.parse import quote
+
+from mainspring.client._sync.base import BaseClient, body
+from mainspring.client.models import Heartbeat, Interaction, InteractionPage, Queue, RateLimit
+
+
+def _item(interaction_id: str | int) -> str:
+    return f"/v1/interactions/{quote(str(interaction_id), safe='')}"
+
+
+def _queue(queue: str) -> str:
+    return f"/v1/queues/{quote(queue, safe='')}"
+
+
+class InteractionsClient(BaseClient):
+    """Every call of the interactions face. Errors raise ``mainspring.MainspringError`` subclasses
+    (``NotFound``, ``Conflict``, ``LeaseLost``, ``ServiceUnavailable``…) with the problem's ``code``."""
+
+    def put_queue(
+        self,
+        queue: str,
+        *,
+        rate_limit: RateLimit | None = None,
+        concurrency: int | None = None,
+        lease_ms: int | None = None,
+        error_delay_ms: int | None = None,
+        max_attempts: int | None = None,
+        processing_timeout_ms: int | None = None,
+        retention_ms: int | None = None,
+    ) -> Queue:
+        """Store the settings of ``queue`` (created if new); every server applies them at its next lease."""
+        settings = {"rate_limit": rate_limit, "concurrency": concurrency, "lease_ms": lease_ms,
+                    "error_delay_ms": error_delay_ms, "max_attempts": max_attempts,
+                    "processing_timeout_ms": processing_timeout_ms, "retention_ms": retention_ms}
+        return cast(Queue, self._json("PUT", _queue(queue), idempotent=True, json=body(**settings)))
+
+    def get_queue(self, queue: str) -> Queue:
+        """The settings of ``queue`` and its counts by status."""
+        return cast(Queue, self._json("GET", _queue(queue), idempotent=True))
+
+    def create(
+        self,
+        queue: str,
+        data: Any = None,
+        *,
+        parent_id: str | None = None,
+        name: str | None = None,
+        message_id: str | None = None,
+        channel: str | None = None,
+        user: str | None = None,
+        source: str | None = None,
+        process_at: str | None = None,
+        process_in_ms: int | None = None,
+        completed: bool | None = None,
+        result: Any = None,
+    ) -> Interaction:
+        """Create an interaction in ``queue``. With ``message_id`` (unique per queue) a repeat answers the
+        existing item, so the call is retried safely."""
+        fields = body(data=data, parent_id=parent_id, name=name, message_id=message_id, channel=channel, user=user,
+                      source=source, process_at=process_at, process_in_ms=process_in_ms, completed=completed,
+                      result=result)
+        path = f"{_queue(queue)}/interactions"
+        return cast(Interaction, self._json("POST", path, idempotent=message_id is not None, json=fields))
+
+    def create_many(self, queue: str, items: builtins.list[dict[str, Any]]) -> builtins.list[Interaction]:
+        """Create many interactions in one transaction (all or none), answered in request order. Each item
+        has the fields of ``create``."""
+        keyed = all(item.get("message_id") for item in items)
+        page = self._json("POST", f"{_queue(queue)}/interactions/bulk", idempotent=keyed, json={"interactions": items})
+        return cast(list[Interaction], page["interactions"])
+
+    def get(self, interaction_id: str, *, wait_ms: int | None = None) -> Interaction:
+        """An interaction; with ``wait_ms``, answered as soon as it is finished (or when the wait is over)."""
+        answer = self._json("GET", _item(interaction_id), idempotent=True, params={"wait_ms": wait_ms}, wait_ms=wait_ms)
+        return cast(Interaction, answer)
+
+    def list(
+        self,
+        queue: str,
+        *,
+        status: str | None = None,
+        message_id: str | None = None,
+        channel: str | None = None,
+        user: str | None = None,
+        source: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> InteractionPage:
+        """One page of ``queue``'s interactions, oldest first (``status``: comma-separated statuses)."""
+        params = {"status": status, "message_id": message_id, "channel": channel, "user": user, "source": source,
+                  "limit": limit, "cursor": cursor}
+        return cast(InteractionPage, self._json("GET", f"{_queue(queue)}/interactions", idempotent=True, params=params))
+
+    def iterate(
+        self,
+        queue: str,
+        *,
+        status: str | None = None,
+        message_id: str | None = None,
+        channel: str | None = None,
+        user: str | None = None,
+        source: str | None = None,
+        page_size: int = 500,
+    ) -> Iterator[Interaction]:
+        """Every interaction of ``queue`` matching the filters, page by page."""
+        cursor: str | None = None
+        while True:
+            page = self.list(queue, status=status, message_id=message_id, channel=channel, user=user,
+                                   source=source, limit=page_size, cursor=cursor)
+            for item in page["interactions"]:
+                yield item
+            cursor = page.get("next_cursor")
+            if not cursor:
+                return
+
+    def children(self, interaction_id: str, name: str | None = None, *, limit: int | None = None,
+                       cursor: str | None = None) -> InteractionPage:
+        """The children of an interaction (with ``name``), oldest first."""
+        params = {"name": name, "limit": limit, "cursor": cursor}
+        return cast(InteractionPage, self._json("GET", f"{_item(interaction_id)}/children", idempotent=True, params=params))
+
+    def latest_child(self, interaction_id: str, name: str | None = None) -> Interaction:
+        """The newest child of an interaction (with ``name``); ``NotFound`` when it has none."""
+        path = f"{_item(interaction_id)}/children/latest"
+        return cast(Interaction, self._json("GET", path, idempotent=True, params={"name": name}))
+
+    def complete(self, interaction_id: str, result: Any = None) -> Interaction:
+        """Finish an interaction as completed with ``result``; ``Conflict`` when it is already finished."""
+        path = f"{_item(interaction_id)}/complete"
+        return cast(Interaction, self._json("POST", path, idempotent=False, json={"result": result}))
+
+    def fail(self, interaction_id: str, error: str) -> Interaction:
+        """Finish an interaction as failed for good; ``Conflict`` when it is already finished."""
+        path = f"{_item(interaction_id)}/fail"
+        return cast(Interaction, self._json("POST", path, idempotent=False, json={"error": error}))
+
+    def cancel(self, interaction_id: str) -> Interaction:
+        """Cancel an interaction (and its unfinished children); a running handler is cancelled."""
+        path = f"{_item(interaction_id)}/cancel"
+        return cast(Interaction, self._json("POST", path, idempotent=False))
+
+    def schedule(self, interaction_id: str, *, process_at: str | None = None,
+                       process_in_ms: int | None = None) -> Interaction:
+        """Make an unfinished interaction due at ``process_at`` (RFC 3339) or ``process_in_ms`` from now."""
+        path = f"{_item(interaction_id)}/schedule"
+        when = body(process_at=process_at, process_in_ms=process_in_ms)
+        return cast(Interaction, self._json("POST", path, idempotent=True, json=when))
+
+    def retry(self, interaction_id: str, *, process_in_ms: int | None = None) -> Interaction:
+        """Try a failed (or cancelled) interaction again: attempts reset, due now (or in ``process_in_ms``).
+        ``Conflict`` with ``interaction_not_finished`` for an unfinished one, ``interaction_finished`` for a
+        completed one."""
+        path = f"{_item(interaction_id)}/retry"
+        return cast(Interaction, self._json("POST", path, idempotent=False, json=body(process_in_ms=process_in_ms)))
+
+    def lease(self, queue: str, worker: str, max: int = 1, *, lease_ms: int | None = None,
+                    wait_ms: int | None = None) -> InteractionPage:
+        """Lease up to ``max`` due interactions of ``queue`` for ``worker``; each answered item carries its
+        ``lease`` (token, expires_at). ``wait_ms`` long-polls for items that become due."""
+        fields = body(worker=worker, max=max, lease_ms=lease_ms, wait_ms=wait_ms)
+        answer = self._json("POST", f"{_queue(queue)}/lease", idempotent=False, json=fields, wait_ms=wait_ms)
+        return cast(InteractionPage, answer)
+
+    def heartbeat(self, interaction_id: str, token: str, *, lease_ms: int | None = None) -> Heartbeat:
+        """Extend a lease; ``LeaseLost`` when another worker holds it now."""
+        path = f"{_item(interaction_id)}/heartbeat"
+        return cast(Heartbeat, self._json("POST", path, idempotent=True, json=body(token=token, lease_ms=lease_ms)))
+
+    def release(self, interaction_id: str, token: str, outcome: Mapping[str, Any]) -> Interaction:
+        """Store the outcome of a leased interaction: ``{"complete": {"result": …}}``, ``{"fail": {"error":
+        …}}``, ``{"repeat": {"in_ms": …}}``, ``{"wait": {}}`` or ``{"retry": {"error": …}}``."""
+        path = f"{_item(interaction_id)}/release"
+        answer = self._json("POST", path, idempotent=False, json={"token": token, "outcome": dict(outcome)})
+        return cast(Interaction, answer)

@@ -1,0 +1,171 @@
+"""The errors every client raises: one hierarchy under ``mainspring.MainspringError``.
+
+```python
+from mainspring.client import InteractionsClient, NotFound, ServiceUnavailable
+
+try:
+    client.get("42")
+except NotFound as exc:             # 404: exc.code == "interaction_not_found"
+    ...
+except ServiceUnavailable:          # the server could not be reached, or answered 502/503/504
+    ...
+```
+Every error has ``status``, ``code`` (stable: match on it) and ``detail``; ``problem()`` is the whole
+problem+json answer. The classes for 404, 409… are also the server's own (``mainspring.core.errors``), so
+one ``except NotFound`` serves code that calls the service in-process and code that calls it over HTTP.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from mainspring.core import errors as core
+from mainspring.core.errors import MainspringError
+
+__all__ = [
+    "ApiError", "Busy", "Cancelled", "Conflict", "Forbidden", "InvalidRequest", "InvalidURL", "LeaseLost",
+    "MainspringError", "MessagesUnavailable", "NotFound", "RateLimited", "ServiceUnavailable", "TooLarge",
+    "Unauthenticated", "check_url", "error_for", "unreachable",
+]
+
+_STANDARD = ("type", "title", "status", "detail", "code")
+
+
+class ApiError(MainspringError):
+    """The server answered with a problem (RFC 9457)."""
+
+    def __init__(self, status: int, problem: Mapping[str, Any]) -> None:
+        self.status = status
+        self.code = str(problem.get("code") or "http_error")
+        self.title = str(problem.get("title") or "")
+        detail = str(problem.get("detail") or problem.get("title") or f"HTTP {status}")
+        super().__init__(detail, **{k: v for k, v in problem.items() if k not in _STANDARD})
+        self._problem = dict(problem)
+        self.args = (f"{status} {self.code}: {detail}",)
+
+    def problem(self) -> dict[str, Any]:
+        """The problem+json body as the server sent it."""
+        return dict(self._problem) or super().problem()
+
+
+class InvalidRequest(ApiError, core.InvalidRequest):
+    """422 (or 400): the request does not match the contract; ``problem()["errors"]`` says where."""
+
+
+class Unauthenticated(ApiError, core.Unauthenticated):
+    """401: no token, or one the server does not know."""
+
+
+class Forbidden(ApiError, core.Forbidden):
+    """403: the token's scopes do not allow this call."""
+
+
+class NotFound(ApiError, core.NotFound):
+    """404: ``code`` names what was not found (``interaction_not_found``, ``machine_not_found``…)."""
+
+
+class Conflict(ApiError, core.Conflict):
+    """409: the call does not fit the current state (``interaction_finished``, ``busy``…)."""
+
+
+class LeaseLost(Conflict, core.LeaseLost):
+    """409 ``lease_lost``: another worker holds the lease now; the outcome was not stored."""
+
+
+class TooLarge(ApiError, core.TooLarge):
+    """413: the body is over the server's limit."""
+
+
+class RateLimited(ApiError, core.RateLimited):
+    """429: too many requests from this client."""
+
+
+class ServiceUnavailable(ApiError, core.Unavailable):
+    """The server could not be reached, or answered 502/503/504. ``sent`` is False when the request
+    certainly never reached it (the connection was refused), so even an unsafe call may be sent again."""
+
+    def __init__(self, status: int, problem: Mapping[str, Any], *, sent: bool = True) -> None:
+        super().__init__(status, problem)
+        self.sent = sent
+
+
+class Busy(Conflict):
+    """409 ``busy``: another process holds the mailbox (``active_process_id``)."""
+
+    @property
+    def active_process_id(self) -> str | None:
+        value = self._problem.get("active_process_id")
+        return None if value is None else str(value)
+
+
+class MessagesUnavailable(Conflict):
+    """409 ``messages_unavailable``: some messages cannot be taken (``message_ids`` names them)."""
+
+    @property
+    def message_ids(self) -> list[str]:
+        return [str(i) for i in self._problem.get("message_ids") or []]
+
+
+class Cancelled(Conflict):
+    """409 ``cancelled``: the exchange process may not (or no longer) commit; roll back."""
+
+
+class InvalidURL(MainspringError, ValueError):
+    """The server URL is not ``http://…`` or ``https://…``."""
+
+    status, code, title = 400, "invalid_url", "Invalid server URL"
+
+
+_BY_STATUS: dict[int, type[ApiError]] = {
+    400: InvalidRequest,
+    401: Unauthenticated,
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+    413: TooLarge,
+    422: InvalidRequest,
+    429: RateLimited,
+    502: ServiceUnavailable,
+    503: ServiceUnavailable,
+    504: ServiceUnavailable,
+    507: ServiceUnavailable,
+}
+_BY_CODE: dict[str, type[ApiError]] = {
+    "lease_lost": LeaseLost,
+    "busy": Busy,
+    "messages_unavailable": MessagesUnavailable,
+    "cancelled": Cancelled,
+}
+
+
+def error_for(response: httpx.Response) -> ApiError:
+    """The error a problem answer stands for."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    problem: dict[str, Any] = body if isinstance(body, dict) else {"detail": response.text[:500] or response.reason_phrase}
+    problem.setdefault("status", response.status_code)
+    code = str(problem.get("code") or "http_error")
+    kind = _BY_CODE.get(code) or _BY_STATUS.get(response.status_code) or ApiError
+    return kind(response.status_code, problem)
+
+
+def unreachable(exc: httpx.TransportError, url: str) -> ServiceUnavailable:
+    """A transport failure as the error clients raise; the httpx error stays its ``__cause__``."""
+    sent = not isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout)
+    reason = str(exc) or type(exc).__name__
+    problem = {"code": "unreachable" if not sent else "no_answer", "title": "Server not reachable",
+               "detail": f"{url}: {type(exc).__name__}: {reason}"}
+    return ServiceUnavailable(503, problem, sent=sent)
+
+
+def check_url(url: str) -> str:
+    """``url`` without a trailing slash, or ``InvalidURL``."""
+    parsed = httpx.URL(url) if "://" in url else None
+    if parsed is None or parsed.scheme not in ("http", "https") or not parsed.host:
+        raise InvalidURL(f"the server URL must look like http://HOST:PORT, got {url!r}")
+    return url.rstrip("/")

@@ -1,0 +1,289 @@
+"""What the clients answer: the JSON objects of the HTTP contract (API.md), typed.
+
+They are ``TypedDict``s: plain dicts at run time (``item["status"]``, ``json.dumps(item)``), checked by
+mypy and shown by editors. Fields the contract marks optional, or that a newer server adds, are
+``NotRequired``.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from typing import Any, NotRequired, TypedDict
+
+# --- shared ------------------------------------------------------------------------------------------
+
+
+class Lease(TypedDict):
+    token: str
+    expires_at: str
+
+
+class Subject(TypedDict):
+    kind: str
+    id: str
+
+
+class Event(TypedDict):
+    id: str
+    type: str
+    at: str
+    subject: Subject
+    data: Any
+
+
+class EventPage(TypedDict):
+    events: list[Event]
+    next_cursor: str | None
+
+
+class Alert(TypedDict):
+    id: str
+    at: str
+    severity: str
+    code: str
+    subject: Subject
+    detail: str
+    acked_at: str | None
+
+
+class AlertPage(TypedDict):
+    alerts: list[Alert]
+    next_cursor: NotRequired[str | None]
+
+
+# --- interactions (API.md §3) -------------------------------------------------------------------------
+
+
+class RateLimit(TypedDict):
+    count: int
+    per_ms: int
+
+
+class Queue(TypedDict):
+    name: str
+    rate_limit: RateLimit | None
+    concurrency: int | None
+    lease_ms: int
+    error_delay_ms: int
+    max_attempts: int
+    processing_timeout_ms: int | None
+    retention_ms: NotRequired[int | None]
+    counts: NotRequired[dict[str, int] | None]
+
+
+class ErrorDetail(TypedDict):
+    type: str
+    message: str
+    traceback: str
+
+
+class Interaction(TypedDict):
+    id: str
+    queue: str
+    parent_id: str | None
+    name: str | None
+    message_id: str | None
+    channel: str | None
+    user: str | None
+    source: str | None
+    data: Any
+    result: Any
+    error: str | None
+    error_detail: NotRequired[ErrorDetail | None]
+    status: str
+    next_processing: str | None
+    attempts: int
+    created_at: str
+    updated_at: str
+    lease: NotRequired[Lease | None]
+
+
+class InteractionPage(TypedDict):
+    interactions: list[Interaction]
+    next_cursor: NotRequired[str | None]
+
+
+class Heartbeat(TypedDict):
+    expires_at: str
+
+
+# --- batching (API.md §4) -----------------------------------------------------------------------------
+
+
+class Batcher(TypedDict):
+    name: str
+    min_size: int
+    max_size: int
+    linger_ms: int
+    max_wait_ms: int
+    group_size: int
+    incomplete_group: str
+    lease_ms: int
+    linger_started_at: NotRequired[str | None]
+    linger_ends_at: NotRequired[str | None]
+    counts: NotRequired[dict[str, int] | None]
+    package_counts: NotRequired[dict[str, int] | None]
+    created_at: NotRequired[str]
+    updated_at: NotRequired[str]
+
+
+class Task(TypedDict):
+    id: str
+    batcher: str
+    group: str
+    member: str
+    sha256: str
+    version: int | None
+    status: str
+    reason: str | None
+    package_id: str | None
+    reissued: NotRequired[bool]
+    data: NotRequired[Any]
+    result: NotRequired[Any]
+    error: NotRequired[str | None]
+    created_at: str
+    updated_at: str
+
+
+class PackageTask(TypedDict):
+    id: str
+    group: str
+    member: str
+    version: int | None
+    sha256: str
+    content: Any
+    data: Any
+    status: NotRequired[str]
+
+
+class Package(TypedDict):
+    id: str
+    batcher: str
+    status: str
+    attempts: int
+    tasks: list[PackageTask]
+    lease: NotRequired[Lease | None]
+    worker: NotRequired[str | None]
+    created_at: NotRequired[str]
+    updated_at: NotRequired[str]
+
+
+class PackagePage(TypedDict):
+    packages: list[Package]
+    next_cursor: NotRequired[str | None]
+
+
+class Version(TypedDict):
+    version: int
+    sha256: str
+    task_id: str
+    at: str
+
+
+# --- machines (API.md §2) -----------------------------------------------------------------------------
+
+
+class HistoryEvent(TypedDict):
+    id: int
+    created_at: str
+    data: Any
+
+
+class Machine(TypedDict):
+    namespace: str
+    id: str
+    status: str
+    history: list[HistoryEvent]
+    aux_state: Any
+    timer: Any
+    error: Any
+    version: NotRequired[int]
+    pending_notifications: NotRequired[int]
+    failures: NotRequired[list[dict[str, Any]]]
+    updated_at: NotRequired[str]
+
+
+class MachinePage(TypedDict):
+    machines: list[Machine]
+    next_cursor: NotRequired[str | None]
+
+
+class Namespace(TypedDict):
+    name: NotRequired[str]
+    processor: dict[str, Any]
+    retry: NotRequired[dict[str, Any]]
+    history: NotRequired[dict[str, Any]]
+
+
+# --- exchange (API.md §1) -----------------------------------------------------------------------------
+
+
+class Message(TypedDict):
+    id: str
+    addressee: str
+    database: str
+    size: int
+    sha256: str
+    content_type: str
+    sender: str | None
+    created_at: str
+
+
+class Mailbox(TypedDict):
+    messages: list[Message]
+    busy: bool
+    active_process_id: str | None
+
+
+class MailboxSummary(TypedDict):
+    addressee: str
+    database: str
+    available: int
+    active_process_id: str | None
+
+
+class Process(TypedDict):
+    id: str
+    addressee: str
+    database: str
+    client_id: str
+    message_ids: list[str]
+    state: str
+    started_at: str
+    deadline: str | None
+    updated_at: str
+
+
+class ProcessPage(TypedDict):
+    processes: list[Process]
+    next_cursor: NotRequired[str | None]
+
+
+class ReadyAnswer(TypedDict):
+    status: str
+    process: Process
+
+
+@dataclass
+class Reply:
+    """A message to publish when an exchange process commits (API_3 ``replies``)."""
+
+    addressee: str
+    database: str
+    body: bytes | str
+    content_type: str | None = None
+    message_id: str | None = None
+
+    def to_api(self) -> dict[str, Any]:
+        """The reply as API_3 takes it (bytes as ``body_base64``)."""
+        item: dict[str, Any] = {"addressee": self.addressee, "database": self.database}
+        if isinstance(self.body, str):
+            item["body"] = self.body
+        else:
+            item["body_base64"] = base64.b64encode(self.body).decode()
+        if self.content_type:
+            item["content_type"] = self.content_type
+        if self.message_id:
+            item["message_id"] = self.message_id
+        return item

@@ -1,0 +1,154 @@
+"""The ``mainspring`` command as a user meets it: version, help, errors as one line, --json, the new groups."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from mainspring.cli import cli
+from mainspring.core import cli as common
+from tests.conftest import free_port
+
+
+def mainspring(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("MAINSPRING_")}
+    return subprocess.run([sys.executable, "-m", "mainspring.cli", *args], cwd=cwd, env={**clean, **(env or {})},
+                          capture_output=True, text=True, timeout=120)
+
+
+def one_line_error(done: subprocess.CompletedProcess[str], code: int, *words: str) -> None:
+    assert done.returncode == code, (done.returncode, done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+def test_version_flag_prints_the_version() -> None:
+    done = mainspring("--version")
+    assert done.returncode == 0 and done.stdout.strip() == "mainspring 0.1.0"
+
+
+def test_help_texts_render_their_defaults_and_no_jargon() -> None:
+    result = CliRunner().invoke(cli, ["serve", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    assert "Listen address. [default: (127.0.0.1)]" in result.output
+    assert "Listen port. [default: (8080)]" in result.output
+    top = CliRunner().invoke(cli, ["--help"], env={"COLUMNS": "200"}).output
+    assert "seed" not in top and "interactions" in top and "batching" in top
+
+
+def test_a_server_that_is_down_is_one_line_and_exit_code_3() -> None:
+    one_line_error(mainspring("alerts", "list", "--url", f"http://127.0.0.1:{free_port()}"), 3, "unreachable", "Connection refused")
+
+
+def test_a_server_url_without_a_scheme_is_one_line_and_exit_code_2() -> None:
+    one_line_error(mainspring("interactions", "list", "q", "--url", "localhost:8080"), 2, "invalid_url", "localhost:8080")
+
+
+def test_config_file_errors_name_the_file_or_the_key(tmp_path: Path) -> None:
+    one_line_error(mainspring("migrate", "--config", str(tmp_path / "missing.toml")), 2, "missing.toml", "does not exist")
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[server\nport = 1\n")
+    one_line_error(mainspring("migrate", "--config", str(broken)), 2, "broken.toml", "not valid TOML")
+    typo = tmp_path / "typo.toml"
+    typo.write_text("[server]\nprot = 9000\n")
+    one_line_error(mainspring("serve", "--config", str(typo)), 2, "unknown key server.prot")
+    out_of_range = tmp_path / "range.toml"
+    out_of_range.write_text("[server]\nport = 99999\n")
+    one_line_error(mainspring("migrate", "--config", str(out_of_range)), 2, "server.port")
+
+
+def test_a_bad_app_is_one_line_and_exit_code_2(tmp_path: Path) -> None:
+    one_line_error(mainspring("worker", "nosuch_module:app", cwd=tmp_path), 2, "no module named 'nosuch_module'")
+
+
+def test_debug_shows_the_traceback() -> None:
+    done = mainspring("--debug", "alerts", "list", "--url", f"http://127.0.0.1:{free_port()}")
+    assert done.returncode == 3 and "Traceback" in done.stderr and "ServiceUnavailable" in done.stderr
+
+
+def test_token_commands_in_a_folder_without_a_store_refuse_and_create_nothing(tmp_path: Path) -> None:
+    one_line_error(mainspring("token", "list", cwd=tmp_path), 2, "no store at")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_every_list_command_has_a_json_option() -> None:
+    lists = {("machines", "list"), ("interactions", "list"), ("exchange", "processes"), ("exchange", "mailboxes"),
+             ("batching", "packages"), ("batching", "tasks"), ("alerts", "list"), ("token", "list")}
+    for group, command in lists:
+        result = CliRunner().invoke(cli, [group, command, "--help"], env={"COLUMNS": "200"})
+        assert result.exit_code == 0 and "--json" in result.output, (group, command)
+
+
+def test_tables_never_cut_the_ids_the_next_command_needs(monkeypatch: pytest.MonkeyPatch) -> None:
+    buffer = io.StringIO()
+    monkeypatch.setattr(common, "out", Console(file=buffer, width=50, force_terminal=False))
+    long_id = "01J9ZQ3V7H2K8M4N6P0R5S1T3V"
+    common.print_table("processes", ["id", "addressee", "state", "started_at"],
+                       [{"id": long_id, "addressee": "mobile-with-a-long-name", "state": "IN_DOUBT", "started_at": "2026-11-26T09:00:00.000Z"}])
+    assert long_id in buffer.getvalue()
+
+
+async def invoke(*args: str) -> Any:
+    # The server under test runs on this event loop: the blocking CLI runs beside it.
+    return await asyncio.to_thread(CliRunner().invoke, cli, list(args), env={"COLUMNS": "200"})
+
+
+async def test_the_interactions_commands_list_show_create_cancel_and_schedule(live_url: str) -> None:
+    created = await invoke("interactions", "create", "mail", "--data", '{"to": "ada"}', "--message-id", "m-1", "--url", live_url)
+    assert created.exit_code == 0, created.output
+    item = json.loads(created.output)
+    child = await invoke("interactions", "create", "mail", "--parent-id", item["id"], "--name", "step", "--in-ms", "60000", "--url", live_url)
+    assert json.loads(child.output)["status"] == "scheduled"
+    listed = await invoke("interactions", "list", "mail", "--status", "ready", "--json", "--url", live_url)
+    assert [i["message_id"] for i in json.loads(listed.output)] == ["m-1"]
+    table = await invoke("interactions", "list", "mail", "--url", live_url)
+    assert item["id"] in table.output and "m-1" in table.output
+    shown = await invoke("interactions", "show", item["id"], "--json", "--url", live_url)
+    assert [c["name"] for c in json.loads(shown.output)["children"]] == ["step"]
+    scheduled = await invoke("interactions", "schedule", item["id"], "--in-ms", "5000", "--url", live_url)
+    assert scheduled.exit_code == 0 and "scheduled" in scheduled.output
+    cancelled = await invoke("interactions", "cancel", item["id"], "--url", live_url)
+    assert cancelled.exit_code == 0 and f"{item['id']} cancelled" in cancelled.output
+    again = await invoke("interactions", "cancel", item["id"], "--url", live_url)
+    assert again.exit_code == 1 and "interaction_finished" in again.output
+    queue = await invoke("interactions", "queue", "mail", "--url", live_url)
+    assert json.loads(queue.output)["counts"]["cancelled"] == 2
+
+
+async def test_the_interactions_retry_command_makes_failed_items_due_again(live_url: str, client: Any) -> None:
+    await client.put("/v1/queues/mail", json={"max_attempts": 1})
+    ids = []
+    for n in range(2):
+        item = (await client.post("/v1/queues/mail/interactions", json={"data": n})).json()
+        await client.post(f"/v1/interactions/{item['id']}/fail", json={"error": "no"})
+        ids.append(item["id"])
+    retried = await invoke("interactions", "retry", *ids, "--url", live_url)
+    assert retried.exit_code == 0, retried.output
+    assert retried.output.split() == [ids[0], "ready", ids[1], "ready"]
+
+
+async def test_the_batching_commands_show_settings_tasks_and_packages(live_url: str, client: Any) -> None:
+    changed = await invoke("batching", "settings", "books", "--max-size", "2", "--url", live_url)
+    assert changed.exit_code == 0 and json.loads(changed.output)["max_size"] == 2
+    for member in ("en", "ru"):
+        await client.post("/v1/batchers/books/tasks", json={"id": f"7-{member}", "group": "7", "member": member, "content": member})
+    tasks = await invoke("batching", "tasks", "books", "7-en", "7-ru", "--json", "--url", live_url)
+    assert {t["status"] for t in json.loads(tasks.output)} == {"packed"}
+    packages = await invoke("batching", "packages", "books", "--status", "ready", "--json", "--url", live_url)
+    [package] = json.loads(packages.output)
+    assert sorted(t["id"] for t in package["tasks"]) == ["7-en", "7-ru"]
+    missing = await invoke("batching", "tasks", "books", "nope", "--url", live_url)
+    assert missing.exit_code == 1 and "task_not_found" in missing.output

@@ -1,0 +1,91 @@
+"""``mainspring worker``: an app's queues and batchers in a process of their own, with /healthz and /metrics."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+
+from mainspring import App, Interaction, Package
+from mainspring.app import AppError
+from mainspring.config import Settings
+from mainspring.worker import run, runnable
+from tests.conftest import eventually, free_port
+
+
+def test_a_worker_refuses_an_app_with_nothing_it_can_run_and_says_what_it_runs() -> None:
+    with pytest.raises(AppError, match="no queue handler or batch worker"):
+        runnable(App())
+    only_processors = App()
+    only_processors.processor("invoices")(lambda kind, args, machine: {})
+    with pytest.raises(AppError, match="only processors: invoices"):
+        runnable(only_processors)
+    app = App()
+    app.queue("emails", concurrency=3)(lambda item: None)
+    app.batcher("books", concurrency=2)(lambda package: None)
+    assert runnable(app) == "queues emails (concurrency 3); batchers books (concurrency 2)"
+
+
+async def test_a_worker_runs_the_batchers_of_an_app_that_has_no_queue(client: httpx.AsyncClient, settings: Settings) -> None:
+    seen: list[list[str]] = []
+    app = App()
+
+    @app.batcher("books", max_size=2)
+    async def translate(package: Package) -> dict[str, Any]:
+        seen.append(sorted(t.id for t in package.tasks))
+        return {t.id: {"by": "worker"} for t in package.tasks}
+
+    stop, started = asyncio.Event(), asyncio.Event()
+    worker = asyncio.create_task(run(settings, app, stop=stop, started=started))
+    await asyncio.wait_for(started.wait(), 30)
+    try:
+        for member in ("en", "ru"):
+            reply = await client.post("/v1/batchers/books/tasks", json={"id": f"79-{member}", "group": "79", "member": member, "content": member})
+            assert reply.status_code == 202, reply.text
+
+        async def done() -> bool:
+            tasks = [(await client.get(f"/v1/batchers/books/tasks/79-{m}")).json() for m in ("en", "ru")]
+            return all(t["status"] == "done" for t in tasks)
+
+        await eventually(done, 30, "the worker finished the package")
+        assert seen == [["79-en", "79-ru"]]
+        assert (await client.get("/v1/batchers/books/tasks/79-en")).json()["result"] == {"by": "worker"}
+    finally:
+        stop.set()
+        await asyncio.wait_for(worker, 30)
+
+
+async def test_a_worker_serves_healthz_and_metrics_on_its_port(client: httpx.AsyncClient, settings: Settings) -> None:
+    app = App()
+    handled = asyncio.Event()
+
+    @app.queue("emails", concurrency=2)
+    async def send(item: Interaction) -> object:
+        handled.set()
+        return {"sent": item.data}
+
+    port = free_port()
+    stop, started = asyncio.Event(), asyncio.Event()
+    worker = asyncio.create_task(run(settings, app, http_port=port, stop=stop, started=started))
+    await asyncio.wait_for(started.wait(), 30)
+    try:
+        # Due long ago on any clock: the test app runs on a manual clock, the worker on the real one.
+        await client.post("/v1/queues/emails/interactions", json={"data": "hi", "process_at": "2000-01-01T00:00:00Z"})
+        await asyncio.wait_for(handled.wait(), 30)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as probe:
+
+            async def healthy() -> Any:
+                reply = await probe.get("/healthz")
+                body = reply.json()
+                return reply.status_code == 200 and body["queues"]["emails"]["handled"] == 1 and body
+
+            body = await eventually(healthy, 30, "healthz to count the handled item")
+            assert body["status"] == "ok" and body["batchers"] == []
+            metrics = await probe.get("/metrics")
+            assert metrics.status_code == 200
+            assert 'mainspring_worker_handled{queue="emails"} 1.0' in metrics.text
+    finally:
+        stop.set()
+        await asyncio.wait_for(worker, 30)
