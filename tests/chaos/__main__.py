@@ -21,13 +21,18 @@ def main() -> int:
                         help="also restart PostgreSQL now and then (needs MAINSPRING_CHAOS_PG_RESTART=1)")
     parser.add_argument("--pg-restart-every", type=int, default=40, metavar="N",
                         help="with --pg-restart: every N-th fault is a PostgreSQL restart")
+    parser.add_argument("--pg-failover", action="store_true",
+                        help="run on an HA PostgreSQL of the run's own (scripts/ha-postgres) and kill its primary now and then")
+    parser.add_argument("--pg-failover-every", type=int, default=25, metavar="N",
+                        help="with --pg-failover: every N-th fault kills the primary")
     parser.add_argument("--workdir", type=Path, default=None, help="where history, logs and result.json go")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("mainspring.chaos").setLevel(logging.INFO)
     # The protocol helper warns on every fault it rides out; the history has them all.
     logging.getLogger("mainspring.client.exchange").setLevel(logging.ERROR)
-    profile = SHORT if args.short else long_profile(args.minutes, args.kills, args.pg_restart_every if args.pg_restart else 0)
+    profile = SHORT if args.short else long_profile(args.minutes, args.kills, args.pg_restart_every if args.pg_restart else 0,
+                                                    args.pg_failover_every if args.pg_failover else 0)
     workdir = args.workdir or Path("chaos-runs") / time.strftime("%Y%m%d-%H%M%S")
     result = asyncio.run(run(profile, workdir.resolve()))
     print(describe(result))

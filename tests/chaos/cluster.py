@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 
+from tests.chaos.ha import HaPostgres
 from tests.chaos.proxy import Proxy
 from tests.conftest import ServerProcess, _migrate, _pg_admin, pg_url
 
@@ -31,6 +32,10 @@ SERVER_ENV = {
     "MAINSPRING_EXCHANGE__CLEANUP_RETRY_MAX_MS": "2000",
     "MAINSPRING_MACHINES__LEASE_MARGIN_MS": "1000",
     "MAINSPRING_INTERACTIONS__EXPIRY_INTERVAL_MS": "250",
+}
+HA_SERVER_ENV = {
+    # A server restarted while no primary is up says so; the runs' logs show when that happened.
+    "MAINSPRING_SERVER__REQUIRE_SYNC_REPLICA": "true",
 }
 
 
@@ -156,18 +161,22 @@ class Server:
 
 
 class Cluster:
-    def __init__(self, workdir: Path, servers: int = 3, env: dict[str, str] | None = None) -> None:
+    """``ha``: run on that highly available PostgreSQL (its multi-host URL) instead of the machine's own."""
+
+    def __init__(self, workdir: Path, servers: int = 3, env: dict[str, str] | None = None,
+                 ha: HaPostgres | None = None) -> None:
         self.workdir = workdir
         self.count = servers
-        self.env = {**SERVER_ENV, **(env or {})}
+        self.ha = ha
+        self.env = {**SERVER_ENV, **(HA_SERVER_ENV if ha else {}), **(env or {})}
         self.database = f"mschaos_{uuid.uuid4().hex[:10]}"
-        self.database_url = pg_url(self.database)
+        self.database_url = ha.database_url(self.database) if ha else pg_url(self.database)
         self.data_dir = workdir / "data"
         self.disk = Disk(self.data_dir / "exchange")
         self.servers: list[Server] = []
 
     async def start(self) -> Cluster:
-        await _pg_admin(f'CREATE DATABASE "{self.database}"')
+        await self._admin(f'CREATE DATABASE "{self.database}"')
         await asyncio.to_thread(_migrate, self.database_url)
         self.disk.mount()
         for index in range(self.count):
@@ -182,8 +191,17 @@ class Cluster:
             await asyncio.to_thread(server.process.wait_ready, 180)
         return self
 
+    async def _admin(self, statement: str) -> None:
+        if self.ha is not None:
+            await self.ha.admin(statement)
+        else:
+            await _pg_admin(statement)
+
     async def heal(self) -> None:
-        """End every fault: resume, restart the dead, clocks back to true time (stalls end by themselves)."""
+        """End every fault: resume, restart the dead, clocks back to true time (stalls end by themselves); an
+        HA store gets its primary + synchronous standby back."""
+        if self.ha is not None:
+            await self.ha.up()
         self.disk.unfill()
         self.disk.writable()
         for server in self.servers:
@@ -206,7 +224,7 @@ class Cluster:
             deadline = time.monotonic() + 10
             while True:
                 try:
-                    await _pg_admin(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
+                    await self._admin(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
                     return
                 except Exception:
                     if time.monotonic() > deadline:

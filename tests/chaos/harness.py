@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -19,7 +20,8 @@ from typing import Any
 
 from tests.chaos.checker import FinalState, Violation, check
 from tests.chaos.cluster import Cluster
-from tests.chaos.history import History, summarize, verdicts
+from tests.chaos.ha import HaPostgres
+from tests.chaos.history import OK, History, Op, summarize, verdicts
 from tests.chaos.nemesis import Nemesis, NemesisPlan
 from tests.chaos.workloads import ALL, Workload
 
@@ -37,18 +39,21 @@ class Profile:
     rate: float = 4.0
     """New operations per second, per face."""
     nemesis: NemesisPlan = field(default_factory=NemesisPlan)
+    ha: bool = False
+    """Run on a highly available PostgreSQL of the run's own (``scripts/ha-postgres``), not the machine's."""
 
 
 SHORT = Profile("short", duration_s=45, drain_s=45, rate=3.0,
                 nemesis=NemesisPlan(interval_s=(1.0, 2.5), duration_s=45, min_kills=3))
 
 
-def long_profile(minutes: float, kills: int, pg_restart_every: int = 0) -> Profile:
-    """``pg_restart_every``: every N-th fault restarts PostgreSQL (0: never)."""
+def long_profile(minutes: float, kills: int, pg_restart_every: int = 0, pg_failover_every: int = 0) -> Profile:
+    """``pg_restart_every``: every N-th fault restarts PostgreSQL (0: never); ``pg_failover_every``: every N-th
+    fault kills the primary of an HA PostgreSQL the run brings up for itself (0: no HA store)."""
     duration = minutes * 60
-    return Profile("long", duration_s=duration, drain_s=120, rate=4.0,
+    return Profile("long", duration_s=duration, drain_s=120, rate=4.0, ha=pg_failover_every > 0,
                    nemesis=NemesisPlan(interval_s=(1.0, 4.0), duration_s=duration, min_kills=kills,
-                                       pg_restart_every=pg_restart_every))
+                                       pg_restart_every=pg_restart_every, pg_failover_every=pg_failover_every))
 
 
 @dataclass
@@ -68,6 +73,9 @@ class Result:
     violations: list[str]
     outstanding_after_drain: int
     workdir: str
+    failovers: list[dict[str, Any]] = field(default_factory=list)
+    """Per PostgreSQL failover: seconds from the primary's kill to the promotion, to the first acknowledged
+    write sent after the kill, and to the pair being synchronous again."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -91,9 +99,36 @@ async def _drain(workloads: list[Workload], limit_s: float) -> int:
     return left
 
 
+WRITES = frozenset({("exchange", "store"), ("machines", "start"), ("machines", "call"), ("machines", "notify"),
+                    ("interactions", "create"), ("interactions", "complete"), ("batching", "submit"),
+                    ("batching", "complete")})
+"""Client operations that write; the first one acknowledged after a failover ends its outage."""
+
+
+def failover_times(ops: list[Op]) -> list[dict[str, Any]]:
+    """For each ``pg_failover``: promotion, first acknowledged write sent after the kill, synchronous again."""
+    writes = sorted((op for op in ops if (op.face, op.kind) in WRITES and op.outcome == OK), key=lambda op: op.end)
+    found = []
+    for fault in ops:
+        if fault.face != "nemesis" or fault.kind != "pg_failover" or fault.outcome != OK:
+            continue
+        killed_at = float(fault.value["killed_at"])
+        first = next((op.end for op in writes if op.start >= killed_at), None)
+        found.append({
+            "promoted_after_s": fault.value.get("promoted_after_s"),
+            "first_write_after_s": round(first - killed_at, 2) if first is not None else None,
+            "synchronous_after_s": fault.value.get("synchronous_after_s"),
+        })
+    return found
+
+
 async def run(profile: Profile, workdir: Path) -> Result:
     workdir.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - once, before anything runs
-    cluster = Cluster(workdir, profile.servers)
+    ha = HaPostgres() if profile.ha else None
+    if ha is not None:
+        log.info("bringing up the HA PostgreSQL (pg_auto_failover) on ports %d-%d", ha.base_port, ha.base_port + 2)
+        await ha.up()
+    cluster = Cluster(workdir, profile.servers, ha=ha)
     history = History(workdir / "history.jsonl")
     workloads: list[Workload] = []
     started = time.monotonic()
@@ -145,6 +180,7 @@ async def run(profile: Profile, workdir: Path) -> Result:
             violations=[str(v) for v in violations],
             outstanding_after_drain=left,
             workdir=str(workdir),
+            failovers=failover_times(history.ops),
         )
         (workdir / "result.json").write_text(result.to_json())
         log.info("chaos run done in %.0f s", time.monotonic() - started)
@@ -154,7 +190,11 @@ async def run(profile: Profile, workdir: Path) -> Result:
             with contextlib.suppress(Exception):
                 await workload.close()
         history.close()
-        await cluster.stop()
+        try:
+            await cluster.stop()
+        finally:
+            if ha is not None:
+                await ha.down(keep_logs=workdir / "ha-postgres")
 
 
 def describe(result: Result) -> str:
@@ -170,6 +210,13 @@ def describe(result: Result) -> str:
         keys = result.keys.get(kind, {})
         lines.append(f"  {kind}: attempts " + ", ".join(f"{k} {v}" for k, v in counts.items())
                      + " | keys " + ", ".join(f"{k} {v}" for k, v in keys.items()))
+    if result.failovers:
+        lines.append(f"PostgreSQL failovers: {len(result.failovers)}")
+        for what in ("promoted_after_s", "first_write_after_s", "synchronous_after_s"):
+            values = sorted(float(f[what]) for f in result.failovers if f.get(what) is not None)
+            if values:
+                lines.append(f"  kill -> {what[:-8].replace('_', ' ')}: p50 {statistics.median(values):.1f} s, "
+                             f"max {values[-1]:.1f} s ({len(values)} of {len(result.failovers)})")
     for kind, why in result.skipped_faults.items():
         lines.append(f"not injected: {kind}: {why}")
     lines.append(f"violations: {len(result.violations)}")

@@ -19,6 +19,8 @@ from typing import Any
 
 import httpx
 
+from mainspring.client.errors import ServiceUnavailable
+
 OK, FAIL, UNKNOWN = "ok", "fail", "unknown"
 
 # Answers a server gives while it is going down or cut off from the store: whether the operation happened
@@ -49,6 +51,8 @@ def status_of(exc: BaseException) -> int | None:
 
 def outcome_of(exc: BaseException) -> str:
     """``fail`` when the server definitely refused, ``unknown`` when the operation may have happened."""
+    if isinstance(exc, ServiceUnavailable) and exc.__cause__ is not None:
+        exc = exc.__cause__  # the clients wrap transport failures; what failed decides
     if isinstance(exc, httpx.ConnectError):
         return FAIL  # no connection, so the request was never sent (clients here do not retry inside a call)
     if isinstance(exc, httpx.TransportError | TimeoutError | OSError):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from tests.chaos.cluster import Cluster, Server
 from tests.chaos.history import OK, History
 
-FAULTS = ("kill", "pause", "drop", "stall", "disk_full", "disk_readonly", "clock_jump", "pg_restart")
+FAULTS = ("kill", "pause", "drop", "stall", "disk_full", "disk_readonly", "clock_jump", "pg_restart", "pg_failover")
 
 CLOCK_JUMP_S = (1.0, 20.0)
 """How far a server's wall clock is stepped (either way): past every lease margin and the exchange's process
@@ -33,6 +33,8 @@ class NemesisPlan:
     duration_s: float = 60.0
     pg_restart_every: int = 0
     """Restart PostgreSQL every N faults (0: never). Only with MAINSPRING_CHAOS_PG_RESTART=1: it is shared."""
+    pg_failover_every: int = 0
+    """Kill the HA store's primary every N faults (0: never); only when the cluster runs on an HA rig."""
 
 
 class Nemesis:
@@ -49,6 +51,10 @@ class Nemesis:
                 self.skipped[kind] = f"no tmpfs for the exchange dir: {cluster.disk.why_not or 'mount failed'}"
         if plan.pg_restart_every and os.environ.get("MAINSPRING_CHAOS_PG_RESTART") != "1":
             self.skipped["pg_restart"] = "MAINSPRING_CHAOS_PG_RESTART=1 not set (PostgreSQL is shared)"
+        if plan.pg_restart_every and cluster.ha is not None:
+            self.skipped["pg_restart"] = "the store is the HA rig, not the machine's PostgreSQL"
+        if plan.pg_failover_every and cluster.ha is None:
+            self.skipped["pg_failover"] = "the store is not an HA rig (run with --pg-failover)"
 
     async def _jump_clock(self, server: Server, hold: float, record: dict[str, object]) -> None:
         """Step one server's wall clock away and back, recording what its ``Date`` header showed meanwhile."""
@@ -61,6 +67,20 @@ class Nemesis:
                 record["observed_offset_s"] = round(await server.observed_offset_s(), 1)
         finally:
             server.clock.set(0.0)
+
+    async def _fail_over(self, record: dict[str, object]) -> None:
+        """The primary's machine dies (SIGKILL of its postmaster and pg_autoctl); pg_auto_failover promotes the
+        synchronous standby; the old primary comes back as the new standby, and the pair is synchronous again
+        before the next fault."""
+        ha = self.cluster.ha
+        assert ha is not None
+        killed = await ha.kill_primary()
+        killed_at = time.time()
+        record.update(killed_at=killed_at, killed_port=killed)
+        promoted = await ha.wait_new_primary(killed)
+        record.update(promoted_port=promoted, promoted_after_s=round(time.time() - killed_at, 2))
+        await ha.up()
+        record["synchronous_after_s"] = round(time.time() - killed_at, 2)
 
     async def _restart(self, server: Server) -> None:
         try:
@@ -98,6 +118,8 @@ class Nemesis:
             done += 1
             if self.plan.pg_restart_every and "pg_restart" not in self.skipped and done % self.plan.pg_restart_every == 0:
                 kind = "pg_restart"
+            elif self.plan.pg_failover_every and "pg_failover" not in self.skipped and done % self.plan.pg_failover_every == 0:
+                kind = "pg_failover"
             else:
                 kind = self.choose()
             await self.inject(kind)
@@ -139,6 +161,8 @@ class Nemesis:
                 self.cluster.disk.writable()
             elif kind == "clock_jump":
                 await self._jump_clock(server, hold, op.value)
+            elif kind == "pg_failover":
+                await self._fail_over(op.value)
             elif kind == "pg_restart":
                 clusters = os.listdir("/etc/postgresql")
                 await asyncio.to_thread(subprocess.run, ["pg_ctlcluster", "--skip-systemctl-redirect", clusters[0], "main", "restart"],

@@ -23,6 +23,7 @@ from sqlalchemy import Column, Integer, MetaData, String, Table, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 
 from mainspring.client.batching import AsyncBatchingClient, BatchingError
+from mainspring.client.errors import ServiceUnavailable
 from mainspring.client.exchange import AsyncExchangeClient, ExchangeError, ExchangeProcessor, InboundMessage
 from mainspring.client.interactions import AsyncInteractionsClient, InteractionsError
 from mainspring.client.machines import AsyncMachinesClient, MachinesError
@@ -49,7 +50,7 @@ async def _attempts(make: Callable[[], Awaitable[Any]]) -> Any:
         try:
             return await make()
         except Exception as exc:
-            refused = isinstance(exc, httpx.ConnectError)  # never sent: another server may take it
+            refused = isinstance(exc, ServiceUnavailable) and not exc.sent  # never sent: another server may take it
             if (outcome_of(exc) != UNKNOWN and not refused) or attempt == ATTEMPTS - 1:
                 return None
             await asyncio.sleep(0.2 * (attempt + 1))
@@ -234,7 +235,7 @@ class MachinesWorkload(Workload):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.clients = [AsyncMachinesClient(u, timeout=CLIENT_TIMEOUT) for u in self.urls]
+        self.clients = [AsyncMachinesClient(u, timeout=CLIENT_TIMEOUT, attempts=1) for u in self.urls]
         self.port = free_port()
         self.server = uvicorn.Server(uvicorn.Config(processor_app(Counter), host="127.0.0.1", port=self.port,
                                                     log_level="warning", lifespan="off"))
@@ -323,7 +324,7 @@ class InteractionsWorkload(Workload):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.clients = [AsyncInteractionsClient(u, timeout=CLIENT_TIMEOUT) for u in self.urls]
+        self.clients = [AsyncInteractionsClient(u, timeout=CLIENT_TIMEOUT, attempts=1) for u in self.urls]
         self.seq = count(1)
 
     async def setup(self) -> None:
@@ -418,7 +419,7 @@ class BatchingWorkload(Workload):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.clients = [AsyncBatchingClient(u, timeout=CLIENT_TIMEOUT) for u in self.urls]
+        self.clients = [AsyncBatchingClient(u, timeout=CLIENT_TIMEOUT, attempts=1) for u in self.urls]
         self.seq = count(1)
 
     async def setup(self) -> None:
