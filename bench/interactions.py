@@ -186,6 +186,73 @@ async def bench_http_creates(url: str, total: int, clients: int, tmp: Path) -> d
         proc.wait(30)
 
 
+class _Arrivals(asyncio.DatagramProtocol):
+    def __init__(self) -> None:
+        self.started: dict[str, float] = {}
+        self.arrived = asyncio.Event()
+
+    def datagram_received(self, data: bytes, _addr: Any) -> None:
+        item_id, at = data.decode().split()
+        self.started[item_id] = float(at)
+        self.arrived.set()
+
+
+async def _raw_post(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, path: str, body: bytes) -> bytes:
+    """One POST on a kept-alive connection, without an HTTP client's own milliseconds in the measure."""
+    writer.write(f"POST {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+    return await reader.readexactly(length)
+
+
+async def bench_worker_latency(url: str, samples: int, tmp: Path) -> dict[str, float]:
+    """Create → handler start from an HTTP create on ``mainspring serve`` to a standalone ``mainspring worker``
+    process (the wake-up crosses processes: NOTIFY on PostgreSQL, the wake-up sockets on SQLite)."""
+    loop = asyncio.get_running_loop()
+    transport, arrivals = await loop.create_datagram_endpoint(_Arrivals, local_addr=("127.0.0.1", 0))
+    udp_port = transport.get_extra_info("sockname")[1]
+    port = free_port()
+    env = {**os.environ, "MAINSPRING_SERVER__LOG_LEVEL": "WARNING", "MS_LATENCY_PORT": str(udp_port),
+           "PYTHONPATH": os.pathsep.join(p for p in (str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")) if p)}
+    common = ["--database", url, "--data-dir", str(tmp / "data")]
+    logs = (tmp / f"latency-{port}.log").open("wb")
+    server = subprocess.Popen([sys.executable, "-m", "mainspring.cli", "serve", "--port", str(port), *common],  # noqa: ASYNC220
+                              env=env, stdout=logs, stderr=subprocess.STDOUT)
+    worker = None
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as probe:
+            for _ in range(300):
+                try:
+                    if (await probe.get("/readyz")).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                await asyncio.sleep(0.1)
+        worker = subprocess.Popen([sys.executable, "-m", "mainspring.cli", "worker", "latency_app:app", *common],  # noqa: ASYNC220
+                                  env=env, stdout=logs, stderr=subprocess.STDOUT)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        latencies = []
+        for i in range(samples + 20):
+            arrivals.arrived.clear()
+            sent = time.time()
+            item = json.loads(await _raw_post(reader, writer, "/v1/queues/latency/interactions", b'{"data": 1}'))
+            while item["id"] not in arrivals.started:
+                await asyncio.wait_for(arrivals.arrived.wait(), 30)
+                arrivals.arrived.clear()
+            if i >= 20:  # the first ones wait for the worker to start
+                latencies.append((arrivals.started[item["id"]] - sent) * 1000)
+            await asyncio.sleep(0.01)
+        writer.close()
+    finally:
+        for proc in (worker, server):
+            if proc is not None:
+                proc.terminate()
+                proc.wait(30)
+        transport.close()
+    latencies.sort()
+    return {"worker_latency_p50_ms": statistics.median(latencies), "worker_latency_p95_ms": latencies[int(len(latencies) * 0.95) - 1]}
+
+
 def run_peers(peers_python: str | None, pg_admin: str, jobs: int) -> dict[str, Any]:
     if not peers_python or not Path(peers_python).exists():
         return {"skipped": "no peers venv (see bench/interactions.md)"}
@@ -203,6 +270,7 @@ async def main() -> None:
     parser.add_argument("--http-total", type=int, default=4000)
     parser.add_argument("--latency-samples", type=int, default=200)
     parser.add_argument("--engines", default="postgres,sqlite")
+    parser.add_argument("--steps", default="processing,latency,worker-latency,http")
     parser.add_argument("--peers-python", default=str(Path(__file__).with_name(".peers-venv") / "bin" / "python"))
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="msbench-"))
@@ -213,7 +281,7 @@ async def main() -> None:
             print("machine", results["machine"], flush=True)
         for kind in [e for e in args.engines.split(",") if e]:
             row: dict[str, float] = {}
-            for step in ("processing", "latency", "http"):
+            for step in [s for s in args.steps.split(",") if s]:
                 url = await fresh_database(kind, args.pg, tmp)
                 try:
                     if step == "processing":
@@ -223,6 +291,8 @@ async def main() -> None:
                         await migrate(store)
                         await store.close()
                         row.update(await bench_idle_latency(url, args.latency_samples))
+                    elif step == "worker-latency":
+                        row.update(await bench_worker_latency(url, args.latency_samples, tmp))
                     else:
                         row.update(await bench_http_creates(url, args.http_total, 8, tmp))
                 finally:

@@ -11,13 +11,12 @@ from typing import Any
 from fastapi import Depends, FastAPI
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from sqlalchemy import text
 
 from mainspring import __version__
 from mainspring.app import App
 from mainspring.batching.face import face as batching_face
 from mainspring.config import Settings
-from mainspring.core import outbox
+from mainspring.core import outbox, tracing
 from mainspring.core.auth import Authenticator, authenticate
 from mainspring.core.errors import Unavailable
 from mainspring.core.http import (
@@ -25,32 +24,64 @@ from mainspring.core.http import (
     BodyLimitMiddleware,
     MetricsMiddleware,
     RateLimitMiddleware,
+    RequestIdMiddleware,
     install_error_handlers,
     problem_response,
     problems_in_openapi,
 )
-from mainspring.core.publishers import run_publishers
+from mainspring.core.logs import configure_logging
+from mainspring.core.metrics import Gauges, read_outbox_gauges
+from mainspring.core.publishers import prune_published_events, run_publishers
 from mainspring.core.routes import router as core_router
-from mainspring.core.runtime import Context, Face, retry_while_unavailable, run_loop
+from mainspring.core.runtime import Context, Face, log_failure, retry_while_unavailable, run_loop
 from mainspring.exchange.face import face as exchange_face
 from mainspring.interactions.face import face as interactions_face
 from mainspring.machines.face import face as machines_face
 from mainspring.store import Clock, Store
+from mainspring.store.replication import why_not_synchronous
 from mainspring.ui.routes import router as ui_router
 
 log = logging.getLogger("mainspring.server")
+
+SEQUENCER_PAUSE_S = 0.002
 
 FACES: list[Face] = [exchange_face, machines_face, interactions_face, batching_face]
 
 
 async def sequence_events(ctx: Context) -> None:
     async def step() -> int | None:
+        # Woken at each commit: a moment's pause lets one round number the events of many commits.
+        await asyncio.sleep(SEQUENCER_PAUSE_S)
         while await outbox.assign_positions(ctx.store) >= outbox.SEQUENCER_BATCH:
             pass
         return None
 
     if ctx.store.is_postgres:
         await run_loop(ctx, "events-sequencer", step, channel=outbox.SEQUENCER_CHANNEL, poll_ms=200)
+
+
+SERVE_SETTINGS_ENV = "MAINSPRING_SERVE_SETTINGS"
+SERVE_APP_ENV = "MAINSPRING_SERVE_APP"
+
+
+def serve_app() -> FastAPI:
+    """The server of one ``mainspring serve --workers N`` process, from the settings the command resolved."""
+    import os
+
+    from mainspring.app import load_app
+
+    settings = Settings.model_validate_json(os.environ[SERVE_SETTINGS_ENV])
+    configure_logging(settings.server.log_level, settings.server.log_format, access_log=settings.server.access_log)
+    spec = os.environ.get(SERVE_APP_ENV)
+    return create_app(settings, registry=load_app(spec) if spec else None)
+
+
+async def warn_unless_sync_replica(store: Store) -> None:
+    """``server.require_sync_replica``: say so at start when an acknowledged write may live on one machine."""
+    reason = await why_not_synchronous(store)
+    if reason is not None:
+        log.warning("server.require_sync_replica is set, but %s: an acknowledged write would not survive "
+                    "the loss of the primary's machine", reason)
 
 
 def create_app(
@@ -70,6 +101,8 @@ def create_app(
         sqlite_synchronous=settings.server.sqlite_synchronous,
     )
     ctx = Context(settings=settings, store=store, registry=registry or App())
+    if settings.server.tracing and tracing.enable():
+        tracing.instrument_engine(getattr(store.backend.engine, "sync_engine", store.backend.engine))
 
     async def start_up() -> None:
         """Everything before serving; re-run whole if the store goes away meanwhile (recovery is idempotent)."""
@@ -77,6 +110,8 @@ def create_app(
         authenticator: Authenticator = app.state.authenticator
         if await authenticator.is_open():
             log.warning("no API tokens are configured: the server is OPEN to anyone who can reach it")
+        if settings.server.require_sync_replica:
+            await warn_unless_sync_replica(store)
         for face in FACES:
             if face.recover is not None:
                 await face.recover(ctx)
@@ -88,6 +123,7 @@ def create_app(
         if run_background:
             tasks.append(asyncio.create_task(sequence_events(ctx), name="events-sequencer"))
             tasks.append(asyncio.create_task(run_publishers(ctx), name="events-publishers"))
+            tasks.append(asyncio.create_task(prune_published_events(ctx), name="events-retention"))
             for face in FACES:
                 for loop in face.loops:
                     tasks.append(asyncio.create_task(loop(ctx), name=f"{face.name}:{loop.__name__}"))
@@ -121,6 +157,8 @@ def create_app(
     if settings.server.rate_limit:
         app.add_middleware(RateLimitMiddleware, rate=settings.server.rate_limit)
     app.add_middleware(MetricsMiddleware)
+    app.add_middleware(RequestIdMiddleware)
+    tracing.instrument_app(app)
 
     @app.get("/healthz", tags=["service"])
     async def healthz() -> dict[str, str]:
@@ -131,16 +169,22 @@ def create_app(
     async def readyz() -> Any:
         """The store answers."""
         try:
-            async with store.read() as conn:
-                await asyncio.wait_for(conn.execute(text("SELECT 1")), 5)
+            await asyncio.wait_for(store.ping(), 5)
         except Exception as exc:
             log.warning("readiness check failed: %s", exc)
             return problem_response(Unavailable(str(exc)[:200]).problem())
         return JSONResponse({"status": "ready", "engine": store.dialect.name})
 
+    gauges = Gauges([read_outbox_gauges, *(face.read_gauges for face in FACES if face.read_gauges is not None)])
+
     @app.get("/metrics", tags=["service"], response_class=PlainTextResponse)
     async def metrics() -> PlainTextResponse:
-        """Prometheus text format."""
+        """Prometheus text format: request metrics, and each face's business metrics read from the store."""
+        try:
+            await gauges.refresh(ctx)
+        except Exception as exc:
+            # A lost store must not take the scrape down with it: what was read last is answered.
+            log_failure(log, exc, "reading the gauges for /metrics failed")
         return PlainTextResponse(generate_latest().decode(), media_type=CONTENT_TYPE_LATEST)
 
     # Every /v1 route is behind auth, whatever its own dependencies say.

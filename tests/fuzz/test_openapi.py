@@ -21,7 +21,7 @@ CHECKS = "no_internal_error,status_code_conformance,content_type_conformance,res
 def test_no_endpoint_answers_5xx_or_off_schema(servers: Any, tmp_path: Path) -> None:
     # Long polls would make each example wait up to a minute; the stream never ends by design.
     (server,) = servers(1, env={"MAINSPRING_SERVER__MAX_WAIT_MS": "20"})
-    env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.fuzz.hooks", "PYTHONPATH": str(Path(__file__).parents[2])}
+    env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.fuzz.hooks", "PYTHONPATH": os.pathsep.join(p for p in (str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")) if p)}
     result = subprocess.run(
         [
             str(Path(sys.executable).parent / "schemathesis"),

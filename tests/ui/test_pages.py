@@ -223,6 +223,22 @@ async def test_cancel_and_reschedule_an_interaction(client: httpx.AsyncClient, c
     assert "interaction_finished" in finished.text
 
 
+async def test_a_failed_interaction_shows_a_retry_button_that_makes_it_due_again(client: httpx.AsyncClient) -> None:
+    await client.put("/v1/queues/mail", json={"max_attempts": 1})
+    item = (await client.post("/v1/queues/mail/interactions", json={"data": 1})).json()
+    assert (await client.post(f"/v1/interactions/{item['id']}/fail", json={"error": "smtp said no"})).status_code == 200
+    page = await client.get(f"/ui/interactions/items/{item['id']}")
+    assert 'data-action="retry"' in page.text
+    retried = await client.post(f"/ui/interactions/items/{item['id']}/retry", data={"in_ms": "0"}, follow_redirects=True)
+    assert "retried: ready, attempts 0" in retried.text
+    again = (await client.get(f"/v1/interactions/{item['id']}")).json()
+    assert (again["status"], again["attempts"]) == ("ready", 0)
+    assert 'data-action="retry"' not in (await client.get(f"/ui/interactions/items/{item['id']}")).text
+    completed = (await client.post("/v1/queues/mail/interactions", json={"data": 2, "completed": True})).json()
+    refused = await client.post(f"/ui/interactions/items/{completed['id']}/retry", data={"in_ms": "0"}, follow_redirects=True)
+    assert "interaction_finished" in refused.text
+
+
 async def test_ack_an_alert_from_the_overview(client: httpx.AsyncClient, processor: OrdersProcessor) -> None:
     await failed_machine(client)
     alerts = (await client.get("/v1/alerts", params={"open": "true"})).json()["alerts"]

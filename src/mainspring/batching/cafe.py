@@ -115,7 +115,7 @@ async def claim_once(store: Store, name: str, worker: str, lease_ms: int | None)
             {"batcher": name, "worker": worker, "attempt": row.attempts + 1, "retaken_after_expiry": retaken},
         )
         fresh = (await tx.execute(select(batch_packages).where(batch_packages.c.seq == row.seq))).one()
-        return package_to_api(fresh, await _tasks_of(tx.conn, row.id))
+        return package_to_api(fresh, await _tasks_of(tx, row.id))
 
 
 async def claim(
@@ -177,7 +177,7 @@ async def complete_package(
     """Finish a claimed package with per-task outcomes (a task left out is done)."""
     async with store.transaction() as tx:
         row = await _locked_package(tx, package_id, authorize)
-        tasks = await _tasks_of(tx.conn, package_id)
+        tasks = await _tasks_of(tx, package_id)
         if row.status == "done" and row.lease_token == token:
             return package_to_api(row, tasks, with_lease=False)  # a repeat of the same completion
         if row.status != "claimed" or row.lease_token != token:
@@ -211,7 +211,7 @@ async def complete_package(
         )
         await outbox.emit_many(tx, events)
         fresh = (await tx.execute(select(batch_packages).where(batch_packages.c.seq == row.seq))).one()
-        return package_to_api(fresh, await _tasks_of(tx.conn, package_id), with_lease=False)
+        return package_to_api(fresh, await _tasks_of(tx, package_id), with_lease=False)
 
 
 async def fail_package(
@@ -221,7 +221,7 @@ async def fail_package(
     async with store.transaction() as tx:
         row = await _locked_package(tx, package_id, authorize)
         if row.status == "failed" and row.lease_token == token and not retry:
-            return package_to_api(row, await _tasks_of(tx.conn, package_id), with_lease=False)
+            return package_to_api(row, await _tasks_of(tx, package_id), with_lease=False)
         if row.status != "claimed" or row.lease_token != token:
             raise LeaseLost(f"package {package_id} is not held with this token")
         now = store.now_ms()
@@ -240,7 +240,7 @@ async def fail_package(
                 .where(batch_packages.c.seq == row.seq)
                 .values(status="failed", lease_expires_at=None, error=error, updated_at=now)
             )
-            tasks = await _tasks_of(tx.conn, package_id)
+            tasks = await _tasks_of(tx, package_id)
             await _set_task_status(tx, package_id, "failed", error=error)
             events.extend(
                 outbox.Event("batch.task.failed", "batch_task", task_subject(row.batcher, t.id),
@@ -253,7 +253,7 @@ async def fail_package(
         )
         await outbox.emit_many(tx, events)
         fresh = (await tx.execute(select(batch_packages).where(batch_packages.c.seq == row.seq))).one()
-        return package_to_api(fresh, await _tasks_of(tx.conn, package_id), with_lease=False)
+        return package_to_api(fresh, await _tasks_of(tx, package_id), with_lease=False)
 
 
 async def heartbeat_package(
@@ -272,7 +272,7 @@ async def heartbeat_package(
             .values(lease_expires_at=now + span, lease_ms=span, updated_at=now)
         )
         fresh = (await tx.execute(select(batch_packages).where(batch_packages.c.seq == row.seq))).one()
-        return package_to_api(fresh, await _tasks_of(tx.conn, package_id))
+        return package_to_api(fresh, await _tasks_of(tx, package_id))
 
 
 async def expire_leases(tx: Transaction, name: str, now: int) -> None:

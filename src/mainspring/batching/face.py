@@ -1,8 +1,8 @@
 """The batching face as the server mounts it."""
 
+from mainspring.batching.cli import cli
 from mainspring.batching.dispatcher import dispatcher_loop
 from mainspring.batching.routes import router
-from mainspring.batching.selftest import cli
 from mainspring.batching.worker import recover, workers_loop
 from mainspring.core.runtime import Face
 

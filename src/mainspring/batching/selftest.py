@@ -26,11 +26,11 @@ from rich.console import Console
 from rich.table import Table
 
 from mainspring.client.batching import BatchingClient, BatchingError
+from mainspring.core.cli import working
 
 DEPTHS = ("accepted", "packed", "claimed", "done")
 SCENARIOS = ("pair", "overflow", "odd")
 
-cli = typer.Typer(help="The batching face: dispatcher, versions and the package cafe.", no_args_is_help=True)
 
 
 class StepFailed(Exception):
@@ -270,7 +270,8 @@ def run_selftest(url: str, token: str | None, depth: str, linger_ms: int, scenar
     outcomes = []
     with BatchingClient(url, token=token) as client:
         for name in scenarios:
-            outcomes.append(Scenario(client, run_id, name, linger_ms).run(depth))
+            with working(f"selftest: scenario {name}…"):
+                outcomes.append(Scenario(client, run_id, name, linger_ms).run(depth))
     return outcomes
 
 
@@ -293,7 +294,7 @@ def selftest(
     linger_ms: Annotated[int, typer.Option(help="The timer of the test batchers.", min=200)] = 2000,
     scenario: Annotated[list[str] | None, typer.Option(help="Run only these scenarios (pair, overflow, odd).")] = None,
 ) -> None:
-    """Run the seed's integration scenarios against a live server, in isolated batchers."""
+    """Run three end-to-end batching scenarios (pair, overflow, odd) against a running server, each in a batcher of its own, and print a pass/fail table (exit 1 on any failure)."""
     if depth not in DEPTHS:
         raise typer.BadParameter(f"depth must be one of {', '.join(DEPTHS)}", param_hint="--depth")
     chosen = scenario or list(SCENARIOS)
@@ -306,5 +307,3 @@ def selftest(
     if not all(o.passed for o in outcomes):
         raise typer.Exit(1)
 
-
-cli.command("selftest")(selftest)

@@ -174,7 +174,7 @@ async def _submit_once(
     async with store.transaction() as tx:
         await ensure_batcher(tx, name, defaults)
         # One group's versions are numbered one submit at a time, on every server.
-        await store.dialect.advisory_xact_lock(tx.conn, f"batching:{name}:{body.group}")
+        await store.dialect.advisory_xact_lock(tx, f"batching:{name}:{body.group}")
         known = (
             await tx.execute(select(batch_tasks).where(batch_tasks.c.batcher == name, batch_tasks.c.id == body.id))
         ).first()

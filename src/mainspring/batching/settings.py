@@ -4,9 +4,11 @@ Each batcher's own rules (sizes, timers, leases) are stored per batcher (``PUT /
 not here, so they change at runtime on every server at once.
 """
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class BatchingSettings(BaseModel):
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
     worker_poll_ms: int = Field(1_000, ge=10)
     """How long an in-process ``@app.batcher`` worker long-polls between checks of the stop signal."""

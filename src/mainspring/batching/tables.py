@@ -2,6 +2,7 @@
 
 from sqlalchemy import Column, Index, Integer, String, Table, Text, UniqueConstraint
 
+from mainspring.core.leases import lease_columns
 from mainspring.store.schema import BigId, Json, Millis, metadata
 
 batchers = Table(
@@ -78,8 +79,7 @@ batch_packages = Table(
     Column("status", String(20), nullable=False),
     Column("size", Integer, nullable=False),
     Column("worker", String(400), nullable=True),
-    Column("lease_token", String(64), nullable=True),
-    Column("lease_expires_at", Millis, nullable=True),
+    *lease_columns(),
     Column("lease_ms", Millis, nullable=True),
     Column("attempts", Integer, nullable=False, server_default="0"),
     Column("error", Text, nullable=True),

@@ -32,6 +32,8 @@ log = logging.getLogger("mainspring.batching.worker")
 
 @dataclass(frozen=True)
 class BatchTask:
+    """One task of a package: its id, group and member, version, content and data."""
+
     id: str
     group: str
     member: str

@@ -116,7 +116,7 @@ async def start_process(
     process_id = new_id("p", now)
     try:
         async with store.transaction() as tx:
-            active = await active_process_id(tx.conn, addressee, database)
+            active = await active_process_id(tx, addressee, database)
             if active is not None:
                 raise Busy(f"process {active} holds this mailbox", active_process_id=active)
             rows = {

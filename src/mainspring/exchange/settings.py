@@ -1,17 +1,21 @@
 """Settings of the exchange face (section ``[exchange]``, env ``MAINSPRING_EXCHANGE__<KEY>``)."""
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class ExchangeSettings(BaseModel):
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
     process_timeout_ms: int = Field(300_000, ge=1)
     """How long a STARTED process may live without a heartbeat before the watchdog cancels it."""
     commit_timeout_ms: int = Field(600_000, ge=1)
     """How long a READY_TO_COMMIT process may wait for API_4/API_5 before it turns IN_DOUBT."""
     watchdog_interval_ms: int = Field(1000, ge=1)
+    """How often each server's watchdog looks for processes past their deadline."""
     backup: bool = False
     """Keep committed message files in ``backup/`` instead of deleting them."""
     max_message_bytes: int = Field(16 * 1024 * 1024, ge=1)
+    """Largest message body (``413 too_large`` above)."""
     cleanup_retry_ms: int = Field(5_000, ge=1)
     """How long to wait before retrying a file move or delete that failed (the disk may come back)."""
     cleanup_retry_max_ms: int = Field(300_000, ge=1)

@@ -14,7 +14,7 @@ import time
 from sqlalchemy import delete, func, literal, select, update
 
 from mainspring.core import outbox
-from mainspring.core.alerts_bulk import raise_alerts
+from mainspring.core.alerts import raise_alerts
 from mainspring.core.runtime import Context, run_loop
 from mainspring.exchange import sync
 from mainspring.exchange.service import SUBJECT, abort

@@ -18,7 +18,7 @@ from mainspring.exchange import service as exchange
 from mainspring.interactions import service as interactions
 from mainspring.machines import service as machines
 from mainspring.store import parse_time
-from mainspring.ui.web import COOKIE, UIRoute, back, context_of, form_of, render, require_actor, viewer
+from mainspring.ui.web import COOKIE, UIRoute, back, form_of, render, request_context, require_actor, viewer
 
 router = APIRouter(prefix="/ui", route_class=UIRoute, include_in_schema=False)
 Viewer = Annotated[Principal, Depends(viewer)]
@@ -102,7 +102,7 @@ def _name(value: str) -> str:
 async def ack_alert(request: Request, principal: Viewer, alert_id: str) -> Response:
     require_actor(request, principal)
     form = await form_of(request)
-    acked = await alerts.ack_alert(context_of(request).store, _name(alert_id))
+    acked = await alerts.ack_alert(request_context(request).store, _name(alert_id))
     return back(_local(form.get("back")), f"alert {acked['code']} acknowledged")
 
 
@@ -114,7 +114,7 @@ async def resolve_process(request: Request, principal: Viewer, process_id: str) 
     if form.get("committed") not in ("true", "false"):
         raise InvalidRequest("committed must be true or false", errors=[{"loc": ["form", "committed"], "msg": "true or false"}])
     try:
-        process = await exchange.resolve(context_of(request), _name(process_id), form["committed"] == "true")
+        process = await exchange.resolve(request_context(request), _name(process_id), form["committed"] == "true")
     except MainspringError as exc:
         return back("/ui/exchange", _refusal(exc), "error")
     return back("/ui/exchange", f"process {process['id']} resolved: now {process['state']}")
@@ -129,7 +129,7 @@ async def repair_machine(request: Request, principal: Viewer, ns: str, machine_i
     here = f"/ui/machines/{ns}/{machine_id}"
     args = None if simple else _json_field(form, "args")
     try:
-        reply = await machines.repair_machine(context_of(request), _name(ns), _name(machine_id), args, None, simple)
+        reply = await machines.repair_machine(request_context(request), _name(ns), _name(machine_id), args, None, simple)
     except MainspringError as exc:
         return back(here, f"repair refused: {_refusal(exc)}", "error")
     if reply.status >= 400:
@@ -142,10 +142,30 @@ async def cancel_interaction(request: Request, principal: Viewer, interaction_id
     require_actor(request, principal)
     here = f"/ui/interactions/items/{interaction_id}"
     try:
-        await interactions.cancel(context_of(request).store, interaction_id)
+        await interactions.cancel(request_context(request).store, interaction_id)
     except MainspringError as exc:
         return back(here, _refusal(exc), "error")
     return back(here, "cancelled")
+
+
+@router.post("/interactions/items/{interaction_id}/retry")
+async def retry_interaction(request: Request, principal: Viewer, interaction_id: str) -> Response:
+    """Try a failed or cancelled interaction again (``POST /v1/interactions/{id}/retry``), due ``in_ms`` from now."""
+    require_actor(request, principal)
+    form = await form_of(request)
+    here = f"/ui/interactions/items/{interaction_id}"
+    try:
+        in_ms = int(form.get("in_ms", "0") or "0")
+        if not 0 <= in_ms <= 10 * 365 * 86_400_000:
+            raise ValueError("in_ms out of range")
+    except ValueError as exc:
+        raise InvalidRequest("give in_ms (ms from now)", errors=[{"loc": ["form"], "msg": str(exc)}]) from exc
+    try:
+        store = request_context(request).store
+        item = await interactions.retry(store, interaction_id, store.now_ms() + in_ms if in_ms else None)
+    except MainspringError as exc:
+        return back(here, _refusal(exc), "error")
+    return back(here, f"retried: {item['status']}, attempts {item['attempts']}")
 
 
 @router.post("/interactions/items/{interaction_id}/schedule")
@@ -153,7 +173,7 @@ async def reschedule_interaction(request: Request, principal: Viewer, interactio
     """Postpone or advance the next processing: ``in_ms`` from now, or an RFC 3339 ``at``."""
     require_actor(request, principal)
     form = await form_of(request)
-    store = context_of(request).store
+    store = request_context(request).store
     here = f"/ui/interactions/items/{interaction_id}"
     try:
         if form.get("at", "").strip():

@@ -26,7 +26,7 @@ from mainspring.interactions import service as interactions
 from mainspring.machines import service as machines
 from mainspring.machines.settings import HistoryRange
 from mainspring.ui import queries
-from mainspring.ui.web import UIRoute, context_of, render, viewer
+from mainspring.ui.web import UIRoute, render, request_context, viewer
 
 router = APIRouter(prefix="/ui", route_class=UIRoute, include_in_schema=False)
 
@@ -59,7 +59,7 @@ async def overview_live(request: Request, principal: Viewer) -> Response:
 
 
 async def _overview_values(request: Request) -> dict[str, Any]:
-    ctx = context_of(request)
+    ctx = request_context(request)
     open_alerts, _ = await alerts.list_alerts(ctx.store, open_only=True, limit=50, cursor=None)
     return {
         "counts": await queries.face_counts(ctx),
@@ -80,7 +80,7 @@ async def exchange_page(
     state: Annotated[str | None, Query(pattern="^(|" + "|".join(EXCHANGE_STATES) + ")$")] = None,
     cursor: Cursor = None,
 ) -> Response:
-    ctx = context_of(request)
+    ctx = request_context(request)
     state = _blank(state)
     # Finished processes pile up; by default show the ones someone may need to look at. One state at a
     # time pages through all of its processes.
@@ -119,7 +119,7 @@ async def exchange_page(
 
 @router.get("/exchange/mailboxes/{addressee}/{database}", response_class=HTMLResponse)
 async def mailbox_page(request: Request, principal: Viewer, addressee: PathName, database: PathName, cursor: Cursor = None) -> Response:
-    ctx = context_of(request)
+    ctx = request_context(request)
     listed = await exchange_messages.list_available(ctx, addressee, database, limit=LIST_PAGE, cursor=cursor)
     return render(request, "mailbox.html", page="exchange", addressee=addressee, database=database, listed=listed)
 
@@ -136,7 +136,7 @@ async def machines_page(
     status: Annotated[Literal["", "working", "failed"] | None, Query()] = None,
     cursor: Cursor = None,
 ) -> Response:
-    ctx = context_of(request)
+    ctx = request_context(request)
     ns, status = _blank(ns), _blank(status)
     if ns and id:
         return RedirectResponse(f"/ui/machines/{ns}/{id}", status_code=303)
@@ -146,9 +146,9 @@ async def machines_page(
         found, next_cursor = await machines.list_machines(ctx, ns, status, LIST_PAGE, cursor)
     else:
         # Across namespaces the search is by id substring: the first page only; a namespace pages.
-        found = await queries.search_machines(ctx, status, id, LIST_PAGE)
+        found = await machines.search_machines(ctx, status, id, LIST_PAGE)
     return render(
-        request, "machines.html", page="machines", machines=found, namespaces=await queries.namespace_names(ctx),
+        request, "machines.html", page="machines", machines=found, namespaces=await machines.namespace_names(ctx),
         ns=ns, id=id, status=status, next_cursor=next_cursor, page_size=LIST_PAGE,
     )
 
@@ -164,7 +164,7 @@ async def machine_page(
 ) -> Response:
     """A machine with one page of its history (newest first by default), aux state, timer, failure
     journal and pending notifications."""
-    ctx = context_of(request)
+    ctx = request_context(request)
     rng = HistoryRange(after=after, limit=HISTORY_PAGE, direction=direction)
     machine = await machines.get_machine(ctx, ns, machine_id, rng)
     history = machine["history"]
@@ -172,7 +172,7 @@ async def machine_page(
     return render(
         request, "machine.html", page="machines", m=machine, history=history, direction=direction,
         next_after=(ids[-1] if len(ids) == HISTORY_PAGE else None),
-        notifications=await queries.pending_notifications(ctx, ns, machine_id),
+        notifications=await machines.pending_notifications(ctx, ns, machine_id),
     )
 
 
@@ -181,7 +181,7 @@ async def machine_page(
 
 @router.get("/interactions", response_class=HTMLResponse)
 async def interactions_page(request: Request, principal: Viewer) -> Response:
-    ctx = context_of(request)
+    ctx = request_context(request)
     cfg = ctx.settings.interactions
     found = [await interactions.get_queue(ctx.store, cfg, q) for q in await queries.queue_names(ctx)]
     return render(request, "interactions.html", page="interactions", queues=found, statuses=interactions.STATUSES)
@@ -195,7 +195,7 @@ async def queue_page(
     status: Annotated[str | None, Query(max_length=20)] = None,
     cursor: Annotated[str | None, Query(max_length=200)] = None,
 ) -> Response:
-    ctx = context_of(request)
+    ctx = request_context(request)
     status = _blank(status)
     settings = await interactions.get_queue(ctx.store, ctx.settings.interactions, queue)
     filters = {"status": [status] if status in interactions.STATUSES else None}
@@ -209,7 +209,7 @@ async def queue_page(
 @router.get("/interactions/items/{interaction_id}", response_class=HTMLResponse)
 async def interaction_page(request: Request, principal: Viewer, interaction_id: str) -> Response:
     """An interaction with its parents above and two levels of children below."""
-    ctx = context_of(request)
+    ctx = request_context(request)
     item = await interactions.read(ctx.store, interaction_id)
     children, _ = await interactions.children(ctx.store, item["id"], None, 100, None)
     grandchildren: dict[str, list[dict[str, Any]]] = {}
@@ -226,7 +226,7 @@ async def interaction_page(request: Request, principal: Viewer, interaction_id: 
 
 @router.get("/batching", response_class=HTMLResponse)
 async def batching_page(request: Request, principal: Viewer) -> Response:
-    ctx = context_of(request)
+    ctx = request_context(request)
     found = [await batching.get_batcher(ctx.store, name) for name in await queries.batcher_names(ctx)]
     return render(request, "batching.html", page="batching", batchers=found)
 
@@ -242,7 +242,7 @@ async def batcher_page(
 ) -> Response:
     """A batcher's settings, the batch forming with its timer, packages and leases; a task's status and
     a group's version log on request."""
-    ctx = context_of(request)
+    ctx = request_context(request)
     batcher = await batching.get_batcher(ctx.store, name)
     packages, _ = await cafe.list_packages(ctx.store, name, _blank(package_status), 100, None)
     found_task: dict[str, Any] | None = None
@@ -268,7 +268,7 @@ async def events_page(
     request: Request, principal: Viewer, types: Annotated[str | None, Query(max_length=2000)] = None
 ) -> Response:
     """The latest events, then a live tail over Server-Sent Events from where the page left off."""
-    ctx = context_of(request)
+    ctx = request_context(request)
     async with ctx.store.read() as conn:
         top = int((await conn.execute(select(func.coalesce(func.max(events.c.position), 0)))).scalar_one())
     wanted = [t.strip() for t in (types or "").split(",") if t.strip()]
@@ -285,7 +285,7 @@ async def events_stream(
 ) -> Response:
     """The API's event stream (same code), for the browser that holds the token in its cookie. Each
     event goes out unnamed, so a browser's ``onmessage`` sees every type (the type is in the data)."""
-    response = await stream_events(request, context_of(request), principal, after, types)
+    response = await stream_events(request, request_context(request), principal, after, types)
     named = response.body_iterator
 
     async def unnamed() -> AsyncIterator[Any]:

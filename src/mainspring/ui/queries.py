@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import case, func, select
+from sqlalchemy import func, select
 
 from mainspring.batching.tables import batch_packages, batch_tasks, batch_versions, batchers
 from mainspring.core.runtime import Context
 from mainspring.core.tables import events
 from mainspring.exchange.tables import exchange_messages, exchange_processes
-from mainspring.interactions.tables import interaction_queues, interactions
-from mainspring.machines.tables import machines, namespaces, notifications
+from mainspring.interactions import service as interactions_service
+from mainspring.machines import service as machines_service
 from mainspring.store import format_time
 
 MINUTE_MS = 60_000
@@ -34,21 +34,14 @@ async def _grouped(conn: Any, column: Any, where: Any = None) -> dict[str, int]:
 
 async def face_counts(ctx: Context) -> dict[str, dict[str, dict[str, int]]]:
     """Per face, the things it holds counted by state."""
-    now = ctx.store.now_ms()
-    item_status = case(
-        (interactions.c.state != "queued", interactions.c.state),
-        (interactions.c.next_processing.is_(None), "waiting"),
-        (interactions.c.next_processing > now, "scheduled"),
-        else_="ready",
-    )
     async with ctx.store.read() as conn:
         return {
             "exchange": {
                 "processes": await _grouped(conn, exchange_processes.c.state),
                 "messages": await _grouped(conn, exchange_messages.c.state),
             },
-            "machines": {"machines": await _grouped(conn, machines.c.status)},
-            "interactions": {"interactions": await _grouped(conn, item_status)},
+            "machines": {"machines": await machines_service.count_by_status(ctx)},
+            "interactions": {"interactions": await interactions_service.count_by_status(ctx.store)},
             "batching": {
                 "tasks": await _grouped(conn, batch_tasks.c.status),
                 "packages": await _grouped(conn, batch_packages.c.status),
@@ -84,7 +77,6 @@ async def latency(ctx: Context, minutes: int = 60) -> dict[str, list[int]]:
     since = now - minutes * MINUTE_MS
     measures = {
         "exchange": (exchange_processes.c.updated_at, exchange_processes.c.started_at, exchange_processes.c.state == "DONE"),
-        "interactions": (interactions.c.finished_at, interactions.c.created_at, interactions.c.finished_at.is_not(None)),
         "batching": (batch_packages.c.updated_at, batch_packages.c.created_at, batch_packages.c.status == "done"),
     }
     series: dict[str, list[int]] = {}
@@ -100,6 +92,10 @@ async def latency(ctx: Context, minutes: int = 60) -> dict[str, list[int]]:
             for index, mean in rows:
                 values[min(minutes - 1, max(0, int(index)))] = round(float(mean or 0))
             series[face] = values
+    values = [0] * minutes
+    for index, mean in (await interactions_service.mean_latency_by_bucket(ctx.store, since, now, MINUTE_MS)).items():
+        values[min(minutes - 1, max(0, index))] = round(mean)
+    series["interactions"] = values
     return series
 
 
@@ -140,66 +136,13 @@ async def exchange_cleanup_failures(ctx: Context, limit: int = 50) -> list[dict[
     ]
 
 
-async def namespace_names(ctx: Context) -> list[str]:
-    async with ctx.store.read() as conn:
-        stored = {r.name for r in (await conn.execute(select(namespaces.c.name))).all()}
-        used = {r.namespace for r in (await conn.execute(select(machines.c.namespace).distinct())).all()}
-    configured = set(ctx.settings.machines.namespaces)
-    local = set(getattr(ctx.registry, "processors", {}))
-    return sorted(stored | used | configured | local)
-
-
-async def search_machines(ctx: Context, status: str | None, id_part: str | None, limit: int) -> list[dict[str, Any]]:
-    """Machines of every namespace whose id contains ``id_part`` (the face lists one namespace at a time)."""
-    query = select(machines).order_by(machines.c.namespace, machines.c.id).limit(limit)
-    if status:
-        query = query.where(machines.c.status == status)
-    if id_part:
-        query = query.where(machines.c.id.contains(id_part, autoescape=True))
-    async with ctx.store.read() as conn:
-        rows = (await conn.execute(query)).all()
-    return [
-        {"namespace": r.namespace, "id": r.id, "status": r.status, "timer": format_time(r.timer_at),
-         "updated_at": format_time(r.updated_at)}
-        for r in rows
-    ]
-
-
-async def pending_notifications(ctx: Context, namespace: str, machine_id: str, limit: int = 50) -> list[dict[str, Any]]:
-    query = (
-        select(notifications)
-        .join(machines, machines.c.uid == notifications.c.machine_uid)
-        .where(machines.c.namespace == namespace, machines.c.id == machine_id)
-        .order_by(notifications.c.seq)
-        .limit(limit)
-    )
-    async with ctx.store.read() as conn:
-        rows = (await conn.execute(query)).all()
-    return [
-        {"id": r.id, "args": r.args, "created_at": format_time(r.created_at), "due_at": format_time(r.due_at),
-         "attempts": r.attempts}
-        for r in rows
-    ]
-
-
 async def queue_names(ctx: Context) -> list[str]:
-    async with ctx.store.read() as conn:
-        stored = {r.name for r in (await conn.execute(select(interaction_queues.c.name))).all()}
-        used = {r.queue for r in (await conn.execute(select(interactions.c.queue).distinct())).all()}
-    return sorted(stored | used | set(getattr(ctx.registry, "queues", {})))
+    return sorted(set(await interactions_service.queue_names(ctx.store)) | set(getattr(ctx.registry, "queues", {})))
 
 
 async def interaction_ancestors(ctx: Context, parent_id: Any, depth: int = 20) -> list[dict[str, Any]]:
     """The chain of parents above an interaction, nearest first."""
-    chain: list[dict[str, Any]] = []
-    async with ctx.store.read() as conn:
-        while parent_id is not None and len(chain) < depth:
-            row = (await conn.execute(select(interactions).where(interactions.c.id == int(parent_id)))).first()
-            if row is None:
-                break
-            chain.append({"id": str(row.id), "name": row.name, "queue": row.queue, "state": row.state})
-            parent_id = row.parent_id
-    return chain
+    return await interactions_service.ancestors(ctx.store, parent_id, depth)
 
 
 async def batcher_names(ctx: Context) -> list[str]:

@@ -56,7 +56,7 @@ templates.env.filters["pretty"] = _pretty
 templates.env.globals["bar_chart"] = bar_chart
 
 
-def context_of(request: Request) -> Context:
+def request_context(request: Request) -> Context:
     return request.app.state.context  # type: ignore[no-any-return]
 
 
@@ -94,7 +94,7 @@ async def form_of(request: Request) -> dict[str, str]:
 
 def render(request: Request, name: str, status_code: int = 200, **values: Any) -> HTMLResponse:
     principal: Principal | None = getattr(request.state, "principal", None)
-    ctx = context_of(request)
+    ctx = request_context(request)
     values.setdefault("flash", request.query_params.get("msg"))
     values.setdefault("flash_kind", request.query_params.get("kind", "ok"))
     return templates.TemplateResponse(
