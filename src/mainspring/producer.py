@@ -4,8 +4,11 @@
 from mainspring import App
 
 app = App()
-async with app.producer(database="postgresql://…/mainspring") as mainspring:
+async with producer(database="postgresql://…/mainspring") as mainspring:
     item = await mainspring.create("emails", data={"to": "ada@example.org"}, message_id="order-17")
+    task = await mainspring.submit("books", id="b1-en", group="b1", member="en", content="Chapter 1…")
+    message = await mainspring.put("erp", "main", b"<order/>", message_key="order-17")
+    answer = await mainspring.call("invoices", "inv-1", {"pay": 100})
 ```
 
 It runs the same service code and data layer as the server's routes — the same validation, the same
@@ -21,10 +24,18 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from pydantic import JsonValue
+
+from mainspring.batching import service as batching
+from mainspring.batching.models import Task, TaskIn
+from mainspring.client.errors import error_from_problem
 from mainspring.config import Settings, load_settings
 from mainspring.core.runtime import Context
+from mainspring.exchange import messages
+from mainspring.exchange.models import Message
 from mainspring.interactions import service as interactions
 from mainspring.interactions.models import CreateIn, Interaction
+from mainspring.machines import service as machines
 from mainspring.store import Store
 from mainspring.store.migrate import migrate
 
@@ -65,6 +76,49 @@ class Producer:
             self.store, self.settings.interactions, queue, interactions.spec_from(body, self.store.now_ms())
         )
         return Interaction.model_validate(created)
+
+    async def submit(self, batcher: str, *, id: str, group: str, member: str, content: JsonValue, data: JsonValue = None) -> Task:
+        """Submit a task to ``batcher`` (as ``POST /v1/batchers/{batcher}/tasks``). A known id answers the
+        stored task; content this member already has answers a task with status ``rejected``, reason
+        ``duplicate``."""
+        body = TaskIn(id=id, group=group, member=member, content=content, data=data)
+        task, _ = await batching.submit_task(self.store, batcher, body, batching.registration_defaults(self.context.registry, batcher))
+        return Task.model_validate(task)
+
+    async def put(
+        self, addressee: str, database: str, body: bytes, *,
+        content_type: str | None = None, message_key: str | None = None, sender: str | None = None,
+    ) -> Message:
+        """Store a message in the mailbox of ``addressee``/``database`` (as ``POST …/messages``): the body is
+        written and fsynced in the server's data directory, so the producer must share it. A repeated
+        ``message_key`` with the same bytes answers the stored message; with other bytes ``Conflict``."""
+        message, _ = await messages.store_message(
+            self.context, addressee, database, body, content_type=content_type, message_key=message_key, sender=sender
+        )
+        return Message.model_validate(message)
+
+    async def start(self, namespace: str, machine_id: str, args: JsonValue = None, *, idempotency_key: str | None = None) -> dict[str, Any]:
+        """Start a machine; answers it as ``POST /v1/namespaces/{namespace}/machines`` does."""
+        return self._answer(await machines.start_machine(self.context, namespace, machine_id, args, idempotency_key))
+
+    async def call(
+        self, namespace: str, machine_id: str, args: JsonValue = None, *,
+        idempotency_key: str | None = None, timeout_ms: int | None = None,
+    ) -> JsonValue:
+        """Call a machine; answers the processor's response, with the step committed."""
+        answer = self._answer(await machines.call_machine(self.context, namespace, machine_id, args, idempotency_key, timeout_ms))
+        return answer["response"]  # type: ignore[no-any-return]
+
+    async def notify(self, namespace: str, machine_id: str, args: JsonValue = None, *, idempotency_key: str | None = None) -> str:
+        """Queue a notification for a machine; answers its id."""
+        return str(self._answer(await machines.notify_machine(self.context, namespace, machine_id, args, idempotency_key))["id"])
+
+    @staticmethod
+    def _answer(reply: machines.Reply) -> dict[str, Any]:
+        # A step's failure is stored as the problem a repeat gets back, so it is raised as the client would.
+        if reply.status >= 400:
+            raise error_from_problem(reply.status, reply.body)
+        return reply.body  # type: ignore[no-any-return]
 
 
 def producer(registry: Any = None, *, database: str | None = None, data_dir: Path | None = None, config: Path | None = None) -> Producer:

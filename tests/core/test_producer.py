@@ -55,3 +55,48 @@ async def test_a_produced_interaction_wakes_a_worker_in_another_store_at_once(da
         finally:
             await worker_side.close()
     assert [i["id"] for i in taken.items] == [item.id]
+
+
+async def test_a_produced_task_is_accepted_and_its_duplicate_rejected(database_url: str, tmp_path: Path) -> None:
+    async with producer(database=database_url, data_dir=tmp_path) as mainspring:
+        task = await mainspring.submit("books", id="b1-en", group="b1", member="en", content="Chapter 1")
+        again = await mainspring.submit("books", id="b1-en", group="b1", member="en", content="Chapter 1")
+        duplicate = await mainspring.submit("books", id="b1-en-bis", group="b1", member="en", content="Chapter 1")
+    assert (task.status, task.version) == ("pending", 1)
+    assert again.id == task.id and again.status == "pending"
+    assert (duplicate.status, duplicate.reason) == ("rejected", "duplicate")
+
+
+async def test_a_produced_message_is_stored_once_per_key_and_readable_by_the_server(database_url: str, tmp_path: Path) -> None:
+    from mainspring.core.errors import Conflict
+    from mainspring.exchange import messages
+
+    async with producer(database=database_url, data_dir=tmp_path) as mainspring:
+        stored = await mainspring.put("erp", "main", b"<order id='17'/>", message_key="order-17", content_type="application/xml")
+        again = await mainspring.put("erp", "main", b"<order id='17'/>", message_key="order-17")
+        with pytest.raises(Conflict) as refused:
+            await mainspring.put("erp", "main", b"<order id='18'/>", message_key="order-17")
+        _, body = await messages.read_message(mainspring.context, "erp", "main", stored.id)
+    assert again.id == stored.id and stored.size == len(body) and body == b"<order id='17'/>"
+    assert refused.value.code == "message_id_conflict"
+
+
+async def test_a_produced_machine_call_commits_the_step_and_a_failure_raises_as_the_client_would(database_url: str, tmp_path: Path) -> None:
+    from mainspring import App, MainspringError
+
+    app = App()
+
+    @app.processor("counters")
+    def count(kind: str, args: object, machine: dict[str, object]) -> dict[str, object]:
+        if args == "boom":
+            raise RuntimeError("the processor failed")
+        return {"events": [args], "response": len(machine["history"]) + 1}  # type: ignore[arg-type]
+
+    async with producer(app, database=database_url, data_dir=tmp_path) as mainspring:
+        started = await mainspring.start("counters", "c1", "first")
+        assert await mainspring.call("counters", "c1", "second") == 2
+        notification = await mainspring.notify("counters", "c1", "third")
+        with pytest.raises(MainspringError) as failed:
+            await mainspring.call("counters", "c1", "boom")
+    assert started["id"] == "c1" and notification
+    assert failed.value.status >= 500

@@ -31,11 +31,6 @@ NameParam = Path(pattern=NAME_PATTERN)
 in_scope = requires("batchers:{name}")
 
 
-def _registration_defaults(ctx: Context, name: str) -> dict[str, Any] | None:
-    registered = getattr(ctx.registry, "batchers", {}).get(name)
-    return dict(registered.options) if registered is not None else None
-
-
 def _authorizer(principal: Principal) -> Any:
     return lambda batcher: principal.require(f"batchers:{batcher}")
 
@@ -58,7 +53,7 @@ async def get_batcher(name: str = NameParam, ctx: Context = Depends(context_of))
                         409: {"description": "task_id_conflict"}})
 async def submit_task(body: TaskIn, name: str = NameParam, ctx: Context = Depends(context_of)) -> Any:
     """Submit a task: 202 pending; 200 for a known id, or with status rejected (reason duplicate)."""
-    task, accepted = await service.submit_task(ctx.store, name, body, _registration_defaults(ctx, name))
+    task, accepted = await service.submit_task(ctx.store, name, body, service.registration_defaults(ctx.registry, name))
     return JSONResponse(Task.model_validate(task).model_dump(mode="json"), status_code=202 if accepted else 200)
 
 

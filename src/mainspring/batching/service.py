@@ -154,6 +154,12 @@ def task_to_api(row: Any) -> dict[str, Any]:
     }
 
 
+def registration_defaults(registry: Any, name: str) -> dict[str, Any] | None:
+    """The settings a batcher registered in code (``@app.batcher``) starts with, if it is one."""
+    registered = getattr(registry, "batchers", {}).get(name)
+    return dict(registered.options) if registered is not None else None
+
+
 async def submit_task(store: Store, name: str, body: TaskIn, defaults: dict[str, Any] | None = None) -> tuple[dict[str, Any], bool]:
     """Accept a task. Answers (task, accepted_now): accepted_now is False for a repeat of a known id and
     for a duplicate content (status ``rejected``, reason ``duplicate``)."""

@@ -28,7 +28,7 @@ from mainspring.core.errors import MainspringError
 __all__ = [
     "ApiError", "Busy", "Cancelled", "Conflict", "Forbidden", "InvalidRequest", "InvalidURL", "LeaseLost",
     "MainspringError", "MessagesUnavailable", "NotFound", "RateLimited", "ServiceUnavailable", "TooLarge",
-    "Unauthenticated", "check_url", "error_for", "unreachable",
+    "Unauthenticated", "check_url", "error_for", "error_from_problem", "unreachable",
 ]
 
 _STANDARD = ("type", "title", "status", "detail", "code")
@@ -148,10 +148,15 @@ def error_for(response: httpx.Response) -> ApiError:
     except ValueError:
         body = None
     problem: dict[str, Any] = body if isinstance(body, dict) else {"detail": response.text[:500] or response.reason_phrase}
-    problem.setdefault("status", response.status_code)
+    return error_from_problem(response.status_code, problem)
+
+
+def error_from_problem(status: int, problem: Mapping[str, Any]) -> ApiError:
+    """The error a problem+json body with this status stands for."""
+    problem = {"status": status, **problem}
     code = str(problem.get("code") or "http_error")
-    kind = _BY_CODE.get(code) or _BY_STATUS.get(response.status_code) or ApiError
-    return kind(response.status_code, problem)
+    kind = _BY_CODE.get(code) or _BY_STATUS.get(status) or ApiError
+    return kind(status, problem)
 
 
 def unreachable(exc: httpx.TransportError, url: str) -> ServiceUnavailable:
