@@ -7,6 +7,8 @@ Measures, on PostgreSQL and on SQLite (a fresh database each):
 - bulk create: items/s through ``create_many`` (1,000 per transaction);
 - end-to-end processing: items/s from "all due" to "all completed" by the worker runtime with a no-op
   async handler (claim and complete in batches);
+- producer creates/s: ``mainspring.producer()``, one ``create`` awaited at a time (PgQueuer's and
+  Procrastinate's "enqueue one per call" beside it);
 - HTTP creates/s: 8 concurrent clients, one POST each call, against a ``mainspring serve`` process;
 - idle latency: create → handler start, p50/p95, with the worker idle (PostgreSQL: the creator is
   another connection pool, so the wake-up is a NOTIFY).
@@ -92,6 +94,18 @@ async def bench_bulk_and_processing(url: str, jobs: int) -> dict[str, float]:
         return {"bulk_create_per_s": bulk, "processed_per_s": processed}
     finally:
         await store.close()
+
+
+async def bench_producer(url: str, jobs: int, tmp: Path) -> dict[str, float]:
+    from mainspring.producer import producer
+
+    async with producer(database=url, data_dir=tmp) as mainspring:
+        for i in range(100):  # warm the pool and the statement caches
+            await mainspring.create("warm", {"n": i})
+        began = time.perf_counter()
+        for i in range(jobs):
+            await mainspring.create("bench", {"n": i})
+        return {"producer_create_one_per_call_per_s": jobs / (time.perf_counter() - began)}
 
 
 async def bench_idle_latency(url: str, samples: int) -> dict[str, float]:
@@ -270,7 +284,7 @@ async def main() -> None:
     parser.add_argument("--http-total", type=int, default=4000)
     parser.add_argument("--latency-samples", type=int, default=200)
     parser.add_argument("--engines", default="postgres,sqlite")
-    parser.add_argument("--steps", default="processing,latency,worker-latency,http")
+    parser.add_argument("--steps", default="processing,producer,latency,worker-latency,http")
     parser.add_argument("--peers-python", default=str(Path(__file__).with_name(".peers-venv") / "bin" / "python"))
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="msbench-"))
@@ -286,6 +300,8 @@ async def main() -> None:
                 try:
                     if step == "processing":
                         row.update(await bench_bulk_and_processing(url, args.jobs))
+                    elif step == "producer":
+                        row.update(await bench_producer(url, args.jobs, tmp))
                     elif step == "latency":
                         store = Store(url)
                         await migrate(store)

@@ -23,7 +23,7 @@ TOKENS = {
 }
 
 # An operation a stranger may call: it answers only what the caller's own scopes cover.
-OWN_VIEW = {("get", "/v1/exchange/mailboxes")}
+OWN_VIEW = {("get", "/v1/exchange/mailboxes"), ("get", "/v1/periodic")}
 
 # Valid bodies where the scope is known only once the object is read (so the body is validated first).
 BODIES: dict[tuple[str, str], dict[str, Any]] = {
@@ -34,6 +34,7 @@ BODIES: dict[tuple[str, str], dict[str, Any]] = {
     ("post", "/v1/packages/{package_id}/complete"): {"token": "x"},
     ("post", "/v1/packages/{package_id}/fail"): {"token": "x", "error": "boom"},
     ("post", "/v1/packages/{package_id}/heartbeat"): {"token": "x"},
+    ("put", "/v1/periodic/{name}"): {"cron": "* * * * *", "queue": "q"},
 }
 
 
@@ -64,6 +65,8 @@ async def existing_objects(client: httpx.AsyncClient) -> dict[str, str]:
     assert batcher.status_code == 200, batcher.text
     task = await client.post("/v1/batchers/b/tasks", json={"id": "t1", "group": "g", "member": "m", "content": "x"}, headers=boss)
     assert task.status_code == 202, task.text
+    schedule = await client.put("/v1/periodic/b", json={"cron": "*/5 * * * *", "queue": "q"}, headers=boss)
+    assert schedule.status_code == 200, schedule.text
     package = await client.post("/v1/batchers/b/packages/claim", json={"worker": "w", "wait_ms": 5000}, headers=boss)
     assert package.status_code == 200, package.text
     return {
