@@ -269,6 +269,23 @@ async def count_by_status(conn: Executor) -> dict[str, int]:
     return {str(status): int(n) for status, n in rows}
 
 
+async def count_by_namespace_and_status(conn: Executor) -> list[tuple[str, str, int]]:
+    """Machines counted per (namespace, status): what the ``mainspring_machines`` gauge shows."""
+    query = select(machines.c.namespace, machines.c.status, func.count()).group_by(machines.c.namespace, machines.c.status)
+    return [(str(ns), str(status), int(n)) for ns, status, n in (await conn.execute(query)).all()]
+
+
+async def due_timers_by_namespace(conn: Executor, now: int) -> list[tuple[str, int, int]]:
+    """Per namespace, the working machines whose timer is due and not yet fired: (namespace, count, earliest
+    due ms). A backlog that stays means the processors (or this face's workers) cannot keep up."""
+    query = (
+        select(machines.c.namespace, func.count(), func.min(machines.c.timer_at))
+        .where(machines.c.status == "working", machines.c.timer_at <= now)
+        .group_by(machines.c.namespace)
+    )
+    return [(str(ns), int(n), int(oldest)) for ns, n, oldest in (await conn.execute(query)).all()]
+
+
 _VERSION = select(machines.c.version).where(machines.c.uid == bindparam("uid"))
 
 

@@ -18,7 +18,7 @@ from mainspring.core import outbox
 from mainspring.core.errors import MainspringError
 from mainspring.core.paging import decode_cursor, encode_cursor
 from mainspring.core.runtime import Context
-from mainspring.machines import data
+from mainspring.machines import data, metrics
 from mainspring.machines.data import Applied, FailureRow, MachineRow, NotificationRow, OperationRow
 from mainspring.machines.errors import (
     IdempotencyKeyReused,
@@ -146,6 +146,7 @@ async def start_machine(ctx: Context, namespace: str, machine_id: str, args: Any
     try:
         answer = await _process(ctx, ns, "init", args, view)
     except ProcessorError as error:
+        metrics.count_processor_error(namespace, "init", error.code)
         raise _processor_error(error) from error
     try:
         body = await ctx.store.grouped(lambda tx: _create(tx, namespace, machine_id, answer, key))
@@ -165,6 +166,7 @@ async def _create(tx: Transaction, namespace: str, machine_id: str, answer: Answ
     timer_at = answer.timer_at if isinstance(answer.timer_at, int) else None
     aux_state = None if answer.aux_state is UNSET else answer.aux_state
     machine = await data.insert_machine(tx, namespace, machine_id, aux_state, timer_at, len(answer.events), now)
+    metrics.count_step(tx, namespace, "init")
     await data.insert_history(tx, machine.uid, 1, answer.events, now)
     await outbox.emit_many(tx, [outbox.Event("machine.created", SUBJECT, machine.subject, {"namespace": namespace, "id": machine_id}),
                                 *event_of_each(machine, answer.events, 1)])
@@ -234,6 +236,7 @@ async def _step(ctx: Context, namespace: str, machine_id: str, kind: str, args: 
             try:
                 answer = await _process(ctx, ns, kind, args, processor_view(machine, events), timeout_ms)
             except ProcessorError as error:
+                metrics.count_processor_error(namespace, kind, error.code)
                 reply = await _step_failed(ctx, machine, kind, error, key)
                 if reply is None:
                     continue
@@ -260,6 +263,7 @@ async def _apply_step(ctx: Context, tx: Transaction, machine: MachineRow, answer
     if outcome is not Applied.APPLIED:
         return outcome
     tx.after_commit(lambda: note_version(ctx.extras, machine.uid, machine.version + 1))
+    metrics.count_step(tx, machine.namespace, kind)
     body = {"response": answer.response}
     await _save_operation(tx, machine.namespace, machine.id, key, kind, 200, body)
     return body
