@@ -16,7 +16,7 @@ from mainspring import __version__
 from mainspring.app import App
 from mainspring.batching.face import face as batching_face
 from mainspring.config import Settings
-from mainspring.core import outbox, tracing
+from mainspring.core import alerts, outbox, tracing
 from mainspring.core.auth import Authenticator, authenticate
 from mainspring.core.errors import Unavailable
 from mainspring.core.http import (
@@ -46,6 +46,17 @@ log = logging.getLogger("mainspring.server")
 SEQUENCER_PAUSE_S = 0.002
 
 FACES: list[Face] = [exchange_face, machines_face, interactions_face, batching_face]
+
+
+async def close_fixed_alerts(ctx: Context) -> None:
+    """Close the open alerts whose subject a face finds fixed (a background loop, on every server)."""
+    checks = {code: check for face in FACES for code, check in face.fixed_alerts.items()}
+
+    async def step() -> int | None:
+        await alerts.close_fixed_alerts(ctx.store, checks)
+        return None
+
+    await run_loop(ctx, "alerts-closer", step, channel="alerts-closer", poll_ms=ctx.settings.server.alerts_check_interval_ms)
 
 
 async def sequence_events(ctx: Context) -> None:
@@ -124,6 +135,7 @@ def create_app(
             tasks.append(asyncio.create_task(sequence_events(ctx), name="events-sequencer"))
             tasks.append(asyncio.create_task(run_publishers(ctx), name="events-publishers"))
             tasks.append(asyncio.create_task(prune_published_events(ctx), name="events-retention"))
+            tasks.append(asyncio.create_task(close_fixed_alerts(ctx), name="alerts-closer"))
             for face in FACES:
                 for loop in face.loops:
                     tasks.append(asyncio.create_task(loop(ctx), name=f"{face.name}:{loop.__name__}"))

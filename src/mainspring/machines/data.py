@@ -33,6 +33,7 @@ from sqlalchemy import (
     null,
     select,
     text,
+    tuple_,
 )
 from sqlalchemy.sql.elements import TextClause
 
@@ -284,6 +285,18 @@ async def due_timers_by_namespace(conn: Executor, now: int) -> list[tuple[str, i
         .group_by(machines.c.namespace)
     )
     return [(str(ns), int(n), int(oldest)) for ns, n, oldest in (await conn.execute(query)).all()]
+
+
+async def statuses_of(conn: Executor, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], str]:
+    """The status of each (namespace, id) that exists."""
+    found: dict[tuple[str, str], str] = {}
+    for start in range(0, len(keys), 500):
+        chunk = keys[start : start + 500]
+        query = select(machines.c.namespace, machines.c.id, machines.c.status).where(
+            tuple_(machines.c.namespace, machines.c.id).in_(list(chunk))
+        )
+        found.update({(str(ns), str(mid)): str(status) for ns, mid, status in (await conn.execute(query)).all()})
+    return found
 
 
 _VERSION = select(machines.c.version).where(machines.c.uid == bindparam("uid"))

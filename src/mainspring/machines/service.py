@@ -11,10 +11,12 @@ from __future__ import annotations
 import asyncio
 import uuid
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from mainspring.core import outbox
+from mainspring.core.data import Alert
 from mainspring.core.errors import MainspringError
 from mainspring.core.paging import decode_cursor, encode_cursor
 from mainspring.core.runtime import Context
@@ -418,3 +420,17 @@ async def count_by_status(ctx: Context) -> dict[str, int]:
     """Machines counted by status."""
     async with ctx.store.read() as conn:
         return await data.count_by_status(conn)
+
+
+async def fixed_alerts(conn: Executor, raised: Sequence[Alert]) -> dict[str, str]:
+    """Of these open ``machine_failed`` alerts, those whose machine works again or is gone → why."""
+    keys = [tuple(a.subject_id.split("/", 1)) for a in raised if "/" in a.subject_id]
+    statuses = await data.statuses_of(conn, keys)  # type: ignore[arg-type]
+    fixed: dict[str, str] = {}
+    for alert in raised:
+        status = statuses.get(tuple(alert.subject_id.split("/", 1)))  # type: ignore[call-overload]
+        if status is None:
+            fixed[alert.id] = "machine removed"
+        elif status == "working":
+            fixed[alert.id] = "machine repaired"
+    return fixed
