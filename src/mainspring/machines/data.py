@@ -255,9 +255,11 @@ async def list_machines(conn: Executor, namespace: str, status: str | None, afte
     return [_machine(r) for r in (await conn.execute(query)).all()]
 
 
-async def search_machines(conn: Executor, status: str | None, id_part: str | None, limit: int) -> list[MachineRow]:
-    """Machines of every namespace whose id contains ``id_part``."""
+async def search_machines(conn: Executor, status: str | None, id_part: str | None, limit: int, namespace: str | None = None) -> list[MachineRow]:
+    """Machines of every namespace (or of ``namespace``) whose id contains ``id_part``."""
     query = select(machines).order_by(machines.c.namespace, machines.c.id).limit(limit)
+    if namespace:
+        query = query.where(machines.c.namespace == namespace)
     if status:
         query = query.where(machines.c.status == status)
     if id_part:
@@ -270,9 +272,11 @@ async def count_by_status(conn: Executor) -> dict[str, int]:
     return {str(status): int(n) for status, n in rows}
 
 
-async def count_by_namespace_and_status(conn: Executor) -> list[tuple[str, str, int]]:
-    """Machines counted per (namespace, status): what the ``mainspring_machines`` gauge shows."""
+async def count_by_namespace_and_status(conn: Executor, namespace: str | None = None) -> list[tuple[str, str, int]]:
+    """Machines counted per (namespace, status), of every namespace or one."""
     query = select(machines.c.namespace, machines.c.status, func.count()).group_by(machines.c.namespace, machines.c.status)
+    if namespace is not None:
+        query = query.where(machines.c.namespace == namespace)
     return [(str(ns), str(status), int(n)) for ns, status, n in (await conn.execute(query)).all()]
 
 

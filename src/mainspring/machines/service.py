@@ -397,10 +397,10 @@ async def namespace_names(ctx: Context) -> list[str]:
     return sorted(known | set(ctx.settings.machines.namespaces) | set(getattr(ctx.registry, "processors", {})))
 
 
-async def search_machines(ctx: Context, status: str | None, id_part: str | None, limit: int) -> list[dict[str, Any]]:
-    """Machines of every namespace whose id contains ``id_part`` (the API lists one namespace at a time)."""
+async def search_machines(ctx: Context, status: str | None, id_part: str | None, limit: int, namespace: str | None = None) -> list[dict[str, Any]]:
+    """Machines of every namespace (or one) whose id contains ``id_part`` (the API lists one namespace at a time)."""
     async with ctx.store.read() as conn:
-        found = await data.search_machines(conn, status, id_part, limit)
+        found = await data.search_machines(conn, status, id_part, limit, namespace)
     return [{"namespace": m.namespace, "id": m.id, "status": m.status, "timer": format_time(m.timer_at), "updated_at": format_time(m.updated_at)} for m in found]
 
 
@@ -414,6 +414,13 @@ async def pending_notifications(ctx: Context, namespace: str, machine_id: str, l
 def notification_to_api(notification: NotificationRow) -> dict[str, Any]:
     return {"id": notification.id, "args": notification.args, "created_at": format_time(notification.created_at),
             "due_at": format_time(notification.due_at), "attempts": notification.attempts}
+
+
+async def namespace_counts(ctx: Context, namespace: str) -> dict[str, int]:
+    """The machines of one namespace counted by status (working and failed always present)."""
+    async with ctx.store.read() as conn:
+        counted = await data.count_by_namespace_and_status(conn, namespace)
+    return {"working": 0, "failed": 0, **{status: n for _, status, n in counted}}
 
 
 async def count_by_status(ctx: Context) -> dict[str, int]:
