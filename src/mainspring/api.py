@@ -9,8 +9,11 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import Depends, FastAPI
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
+from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from swagger_ui_bundle import swagger_ui_path
 
 from mainspring import __version__
 from mainspring.app import App
@@ -44,6 +47,7 @@ from mainspring.ui.routes import router as ui_router
 log = logging.getLogger("mainspring.server")
 
 SEQUENCER_PAUSE_S = 0.002
+SWAGGER_STATIC = "/docs/static"
 
 FACES: list[Face] = [exchange_face, machines_face, interactions_face, batching_face]
 
@@ -157,6 +161,9 @@ def create_app(
         version=__version__,
         description="Durable processing: exchange, machines, interactions and batching on one store.",
         lifespan=lifespan,
+        # /docs is served below from the package's own Swagger UI files; ReDoc would load from a CDN.
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.context = ctx
     app.state.authenticator = Authenticator(store, settings.auth.tokens, settings.auth.cache_ms)
@@ -186,6 +193,17 @@ def create_app(
             log.warning("readiness check failed: %s", exc)
             return problem_response(Unavailable(str(exc)[:200]).problem())
         return JSONResponse({"status": "ready", "engine": store.dialect.name})
+
+    app.mount(SWAGGER_STATIC, StaticFiles(directory=swagger_ui_path), name="swagger-ui")
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        """Swagger UI over /openapi.json, with its scripts and styles from this server."""
+        return get_swagger_ui_html(
+            openapi_url=app.openapi_url or "/openapi.json", title="Mainspring API",
+            swagger_js_url=f"{SWAGGER_STATIC}/swagger-ui-bundle.js", swagger_css_url=f"{SWAGGER_STATIC}/swagger-ui.css",
+            swagger_favicon_url=f"{SWAGGER_STATIC}/favicon-32x32.png",
+        )
 
     gauges = Gauges([read_outbox_gauges, *(face.read_gauges for face in FACES if face.read_gauges is not None)])
 
