@@ -33,7 +33,7 @@ from mainspring.core.http import (
     problems_in_openapi,
 )
 from mainspring.core.logs import configure_logging
-from mainspring.core.metrics import Gauges, read_outbox_gauges
+from mainspring.core.metrics import Gauges, read_alert_gauges, read_outbox_gauges
 from mainspring.core.publishers import prune_published_events, run_publishers
 from mainspring.core.routes import router as core_router
 from mainspring.core.runtime import Context, Face, log_failure, retry_while_unavailable, run_loop
@@ -205,7 +205,7 @@ def create_app(
             swagger_favicon_url=f"{SWAGGER_STATIC}/favicon-32x32.png",
         )
 
-    gauges = Gauges([read_outbox_gauges, *(face.read_gauges for face in FACES if face.read_gauges is not None)])
+    gauges = Gauges([read_outbox_gauges, read_alert_gauges, *(face.read_gauges for face in FACES if face.read_gauges is not None)])
 
     @app.get("/metrics", tags=["service"], response_class=PlainTextResponse)
     async def metrics() -> PlainTextResponse:

@@ -204,6 +204,12 @@ async def ack_alert(tx: Executor, alert_id: str, at: int) -> None:
     await tx.execute(alerts.update().where(alerts.c.id == alert_id, alerts.c.acked_at.is_(None)).values(acked_at=at))
 
 
+async def count_open_alerts(conn: Executor) -> dict[str, int]:
+    """Open alerts counted by code."""
+    rows = (await conn.execute(select(alerts.c.code, func.count()).where(_OPEN).group_by(alerts.c.code))).all()
+    return {str(code): int(n) for code, n in rows}
+
+
 async def open_alerts_of(conn: Executor, codes: Iterable[str], limit: int, after: tuple[int, str] | None = None) -> list[Alert]:
     """Open alerts with one of ``codes``, oldest first, keyset-paged by (at, id) (what the closer checks)."""
     query = select(alerts).where(_OPEN, alerts.c.code.in_(sorted(set(codes)))).order_by(alerts.c.at, alerts.c.id).limit(limit)
