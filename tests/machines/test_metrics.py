@@ -26,7 +26,8 @@ async def test_machines_are_counted_by_namespace_and_status(client: httpx.AsyncC
     text = await _scrape(client)
     assert _value(text, "mainspring_machines", namespace=NS, status="working") == 2
     assert _value(text, "mainspring_machines", namespace=NS, status="failed") == 1
-    assert "machine_id" not in text and 'id="a"' not in text
+    machine_lines = [line for line in text.splitlines() if line.startswith("mainspring_machines")]
+    assert machine_lines and not any('"a"' in line or "id=" in line for line in machine_lines), "labels are namespaces, never ids"
 
 
 async def test_steps_and_processor_errors_are_counted_by_namespace_and_kind(client: httpx.AsyncClient, fake: FakeProcessor) -> None:
