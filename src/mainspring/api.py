@@ -9,14 +9,17 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import Depends, FastAPI
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
+from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from swagger_ui_bundle import swagger_ui_path
 
 from mainspring import __version__
 from mainspring.app import App
 from mainspring.batching.face import face as batching_face
 from mainspring.config import Settings
-from mainspring.core import outbox, tracing
+from mainspring.core import alerts, outbox, tracing
 from mainspring.core.auth import Authenticator, authenticate
 from mainspring.core.errors import Unavailable
 from mainspring.core.http import (
@@ -30,7 +33,7 @@ from mainspring.core.http import (
     problems_in_openapi,
 )
 from mainspring.core.logs import configure_logging
-from mainspring.core.metrics import Gauges, read_outbox_gauges
+from mainspring.core.metrics import Gauges, read_alert_gauges, read_outbox_gauges
 from mainspring.core.publishers import prune_published_events, run_publishers
 from mainspring.core.routes import router as core_router
 from mainspring.core.runtime import Context, Face, log_failure, retry_while_unavailable, run_loop
@@ -44,8 +47,20 @@ from mainspring.ui.routes import router as ui_router
 log = logging.getLogger("mainspring.server")
 
 SEQUENCER_PAUSE_S = 0.002
+SWAGGER_STATIC = "/docs/static"
 
 FACES: list[Face] = [exchange_face, machines_face, interactions_face, batching_face]
+
+
+async def close_fixed_alerts(ctx: Context) -> None:
+    """Close the open alerts whose subject a face finds fixed (a background loop, on every server)."""
+    checks = {code: check for face in FACES for code, check in face.fixed_alerts.items()}
+
+    async def step() -> int | None:
+        await alerts.close_fixed_alerts(ctx.store, checks)
+        return None
+
+    await run_loop(ctx, "alerts-closer", step, channel="alerts-closer", poll_ms=ctx.settings.server.alerts_check_interval_ms)
 
 
 async def sequence_events(ctx: Context) -> None:
@@ -124,6 +139,7 @@ def create_app(
             tasks.append(asyncio.create_task(sequence_events(ctx), name="events-sequencer"))
             tasks.append(asyncio.create_task(run_publishers(ctx), name="events-publishers"))
             tasks.append(asyncio.create_task(prune_published_events(ctx), name="events-retention"))
+            tasks.append(asyncio.create_task(close_fixed_alerts(ctx), name="alerts-closer"))
             for face in FACES:
                 for loop in face.loops:
                     tasks.append(asyncio.create_task(loop(ctx), name=f"{face.name}:{loop.__name__}"))
@@ -145,6 +161,9 @@ def create_app(
         version=__version__,
         description="Durable processing: exchange, machines, interactions and batching on one store.",
         lifespan=lifespan,
+        # /docs is served below from the package's own Swagger UI files; ReDoc would load from a CDN.
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.context = ctx
     app.state.authenticator = Authenticator(store, settings.auth.tokens, settings.auth.cache_ms)
@@ -175,7 +194,18 @@ def create_app(
             return problem_response(Unavailable(str(exc)[:200]).problem())
         return JSONResponse({"status": "ready", "engine": store.dialect.name})
 
-    gauges = Gauges([read_outbox_gauges, *(face.read_gauges for face in FACES if face.read_gauges is not None)])
+    app.mount(SWAGGER_STATIC, StaticFiles(directory=swagger_ui_path), name="swagger-ui")
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        """Swagger UI over /openapi.json, with its scripts and styles from this server."""
+        return get_swagger_ui_html(
+            openapi_url=app.openapi_url or "/openapi.json", title="Mainspring API",
+            swagger_js_url=f"{SWAGGER_STATIC}/swagger-ui-bundle.js", swagger_css_url=f"{SWAGGER_STATIC}/swagger-ui.css",
+            swagger_favicon_url=f"{SWAGGER_STATIC}/favicon-32x32.png",
+        )
+
+    gauges = Gauges([read_outbox_gauges, read_alert_gauges, *(face.read_gauges for face in FACES if face.read_gauges is not None)])
 
     @app.get("/metrics", tags=["service"], response_class=PlainTextResponse)
     async def metrics() -> PlainTextResponse:

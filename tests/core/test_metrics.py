@@ -49,3 +49,14 @@ async def test_the_outbox_head_and_publisher_lag_are_gauges(client: httpx.AsyncC
     text = await _scrape(client)
     assert (_value(text, "mainspring_outbox_head_position") or 0) >= 0
     assert _value(text, "mainspring_outbox_unnumbered_events") is not None
+
+
+async def test_open_alerts_are_a_gauge_by_code_that_an_ack_takes_down(client: httpx.AsyncClient, app: object) -> None:
+    from mainspring.core.alerts import raise_alert
+
+    store = app.state.context.store  # type: ignore[attr-defined]
+    async with store.transaction() as tx:
+        alert_id = await raise_alert(tx, "disk_full", "host", "h1", "the disk is full")
+    assert _value(await _scrape(client), "mainspring_alerts_open", code="disk_full") == 1
+    await client.post(f"/v1/alerts/{alert_id}/ack")
+    assert _value(await _scrape(client), "mainspring_alerts_open", code="disk_full") is None

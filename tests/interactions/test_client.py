@@ -25,3 +25,14 @@ async def test_python_client_creates_leases_and_releases(app: Any) -> None:
         assert lost.value.code == "lease_lost"
         many = await client.create_many("q", [{"data": i} for i in range(3)])
         assert [i["data"] for i in many] == [0, 1, 2]
+
+
+async def test_python_client_pauses_and_resumes_a_queue(app: Any) -> None:
+    client = AsyncInteractionsClient("http://mainspring.test")
+    client._http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://mainspring.test")
+    async with client:
+        await client.create("pc", data=1)
+        assert (await client.pause_queue("pc"))["paused"] is True
+        assert (await client.lease("pc", worker="w", max=5))["interactions"] == []
+        assert (await client.resume_queue("pc"))["paused"] is False
+        assert len((await client.lease("pc", worker="w", max=5))["interactions"]) == 1

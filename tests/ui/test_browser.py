@@ -103,7 +103,7 @@ async def test_log_in_see_a_failed_machine_repair_it_and_see_it_working(
     row = page.locator("tr[data-machine='orders/invoice-7']")
     assert "failed" in await row.inner_text()
     await shot(page, "machines", engine)
-    await row.locator("a").click()
+    await row.locator("a", has_text="invoice-7").click()
     await page.wait_for_url(f"**/ui/machines/{NS}/invoice-7")
     assert await page.locator("#machine-status").inner_text() == "failed"
     assert "the order book is corrupt" in await page.content()
@@ -204,3 +204,60 @@ async def test_read_only_operator_sees_every_page_without_actions(
         assert await page.locator("main form[method=post], [data-action], [data-resolve]").count() == 0, path
         if name:
             await shot(page, name, engine)
+
+
+async def test_retry_failed_interactions_in_bulk_from_the_queue_page(page: Any, api_client: httpx.AsyncClient, tokens: dict[str, str], engine: str) -> None:
+    headers = {"Authorization": f"Bearer {tokens['admin']}"}
+    ids = []
+    for n in range(3):
+        item = (await api_client.post("/v1/queues/mail/interactions", json={"data": {"n": n}}, headers=headers)).json()
+        await api_client.post(f"/v1/interactions/{item['id']}/fail", json={"error": f"smtp 550 mailbox #{n} unavailable"}, headers=headers)
+        ids.append(str(item["id"]))
+    await log_in(page, tokens["admin"], "/ui/interactions/queues/mail?status=failed")
+    assert "smtp 550 mailbox #2 unavailable" in await page.locator("#items").inner_text()
+    for item_id in ids[:2]:
+        await page.check(f"input[name=ids][value='{item_id}']")
+    await shot(page, "queue-failed", engine)
+    await page.click("[data-action=retry-selected]")
+    await page.wait_for_selector(".flash.ok")
+    assert "retried 2" in await page.locator(".flash").inner_text()
+    statuses = [(await api_client.get(f"/v1/interactions/{i}", headers=headers)).json()["status"] for i in ids]
+    assert statuses == ["ready", "ready", "failed"]
+    await page.click("[data-action=retry-all]")
+    await page.wait_for_selector(".flash.ok")
+    assert (await api_client.get(f"/v1/interactions/{ids[2]}", headers=headers)).json()["status"] == "ready"
+
+
+async def test_an_alert_links_to_its_machine_and_closes_itself_once_the_machine_is_repaired(
+    page: Any, api_client: httpx.AsyncClient, tokens: dict[str, str], processor: OrdersProcessor, engine: str
+) -> None:
+    await failed_machine(api_client, "invoice-9", token=tokens["admin"])
+    await log_in(page, tokens["admin"])
+    await page.click("tr.alert-row[data-code=machine_failed] a.alert-subject")
+    await page.wait_for_url(f"**/ui/machines/{NS}/invoice-9")
+    await page.click("[data-action=simple-repair]")
+    await page.wait_for_selector(".flash.ok")
+    assert await page.locator("#machine-status").inner_text() == "working"
+    await page.goto("/ui/")
+    # The closer looks every 2 s and the overview refreshes itself every 5 s.
+    await page.locator("tr.closed-alert[data-code=machine_failed]").wait_for(timeout=20_000)
+    assert await page.locator("tr.alert-row").count() == 0
+    assert "machine repaired" in await page.locator("#closed-alerts").inner_text()
+    await shot(page, "overview-alert-closed", engine)
+
+
+async def test_pause_a_queue_and_no_worker_leases_from_it_until_resumed(page: Any, api_client: httpx.AsyncClient, tokens: dict[str, str], engine: str) -> None:
+    headers = {"Authorization": f"Bearer {tokens['admin']}"}
+    await api_client.put("/v1/queues/reports", json={"concurrency": 2, "rate_limit": {"count": 5, "per_ms": 1000}}, headers=headers)
+    await api_client.post("/v1/queues/reports/interactions", json={"data": 1}, headers=headers)
+    await log_in(page, tokens["admin"], "/ui/interactions/queues/reports")
+    await page.click("[data-action=pause]")
+    await page.wait_for_selector(".flash.ok")
+    assert await page.locator("#queue-state").inner_text() == "paused"
+    await shot(page, "queue-paused", engine)
+    lease = {"worker": "w", "max": 5}
+    assert (await api_client.post("/v1/queues/reports/lease", json=lease, headers=headers)).json()["interactions"] == []
+    await page.click("[data-action=resume]")
+    await page.wait_for_selector(".flash.ok")
+    assert await page.locator("#queue-state").inner_text() == "running"
+    assert len((await api_client.post("/v1/queues/reports/lease", json=lease, headers=headers)).json()["interactions"]) == 1

@@ -324,7 +324,7 @@ async def test_long_lists_page_through_everything_with_next_links(
         raise AssertionError("the pages never ended")
 
     assert await walk(f"/ui/machines?ns={NS}", r'data-machine="orders/(p\d)"') == [f"p{n}" for n in range(5)]
-    messages = await walk("/ui/exchange/mailboxes/mobile-c/db-3", r"<td><code>(m[0-9a-f]+)</code>")
+    messages = await walk("/ui/exchange/mailboxes/mobile-c/db-3", r'<td><a href="/ui/exchange/messages/m[0-9a-f]+"><code>(m[0-9a-f]+)</code>')
     assert len(messages) == len(set(messages)) == 5
     started = []
     for n in range(3):
@@ -332,5 +332,5 @@ async def test_long_lists_page_through_everything_with_next_links(
         stored = (await client.post(f"{box}/messages", content=b"x")).json()["id"]
         process = await client.post(f"{box}/processes", json={"client_id": "erp", "message_ids": [stored]})
         started.append(process.json()["id"])
-    assert await walk("/ui/exchange?state=STARTED", r"<tr><td><code>(p[0-9a-f]+)</code>") == started
+    assert await walk("/ui/exchange?state=STARTED", r'<tr><td><a href="/ui/exchange/processes/p[0-9a-f]+"><code>(p[0-9a-f]+)</code>') == started
     assert "choose a state to page" in (await client.get("/ui/exchange")).text

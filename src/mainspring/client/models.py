@@ -45,6 +45,9 @@ class Alert(TypedDict):
     subject: Subject
     detail: str
     acked_at: str | None
+    resolved_at: NotRequired[str | None]
+    resolved_by: NotRequired[str | None]
+    resolution: NotRequired[str | None]
 
 
 class AlertPage(TypedDict):
@@ -69,6 +72,7 @@ class Queue(TypedDict):
     max_attempts: int
     processing_timeout_ms: int | None
     retention_ms: NotRequired[int | None]
+    paused: NotRequired[bool]
     counts: NotRequired[dict[str, int] | None]
 
 

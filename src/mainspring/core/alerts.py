@@ -1,10 +1,16 @@
-"""Alerts: what an administrator must see. Stored, logged at ERROR, and emitted as ``alert.raised``."""
+"""Alerts: what an administrator must see. Stored, logged at ERROR, and emitted as ``alert.raised``.
+
+An alert closes itself once its subject is fixed (a failed machine repaired, an IN_DOUBT process resolved, a
+cleanup finished): each face tells which of the open alerts it raised are fixed now (``Face.fixed_alerts``),
+and ``close_fixed_alerts`` records the closing — when, by whom, why — and emits ``alert.resolved``. The
+faces are asked about the present state, not told by events, so a subject that broke again keeps its alert.
+"""
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from mainspring.core import data, outbox
@@ -12,6 +18,7 @@ from mainspring.core.data import Alert
 from mainspring.core.errors import AlertNotFound, InvalidRequest
 from mainspring.core.paging import decode_cursor, encode_cursor
 from mainspring.store import Store, Transaction, format_time
+from mainspring.store.dialect import Executor
 
 log = logging.getLogger("mainspring.alerts")
 
@@ -25,6 +32,9 @@ def alert_to_api(alert: Alert) -> dict[str, Any]:
         "subject": {"kind": alert.subject_kind, "id": alert.subject_id},
         "detail": alert.detail,
         "acked_at": format_time(alert.acked_at),
+        "resolved_at": format_time(alert.resolved_at),
+        "resolved_by": alert.resolved_by,
+        "resolution": alert.resolution,
     }
 
 
@@ -97,3 +107,48 @@ async def ack_alert(store: Store, alert_id: str) -> dict[str, Any]:
             alert = await data.get_alert(tx, alert_id)
     assert alert is not None
     return alert_to_api(alert)
+
+
+# Who closes an alert whose subject was found fixed: the server itself, not a person.
+CLOSED_BY = "mainspring"
+CLOSE_BATCH = 500
+
+FixedAlerts = Callable[[Executor, Sequence[Alert]], Awaitable[Mapping[str, str]]]
+"""A face's check: of these open alerts (of the codes it raises), which are fixed now → why."""
+
+
+async def close_fixed_alerts(store: Store, checks: Mapping[str, FixedAlerts]) -> int:
+    """Close every open alert whose face says its subject is fixed; answers how many were closed. ``checks``
+    maps alert codes to the check of the face that raises them. Any server may run it at the same time as
+    another: an alert is closed (and ``alert.resolved`` emitted) once."""
+    closed = 0
+    after: tuple[int, str] | None = None
+    while checks:
+        async with store.read() as conn:
+            found = await data.open_alerts_of(conn, checks, CLOSE_BATCH, after)
+            fixed: dict[str, str] = {}
+            for check in _distinct(checks.values()):
+                fixed.update(await check(conn, [a for a in found if checks[a.code] is check]))
+        if fixed:
+            async with store.transaction() as tx:
+                now = tx.store.now_ms()
+                for alert in found:
+                    why = fixed.get(alert.id)
+                    if why is not None and await data.resolve_alert(tx, alert.id, now, CLOSED_BY, why):
+                        closed += 1
+                        await outbox.emit(tx, "alert.resolved", alert.subject_kind, alert.subject_id,
+                                          {"alert_id": alert.id, "code": alert.code, "resolved_by": CLOSED_BY, "resolution": why})
+        if len(found) < CLOSE_BATCH:
+            break
+        after = (found[-1].at, found[-1].id)
+    if closed:
+        log.info("closed %d alert(s) whose subject was fixed", closed)
+    return closed
+
+
+def _distinct(checks: Iterable[FixedAlerts]) -> list[FixedAlerts]:
+    seen: list[FixedAlerts] = []
+    for check in checks:
+        if check not in seen:
+            seen.append(check)
+    return seen

@@ -56,7 +56,7 @@ class Principal:
     def require_any(self, scopes: Iterable[str]) -> None:
         scopes = list(scopes)
         if not any(self.allows(s) for s in scopes):
-            raise Forbidden(f"this token has none of the scopes {scopes!r}")
+            raise Forbidden(f"this token has none of the scopes {', '.join(scopes)}")
 
 
 OPEN = Principal("anonymous", ("admin",), open=True)

@@ -48,6 +48,14 @@ class Alert:
     subject_id: str
     detail: str
     acked_at: int | None
+    resolved_at: int | None = None
+    resolved_by: str | None = None
+    resolution: str | None = None
+
+    @property
+    def is_open(self) -> bool:
+        """Nobody acknowledged it and its subject was not found fixed."""
+        return self.acked_at is None and self.resolved_at is None
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +162,11 @@ async def lowest_cursor(conn: Executor, names: Sequence[str]) -> int:
 
 
 def _alert(row: Any) -> Alert:
-    return Alert(row.id, row.at, row.severity, row.code, row.subject_kind, row.subject_id, row.detail, row.acked_at)
+    return Alert(row.id, row.at, row.severity, row.code, row.subject_kind, row.subject_id, row.detail, row.acked_at,
+                 row.resolved_at, row.resolved_by, row.resolution)
+
+
+_OPEN = alerts.c.acked_at.is_(None) & alerts.c.resolved_at.is_(None)
 
 
 async def open_alert_subjects(tx: Executor, code: str, subject_kind: str, subject_ids: Iterable[str]) -> set[str]:
@@ -166,7 +178,7 @@ async def open_alert_subjects(tx: Executor, code: str, subject_kind: str, subjec
             alerts.c.code == code,
             alerts.c.subject_kind == subject_kind,
             alerts.c.subject_id.in_(wanted[start : start + 1000]),
-            alerts.c.acked_at.is_(None),
+            _OPEN,
         )
         found |= set((await tx.execute(query)).scalars())
     return found
@@ -192,11 +204,31 @@ async def ack_alert(tx: Executor, alert_id: str, at: int) -> None:
     await tx.execute(alerts.update().where(alerts.c.id == alert_id, alerts.c.acked_at.is_(None)).values(acked_at=at))
 
 
+async def count_open_alerts(conn: Executor) -> dict[str, int]:
+    """Open alerts counted by code."""
+    rows = (await conn.execute(select(alerts.c.code, func.count()).where(_OPEN).group_by(alerts.c.code))).all()
+    return {str(code): int(n) for code, n in rows}
+
+
+async def open_alerts_of(conn: Executor, codes: Iterable[str], limit: int, after: tuple[int, str] | None = None) -> list[Alert]:
+    """Open alerts with one of ``codes``, oldest first, keyset-paged by (at, id) (what the closer checks)."""
+    query = select(alerts).where(_OPEN, alerts.c.code.in_(sorted(set(codes)))).order_by(alerts.c.at, alerts.c.id).limit(limit)
+    if after is not None:
+        query = query.where((alerts.c.at > after[0]) | ((alerts.c.at == after[0]) & (alerts.c.id > after[1])))
+    return [_alert(r) for r in (await conn.execute(query)).all()]
+
+
+async def resolve_alert(tx: Executor, alert_id: str, at: int, by: str, why: str) -> bool:
+    """Close an unresolved alert; False when it was closed already (by another server, say)."""
+    statement = alerts.update().where(alerts.c.id == alert_id, alerts.c.resolved_at.is_(None)).values(resolved_at=at, resolved_by=by, resolution=why)
+    return bool((await tx.execute(statement)).rowcount)
+
+
 async def list_alerts(conn: Executor, *, open_only: bool, limit: int, before: tuple[int, str] | None) -> list[Alert]:
     """Newest first; ``before`` is the (at, id) keyset position to continue after."""
     query = select(alerts).order_by(alerts.c.at.desc(), alerts.c.id.desc()).limit(limit)
     if open_only:
-        query = query.where(alerts.c.acked_at.is_(None))
+        query = query.where(_OPEN)
     if before is not None:
         at, alert_id = before
         query = query.where((alerts.c.at < at) | ((alerts.c.at == at) & (alerts.c.id < alert_id)))

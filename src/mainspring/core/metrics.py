@@ -23,6 +23,8 @@ OUTBOX_LAG = Gauge("mainspring_outbox_unnumbered_events", "Committed events the 
 PUBLISHER_LAG = Gauge("mainspring_publisher_lag_events", "Events a publisher has yet to publish, behind the outbox's head", ["publisher"])
 OUTBOX_HEAD = Gauge("mainspring_outbox_head_position", "Position of the newest numbered event")
 
+OPEN_ALERTS = Gauge("mainspring_alerts_open", "Alerts neither acknowledged nor closed (their subject not fixed yet), by code", ["code"])
+
 GaugeReader = Callable[[Any], Awaitable[None]]
 
 
@@ -44,6 +46,12 @@ async def read_outbox_gauges(ctx: Any) -> None:
     OUTBOX_HEAD.set(head)
     OUTBOX_LAG.set(unnumbered)
     set_all(PUBLISHER_LAG, (((name,), max(0, head - position)) for name, position in cursors.items()))
+
+
+async def read_alert_gauges(ctx: Any) -> None:
+    async with ctx.store.read() as conn:
+        counted = await data.count_open_alerts(conn)
+    set_all(OPEN_ALERTS, (((code,), n) for code, n in counted.items()))
 
 
 class Gauges:

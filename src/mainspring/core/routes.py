@@ -50,6 +50,11 @@ class AlertOut(BaseModel):
     subject: Subject
     detail: str
     acked_at: str | None
+    resolved_at: str | None = None
+    """When the server found the subject fixed and closed the alert (a closed alert is not open)."""
+    resolved_by: str | None = None
+    resolution: str | None = None
+    """Why it was closed, e.g. ``machine repaired``."""
 
 
 class AlertPage(BaseModel):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -12,6 +12,7 @@ from fastapi import APIRouter, Request
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
 
 from mainspring.core import tracing
+from mainspring.core.alerts import FixedAlerts
 from mainspring.store import Store
 from mainspring.store.errors import is_unavailable
 
@@ -51,6 +52,8 @@ class Face:
     """An optional typer app mounted as ``mainspring <name>``."""
     read_gauges: Callable[[Context], Awaitable[None]] | None = None
     """Sets the face's Prometheus gauges from the store (called when ``/metrics`` is scraped, rate-limited)."""
+    fixed_alerts: Mapping[str, FixedAlerts] = field(default_factory=dict)
+    """Per alert code the face raises, the check that tells which open ones are fixed (``core.alerts``)."""
 
 
 def request_context(request: Request) -> Context:

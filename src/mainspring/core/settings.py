@@ -53,6 +53,8 @@ class ServerSettings(BaseModel):
     """Events older than this are deleted once every configured publisher has passed them (null: kept)."""
     retention_interval_ms: int = Field(60_000, ge=10)
     """How often the server prunes what its retention settings let go."""
+    alerts_check_interval_ms: int = Field(2000, ge=10)
+    """How often the server looks whether the subject of an open alert was fixed (then closes the alert)."""
     require_sync_replica: bool = False
     """Warn at start when a commit the store acknowledges is not yet on a synchronous standby (PostgreSQL with
     synchronous replication), i.e. a 2xx would not survive the loss of the primary's machine."""

@@ -27,6 +27,10 @@ alerts = Table(
     Column("subject_id", String(400), nullable=False),
     Column("detail", Text, nullable=False),
     Column("acked_at", Millis, nullable=True),
+    # Closed once its subject is fixed (migration core_0004): when, by whom, and why.
+    Column("resolved_at", Millis, nullable=True),
+    Column("resolved_by", String(200), nullable=True),
+    Column("resolution", Text, nullable=True),
 )
 
 api_tokens = Table(

@@ -84,6 +84,7 @@ class QueueRow:
     window_count: int
     created_at: int
     updated_at: int
+    paused: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +156,12 @@ async def put_queue(tx: Transaction, name: str, settings: dict[str, Any]) -> Non
     await tx.execute(stmt.on_conflict_do_update(index_elements=["name"], set_={**settings, "updated_at": now}))
     known: set[str] = tx.store.extras.setdefault("interactions:queues", set())
     tx.after_commit(lambda: known.add(name))
+
+
+async def set_paused(tx: Transaction, name: str, paused: bool) -> bool:
+    """Pause or resume a queue; False when it was so already."""
+    statement = queues.update().where(queues.c.name == name, queues.c.paused == (not paused)).values(paused=paused, updated_at=tx.store.now_ms())
+    return bool((await tx.execute(statement)).rowcount)
 
 
 _QUEUE = select(queues).where(queues.c.name == bindparam("name"))

@@ -116,6 +116,9 @@ async def _lease_once(store: Store, cfg: InteractionsSettings, queue: str, worke
             return None
         now = store.now_ms()
         await expire_leases(tx, q, now)
+        if q.paused:
+            # Nothing is due for a paused queue: resuming it wakes the waiters (NOTIFY on its channel).
+            return Leased([], None, q.processing_timeout_ms, lease_ms or q.lease_ms)
         room = max_items
         limited_until: int | None = None
         slots: int | None = None

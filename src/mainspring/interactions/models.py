@@ -81,6 +81,8 @@ class QueueOut(BaseModel):
     max_attempts: int
     processing_timeout_ms: int | None
     retention_ms: int | None
+    paused: bool = False
+    """A paused queue leases nothing (``POST /v1/queues/{queue}/pause``, ``…/resume``); what is leased runs on."""
     counts: dict[str, int] | None = None
 
 

@@ -60,6 +60,18 @@ async def get_queue(queue: QueueName, ctx: Context = Depends(context_of)) -> Any
     return await service.get_queue(ctx.store, ctx.settings.interactions, queue)
 
 
+@router.post("/queues/{queue}/pause", response_model=QueueOut, dependencies=[QueueScope])
+async def pause_queue(queue: QueueName, ctx: Context = Depends(context_of)) -> Any:
+    """Stop leasing from the queue on every server (items leased already run on); event ``interaction.queue.paused``."""
+    return await service.pause_queue(ctx.store, ctx.settings.interactions, queue, True)
+
+
+@router.post("/queues/{queue}/resume", response_model=QueueOut, dependencies=[QueueScope])
+async def resume_queue(queue: QueueName, ctx: Context = Depends(context_of)) -> Any:
+    """Lease from a paused queue again; event ``interaction.queue.resumed``."""
+    return await service.pause_queue(ctx.store, ctx.settings.interactions, queue, False)
+
+
 @router.post(
     "/queues/{queue}/interactions",
     response_model=Interaction,

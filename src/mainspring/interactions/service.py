@@ -28,6 +28,7 @@ from mainspring.store import Store, Transaction, format_time
 
 STATUSES = ("scheduled", "ready", "processing", "waiting", "completed", "failed", "cancelled")
 KIND = "interaction"
+QUEUE_KIND = "queue"
 
 __all__ = ["FINISHED", "STATUSES"]
 
@@ -141,8 +142,21 @@ async def get_queue(store: Store, cfg: InteractionsSettings, queue: str) -> dict
         row = await data.get_queue(conn, queue)
         counted = await data.count_by_status(conn, now, queue)
     body = queue_to_api(_settings_of(row) if row is not None else queue_defaults(cfg), queue)
+    body["paused"] = row is not None and row.paused
     body["counts"] = {status: counted.get(status, 0) for status in STATUSES}
     return body
+
+
+async def pause_queue(store: Store, cfg: InteractionsSettings, queue: str, paused: bool) -> dict[str, Any]:
+    """Stop (or start again) leasing from ``queue`` on every server: the state is in the queue's row, which
+    each lease reads. Items leased already run on; expired leases still turn into retries."""
+    async with store.transaction() as tx:
+        await ensure_queue(tx, cfg, queue)
+        if await data.set_paused(tx, queue, paused):
+            await outbox.emit(tx, "interaction.queue.paused" if paused else "interaction.queue.resumed", QUEUE_KIND, queue, {"queue": queue})
+            if not paused:
+                tx.notify(queue_channel(queue))  # waiting workers lease at once
+    return await get_queue(store, cfg, queue)
 
 
 async def queue_names(store: Store) -> list[str]:

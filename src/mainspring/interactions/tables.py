@@ -23,6 +23,8 @@ interaction_queues = Table(
     Column("window_count", Integer, nullable=False, server_default=text("0")),
     Column("created_at", Millis, nullable=False),
     Column("updated_at", Millis, nullable=False),
+    # A paused queue leases nothing (migration interactions_0006); what is leased already runs on.
+    Column("paused", Boolean, nullable=False, server_default=text("false")),
 )
 
 # ``state`` is what is stored: queued | processing | completed | failed | cancelled. The API's status

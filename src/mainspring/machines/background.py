@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from mainspring.core.leases import new_token
 from mainspring.core.runtime import Context, log_failure, run_loop
-from mainspring.machines import data
+from mainspring.machines import data, metrics
 from mainspring.machines.data import Applied, HistoryRow, MachineRow, NotificationRow
 from mainspring.machines.errors import NamespaceNotFound
 from mainspring.machines.namespaces import Namespace, find_namespace, processor_for
@@ -120,12 +120,16 @@ async def fire(ctx: Context, due: Due) -> None:
     else:
         await _release(ctx, machine)
         return
+    if kind == "timeout":
+        metrics.TIMER_LATENESS.labels(machine.namespace).observe(max(0, now - machine.timer_at) / 1000)  # type: ignore[operator]
     try:
         answer = await processor_for(ctx, ns).process(kind, args, processor_view(machine, due.events), ns.timeout_ms, ctx.now_ms())
     except ProcessorError as error:
+        metrics.count_processor_error(machine.namespace, kind, error.code)
         await _record_failure(ctx, ns, machine, kind, delivering, error)
         return
     except Exception as error:  # A namespace without a processor on this server: retry like a transient error.
+        metrics.count_processor_error(machine.namespace, kind, "processor_failed")
         await _record_failure(ctx, ns, machine, kind, delivering, ProcessorError(str(error)))
         return
     delivered = delivering.seq if delivering is not None else None
@@ -133,7 +137,9 @@ async def fire(ctx: Context, due: Due) -> None:
         ctx.store,
         lambda tx, grouped: apply_answer(tx, machine, answer, grouped=grouped, consume_timer=kind == "timeout", delivered_notification=delivered),
     )
-    if applied is not Applied.APPLIED:
+    if applied is Applied.APPLIED:
+        metrics.STEPS.labels(machine.namespace, kind).inc()
+    else:
         await _release(ctx, machine)
 
 

@@ -33,6 +33,7 @@ from sqlalchemy import (
     null,
     select,
     text,
+    tuple_,
 )
 from sqlalchemy.sql.elements import TextClause
 
@@ -254,9 +255,11 @@ async def list_machines(conn: Executor, namespace: str, status: str | None, afte
     return [_machine(r) for r in (await conn.execute(query)).all()]
 
 
-async def search_machines(conn: Executor, status: str | None, id_part: str | None, limit: int) -> list[MachineRow]:
-    """Machines of every namespace whose id contains ``id_part``."""
+async def search_machines(conn: Executor, status: str | None, id_part: str | None, limit: int, namespace: str | None = None) -> list[MachineRow]:
+    """Machines of every namespace (or of ``namespace``) whose id contains ``id_part``."""
     query = select(machines).order_by(machines.c.namespace, machines.c.id).limit(limit)
+    if namespace:
+        query = query.where(machines.c.namespace == namespace)
     if status:
         query = query.where(machines.c.status == status)
     if id_part:
@@ -267,6 +270,37 @@ async def search_machines(conn: Executor, status: str | None, id_part: str | Non
 async def count_by_status(conn: Executor) -> dict[str, int]:
     rows = (await conn.execute(select(machines.c.status, func.count()).group_by(machines.c.status))).all()
     return {str(status): int(n) for status, n in rows}
+
+
+async def count_by_namespace_and_status(conn: Executor, namespace: str | None = None) -> list[tuple[str, str, int]]:
+    """Machines counted per (namespace, status), of every namespace or one."""
+    query = select(machines.c.namespace, machines.c.status, func.count()).group_by(machines.c.namespace, machines.c.status)
+    if namespace is not None:
+        query = query.where(machines.c.namespace == namespace)
+    return [(str(ns), str(status), int(n)) for ns, status, n in (await conn.execute(query)).all()]
+
+
+async def due_timers_by_namespace(conn: Executor, now: int) -> list[tuple[str, int, int]]:
+    """Per namespace, the working machines whose timer is due and not yet fired: (namespace, count, earliest
+    due ms). A backlog that stays means the processors (or this face's workers) cannot keep up."""
+    query = (
+        select(machines.c.namespace, func.count(), func.min(machines.c.timer_at))
+        .where(machines.c.status == "working", machines.c.timer_at <= now)
+        .group_by(machines.c.namespace)
+    )
+    return [(str(ns), int(n), int(oldest)) for ns, n, oldest in (await conn.execute(query)).all()]
+
+
+async def statuses_of(conn: Executor, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], str]:
+    """The status of each (namespace, id) that exists."""
+    found: dict[tuple[str, str], str] = {}
+    for start in range(0, len(keys), 500):
+        chunk = keys[start : start + 500]
+        query = select(machines.c.namespace, machines.c.id, machines.c.status).where(
+            tuple_(machines.c.namespace, machines.c.id).in_(list(chunk))
+        )
+        found.update({(str(ns), str(mid)): str(status) for ns, mid, status in (await conn.execute(query)).all()})
+    return found
 
 
 _VERSION = select(machines.c.version).where(machines.c.uid == bindparam("uid"))

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from mainspring.core.runtime import Context, Face
+from mainspring.machines import metrics
 from mainspring.machines.background import machines_loop
 from mainspring.machines.cli import cli
 from mainspring.machines.namespaces import HTTP_CLIENT, save_namespace
 from mainspring.machines.routes import router
+from mainspring.machines.service import fixed_alerts
 
 
 async def recover(ctx: Context) -> None:
@@ -28,4 +30,7 @@ async def run_machines(ctx: Context) -> None:
             await client.aclose()
 
 
-face = Face(name="machines", router=router, recover=recover, loops=[run_machines], cli=cli)
+face = Face(
+    name="machines", router=router, recover=recover, loops=[run_machines], cli=cli, read_gauges=metrics.read_gauges,
+    fixed_alerts={"machine_failed": fixed_alerts},
+)

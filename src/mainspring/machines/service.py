@@ -11,14 +11,16 @@ from __future__ import annotations
 import asyncio
 import uuid
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from mainspring.core import outbox
+from mainspring.core.data import Alert
 from mainspring.core.errors import MainspringError
 from mainspring.core.paging import decode_cursor, encode_cursor
 from mainspring.core.runtime import Context
-from mainspring.machines import data
+from mainspring.machines import data, metrics
 from mainspring.machines.data import Applied, FailureRow, MachineRow, NotificationRow, OperationRow
 from mainspring.machines.errors import (
     IdempotencyKeyReused,
@@ -146,6 +148,7 @@ async def start_machine(ctx: Context, namespace: str, machine_id: str, args: Any
     try:
         answer = await _process(ctx, ns, "init", args, view)
     except ProcessorError as error:
+        metrics.count_processor_error(namespace, "init", error.code)
         raise _processor_error(error) from error
     try:
         body = await ctx.store.grouped(lambda tx: _create(tx, namespace, machine_id, answer, key))
@@ -165,6 +168,7 @@ async def _create(tx: Transaction, namespace: str, machine_id: str, answer: Answ
     timer_at = answer.timer_at if isinstance(answer.timer_at, int) else None
     aux_state = None if answer.aux_state is UNSET else answer.aux_state
     machine = await data.insert_machine(tx, namespace, machine_id, aux_state, timer_at, len(answer.events), now)
+    metrics.count_step(tx, namespace, "init")
     await data.insert_history(tx, machine.uid, 1, answer.events, now)
     await outbox.emit_many(tx, [outbox.Event("machine.created", SUBJECT, machine.subject, {"namespace": namespace, "id": machine_id}),
                                 *event_of_each(machine, answer.events, 1)])
@@ -234,6 +238,7 @@ async def _step(ctx: Context, namespace: str, machine_id: str, kind: str, args: 
             try:
                 answer = await _process(ctx, ns, kind, args, processor_view(machine, events), timeout_ms)
             except ProcessorError as error:
+                metrics.count_processor_error(namespace, kind, error.code)
                 reply = await _step_failed(ctx, machine, kind, error, key)
                 if reply is None:
                     continue
@@ -260,6 +265,7 @@ async def _apply_step(ctx: Context, tx: Transaction, machine: MachineRow, answer
     if outcome is not Applied.APPLIED:
         return outcome
     tx.after_commit(lambda: note_version(ctx.extras, machine.uid, machine.version + 1))
+    metrics.count_step(tx, machine.namespace, kind)
     body = {"response": answer.response}
     await _save_operation(tx, machine.namespace, machine.id, key, kind, 200, body)
     return body
@@ -391,10 +397,10 @@ async def namespace_names(ctx: Context) -> list[str]:
     return sorted(known | set(ctx.settings.machines.namespaces) | set(getattr(ctx.registry, "processors", {})))
 
 
-async def search_machines(ctx: Context, status: str | None, id_part: str | None, limit: int) -> list[dict[str, Any]]:
-    """Machines of every namespace whose id contains ``id_part`` (the API lists one namespace at a time)."""
+async def search_machines(ctx: Context, status: str | None, id_part: str | None, limit: int, namespace: str | None = None) -> list[dict[str, Any]]:
+    """Machines of every namespace (or one) whose id contains ``id_part`` (the API lists one namespace at a time)."""
     async with ctx.store.read() as conn:
-        found = await data.search_machines(conn, status, id_part, limit)
+        found = await data.search_machines(conn, status, id_part, limit, namespace)
     return [{"namespace": m.namespace, "id": m.id, "status": m.status, "timer": format_time(m.timer_at), "updated_at": format_time(m.updated_at)} for m in found]
 
 
@@ -410,7 +416,28 @@ def notification_to_api(notification: NotificationRow) -> dict[str, Any]:
             "due_at": format_time(notification.due_at), "attempts": notification.attempts}
 
 
+async def namespace_counts(ctx: Context, namespace: str) -> dict[str, int]:
+    """The machines of one namespace counted by status (working and failed always present)."""
+    async with ctx.store.read() as conn:
+        counted = await data.count_by_namespace_and_status(conn, namespace)
+    return {"working": 0, "failed": 0, **{status: n for _, status, n in counted}}
+
+
 async def count_by_status(ctx: Context) -> dict[str, int]:
     """Machines counted by status."""
     async with ctx.store.read() as conn:
         return await data.count_by_status(conn)
+
+
+async def fixed_alerts(conn: Executor, raised: Sequence[Alert]) -> dict[str, str]:
+    """Of these open ``machine_failed`` alerts, those whose machine works again or is gone → why."""
+    keys = [tuple(a.subject_id.split("/", 1)) for a in raised if "/" in a.subject_id]
+    statuses = await data.statuses_of(conn, keys)  # type: ignore[arg-type]
+    fixed: dict[str, str] = {}
+    for alert in raised:
+        status = statuses.get(tuple(alert.subject_id.split("/", 1)))  # type: ignore[call-overload]
+        if status is None:
+            fixed[alert.id] = "machine removed"
+        elif status == "working":
+            fixed[alert.id] = "machine repaired"
+    return fixed

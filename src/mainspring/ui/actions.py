@@ -18,11 +18,24 @@ from mainspring.exchange import service as exchange
 from mainspring.interactions import service as interactions
 from mainspring.machines import service as machines
 from mainspring.store import parse_time
-from mainspring.ui.web import COOKIE, UIRoute, back, form_of, render, request_context, require_actor, viewer
+from mainspring.ui.web import (
+    COOKIE,
+    UIRoute,
+    back,
+    form_lists,
+    form_of,
+    render,
+    request_context,
+    require_actor,
+    viewer,
+)
 
 router = APIRouter(prefix="/ui", route_class=UIRoute, include_in_schema=False)
 Viewer = Annotated[Principal, Depends(viewer)]
 COOKIE_MAX_AGE_S = 12 * 3600
+# "All matching the filter" acts on at most this many at once; the page says when more were left.
+BULK_MAX = 5000
+BULK_PAGE = 500
 
 
 def _local(target: str | None, default: str = "/ui/") -> str:
@@ -190,3 +203,132 @@ async def reschedule_interaction(request: Request, principal: Viewer, interactio
     except MainspringError as exc:
         return back(here, _refusal(exc), "error")
     return back(here, f"rescheduled: next processing {item['next_processing']}")
+
+
+# --- queues: pause and resume ----------------------------------------------------------------------
+
+
+@router.post("/interactions/queues/{queue}/pause")
+async def pause_queue(request: Request, principal: Viewer, queue: str) -> Response:
+    """Stop leasing from the queue on every server (``POST /v1/queues/{queue}/pause``)."""
+    return await _set_paused(request, principal, queue, True)
+
+
+@router.post("/interactions/queues/{queue}/resume")
+async def resume_queue(request: Request, principal: Viewer, queue: str) -> Response:
+    return await _set_paused(request, principal, queue, False)
+
+
+async def _set_paused(request: Request, principal: Principal, queue: str, paused: bool) -> Response:
+    require_actor(request, principal)
+    ctx = request_context(request)
+    await interactions.pause_queue(ctx.store, ctx.settings.interactions, _name(queue), paused)
+    return back(f"/ui/interactions/queues/{queue}", "paused: nothing is leased until resumed" if paused else "resumed")
+
+
+# --- in bulk -----------------------------------------------------------------------------------------
+
+
+class Tally:
+    """What a bulk action did: how many it changed, and how many each refusal code turned away."""
+
+    def __init__(self) -> None:
+        self.done = 0
+        self.refused: dict[str, int] = {}
+
+    def refuse(self, exc: MainspringError) -> None:
+        code = exc.problem()["code"]
+        self.refused[code] = self.refused.get(code, 0) + 1
+
+    def says(self, verb: str, left: bool) -> tuple[str, str]:
+        text = f"{verb} {self.done}"
+        if self.refused:
+            text += "; refused " + ", ".join(f"{n} ({code})" for code, n in sorted(self.refused.items()))
+        if left:
+            text += f"; only the first {BULK_MAX} matching were taken, run it again for the rest"
+        return text, "error" if self.refused and not self.done else "ok"
+
+
+async def _matching_interactions(request: Request, queue: str, status: str | None) -> tuple[list[str], bool]:
+    """The ids of a queue's items with ``status`` (all statuses when None), up to BULK_MAX; and whether more were left."""
+    store = request_context(request).store
+    ids: list[str] = []
+    cursor: str | None = None
+    filters = {"status": [status] if status else None}
+    while len(ids) < BULK_MAX:
+        page, cursor = await interactions.list_items(store, queue, filters, BULK_PAGE, cursor)
+        ids.extend(str(item["id"]) for item in page)
+        if cursor is None:
+            return ids[:BULK_MAX], len(ids) > BULK_MAX
+    return ids[:BULK_MAX], True
+
+
+@router.post("/interactions/queues/{queue}/bulk")
+async def bulk_interactions(request: Request, principal: Viewer, queue: str) -> Response:
+    """Retry or cancel the ticked items (``ids``), or every item matching the page's filter (``all=true``):
+    each through the same service function as the single-item action, so each is checked on its own."""
+    require_actor(request, principal)
+    form = await form_lists(request)
+    action = (form.get("action") or [""])[-1]
+    status = (form.get("status") or [""])[-1] or None
+    here = f"/ui/interactions/queues/{_name(queue)}" + (f"?status={status}" if status else "")
+    if action not in ("retry", "cancel"):
+        raise InvalidRequest("action must be retry or cancel", errors=[{"loc": ["form", "action"], "msg": "retry or cancel"}])
+    if status is not None and status not in interactions.STATUSES:
+        raise InvalidRequest("unknown status", errors=[{"loc": ["form", "status"], "msg": "not a status"}])
+    left = False
+    if (form.get("all") or [""])[-1] == "true":
+        ids, left = await _matching_interactions(request, queue, status)
+    else:
+        ids = form.get("ids", [])[:BULK_MAX]
+    if not ids:
+        return back(here, "nothing selected", "error")
+    store = request_context(request).store
+    tally = Tally()
+    for interaction_id in ids:
+        try:
+            if action == "retry":
+                await interactions.retry(store, interaction_id)
+            else:
+                await interactions.cancel(store, interaction_id)
+            tally.done += 1
+        except MainspringError as exc:
+            tally.refuse(exc)
+    return back(here, *tally.says("retried" if action == "retry" else "cancelled", left))
+
+
+async def _matching_failed_machines(request: Request, ns: str | None, id_part: str | None) -> tuple[list[tuple[str, str]], bool]:
+    """The failed machines the machines page's filter shows, up to BULK_MAX; and whether more were left."""
+    ctx = request_context(request)
+    found = await machines.search_machines(ctx, "failed", id_part, BULK_MAX + 1, namespace=ns)
+    return [(m["namespace"], m["id"]) for m in found[:BULK_MAX]], len(found) > BULK_MAX
+
+
+@router.post("/machines/bulk-repair")
+async def bulk_repair(request: Request, principal: Viewer) -> Response:
+    """Repair the ticked failed machines (``machines``: ``namespace/id``), or every failed machine matching
+    the filter (``all=true``): through the processor with ``args``, or simply (``simple=true``)."""
+    require_actor(request, principal)
+    form = await form_lists(request)
+    last = {k: v[-1] for k, v in form.items()}
+    simple = last.get("simple") == "true"
+    args = None if simple else _json_field(last, "args")
+    ns, id_part = last.get("ns") or None, last.get("id") or None
+    here = "/ui/machines?status=failed" + (f"&ns={_name(ns)}" if ns else "")
+    left = False
+    if last.get("all") == "true":
+        keys, left = await _matching_failed_machines(request, ns, id_part)
+    else:
+        keys = [(n, i) for n, _, i in (k.partition("/") for k in form.get("machines", [])[:BULK_MAX])]
+    if not keys:
+        return back(here, "nothing selected", "error")
+    ctx = request_context(request)
+    tally = Tally()
+    for namespace, machine_id in keys:
+        try:
+            reply = await machines.repair_machine(ctx, _name(namespace), _name(machine_id), args, None, simple)
+        except MainspringError as exc:
+            tally.refuse(exc)
+            continue
+        tally.done += 1 if reply.status < 400 else 0
+    return back(here, *tally.says("simply repaired" if simple else "repaired", left))

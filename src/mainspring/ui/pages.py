@@ -21,8 +21,10 @@ from mainspring.core.tables import events
 from mainspring.core.types import NAME_PATTERN
 from mainspring.exchange import messages as exchange_messages
 from mainspring.exchange import service as exchange
+from mainspring.exchange.errors import MessageNotFound
 from mainspring.exchange.models import STATES as EXCHANGE_STATES
 from mainspring.interactions import service as interactions
+from mainspring.machines import namespaces as machine_namespaces
 from mainspring.machines import service as machines
 from mainspring.machines.settings import HistoryRange
 from mainspring.ui import queries
@@ -36,6 +38,8 @@ OptName = Annotated[str | None, Query(pattern="^$|" + NAME_PATTERN, max_length=1
 HISTORY_PAGE = 20
 LIST_PAGE = 200
 IN_DOUBT_SHOWN = 100
+# A message page shows this much of the body; the rest is cut with a note (bodies may be up to 16 MiB).
+BODY_SHOWN = 64 * 1024
 Cursor = Annotated[str | None, Query(max_length=200)]
 OPEN_PROCESS_STATES = ("STARTED", "READY_TO_COMMIT", "IN_DOUBT", "CLEANUP")
 PathName = Annotated[str, Path(pattern=NAME_PATTERN, max_length=128)]
@@ -61,7 +65,9 @@ async def overview_live(request: Request, principal: Viewer) -> Response:
 async def _overview_values(request: Request) -> dict[str, Any]:
     ctx = request_context(request)
     open_alerts, _ = await alerts.list_alerts(ctx.store, open_only=True, limit=50, cursor=None)
+    latest, _ = await alerts.list_alerts(ctx.store, open_only=False, limit=50, cursor=None)
     return {
+        "closed": [a for a in latest if a["resolved_at"]][:10],
         "counts": await queries.face_counts(ctx),
         "throughput": await queries.throughput(ctx),
         "latency": await queries.latency(ctx),
@@ -124,7 +130,42 @@ async def mailbox_page(request: Request, principal: Viewer, addressee: PathName,
     return render(request, "mailbox.html", page="exchange", addressee=addressee, database=database, listed=listed)
 
 
+@router.get("/exchange/processes/{process_id}", response_class=HTMLResponse)
+async def process_page(request: Request, principal: Viewer, process_id: PathName) -> Response:
+    """A process with its messages (where their files are now), and the resolve buttons while IN_DOUBT."""
+    ctx = request_context(request)
+    process = await exchange.get_process(ctx, process_id)
+    messages = (await queries.exchange_quarantined(ctx, [process_id]))[process_id]
+    return render(request, "process.html", page="exchange", p=process, messages=messages)
+
+
+@router.get("/exchange/messages/{message_id}", response_class=HTMLResponse)
+async def message_page(request: Request, principal: Viewer, message_id: PathName) -> Response:
+    """A message with its body: the first ``BODY_SHOWN`` bytes, decoded as UTF-8 (a body that is not text
+    shows its replacement characters: the page is for a look, the API gives the bytes)."""
+    ctx = request_context(request)
+    message = await queries.exchange_message(ctx, message_id)
+    if message is None:
+        raise MessageNotFound(f"no message {message_id}")
+    body: str | None = None
+    unreadable: str | None = None
+    try:
+        _, data = await exchange_messages.read_message(ctx, message["addressee"], message["database"], message_id)
+        body = data[:BODY_SHOWN].decode("utf-8", errors="replace")
+    except MainspringError as exc:
+        unreadable = exc.problem()["detail"]
+    return render(request, "message.html", page="exchange", m=message, body=body, unreadable=unreadable, shown=BODY_SHOWN)
+
+
 # --- machines --------------------------------------------------------------------------------------
+
+
+@router.get("/machines/namespaces/{ns}", response_class=HTMLResponse)
+async def namespace_page(request: Request, principal: Viewer, ns: PathName) -> Response:
+    """A namespace's processor, retry policy and history range, and its machines counted by status."""
+    ctx = request_context(request)
+    namespace = (await machine_namespaces.get_namespace(ctx, ns)).to_api(ctx)
+    return render(request, "namespace.html", page="machines", ns=namespace, counts=await machines.namespace_counts(ctx, ns))
 
 
 @router.get("/machines", response_class=HTMLResponse)
@@ -196,9 +237,9 @@ async def queue_page(
     cursor: Annotated[str | None, Query(max_length=200)] = None,
 ) -> Response:
     ctx = request_context(request)
-    status = _blank(status)
+    status = _blank(status) if status in interactions.STATUSES else None
     settings = await interactions.get_queue(ctx.store, ctx.settings.interactions, queue)
-    filters = {"status": [status] if status in interactions.STATUSES else None}
+    filters = {"status": [status] if status else None}
     found, next_cursor = await interactions.list_items(ctx.store, queue, filters, 100, cursor)
     return render(
         request, "queue.html", page="interactions", queue=settings, items=found, next_cursor=next_cursor,

@@ -117,6 +117,19 @@ async def exchange_quarantined(ctx: Context, process_ids: list[str]) -> dict[str
     return found
 
 
+async def exchange_message(ctx: Context, message_id: str) -> dict[str, Any] | None:
+    """One message's row as the dashboard shows it, in whatever state (the API shows only readable ones)."""
+    async with ctx.store.read() as conn:
+        row = (await conn.execute(select(exchange_messages).where(exchange_messages.c.id == message_id))).first()
+    if row is None:
+        return None
+    return {
+        "id": row.id, "addressee": row.addressee, "database": row.database, "state": row.state, "size": row.size,
+        "sha256": row.sha256, "content_type": row.content_type, "sender": row.sender, "path": row.path,
+        "process_id": row.process_id, "created_at": format_time(row.created_at), "sync_error": row.sync_error,
+    }
+
+
 async def exchange_cleanup_failures(ctx: Context, limit: int = 50) -> list[dict[str, Any]]:
     """Message files whose move or delete keeps failing (the watchdog retries them)."""
     query = (

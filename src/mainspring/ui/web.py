@@ -51,7 +51,21 @@ def _pretty(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
 
 
+def subject_link(kind: str, subject_id: str) -> str | None:
+    """The dashboard page of an alert's or event's subject, when it has one."""
+    pages = {
+        "machine": "/ui/machines/{}",  # the subject is namespace/id
+        "exchange.process": "/ui/exchange/processes/{}",
+        "exchange.message": "/ui/exchange/messages/{}",
+        "interaction": "/ui/interactions/items/{}",
+        "queue": "/ui/interactions/queues/{}",
+    }
+    page = pages.get(kind)
+    return None if page is None else page.format(quote(subject_id, safe="/"))
+
+
 templates.env.filters["ago"] = _ago
+templates.env.globals["subject_link"] = subject_link
 templates.env.filters["pretty"] = _pretty
 templates.env.globals["bar_chart"] = bar_chart
 
@@ -86,10 +100,15 @@ def require_actor(request: Request, principal: Principal) -> None:
         raise Forbidden("this action comes from another site")
 
 
+async def form_lists(request: Request) -> dict[str, list[str]]:
+    """A urlencoded form body with every value of each field (checkboxes send one per ticked box)."""
+    body = (await request.body()).decode("utf-8", errors="replace")
+    return parse_qs(body, keep_blank_values=True)
+
+
 async def form_of(request: Request) -> dict[str, str]:
     """A urlencoded form body as its last value per field."""
-    body = (await request.body()).decode("utf-8", errors="replace")
-    return {k: v[-1] for k, v in parse_qs(body, keep_blank_values=True).items()}
+    return {k: v[-1] for k, v in (await form_lists(request)).items()}
 
 
 def render(request: Request, name: str, status_code: int = 200, **values: Any) -> HTMLResponse:

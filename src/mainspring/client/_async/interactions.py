@@ -45,6 +45,14 @@ class AsyncInteractionsClient(AsyncBaseClient):
         """The settings of ``queue`` and its counts by status."""
         return cast(Queue, await self._json("GET", _queue(queue), idempotent=True))
 
+    async def pause_queue(self, queue: str) -> Queue:
+        """Stop leasing from ``queue`` on every server (items leased already run on)."""
+        return cast(Queue, await self._json("POST", _queue(queue) + "/pause", idempotent=True))
+
+    async def resume_queue(self, queue: str) -> Queue:
+        """Lease from a paused ``queue`` again."""
+        return cast(Queue, await self._json("POST", _queue(queue) + "/resume", idempotent=True))
+
     async def create(
         self,
         queue: str,

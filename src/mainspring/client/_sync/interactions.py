@@ -46,6 +46,14 @@ class InteractionsClient(BaseClient):
         """The settings of ``queue`` and its counts by status."""
         return cast(Queue, self._json("GET", _queue(queue), idempotent=True))
 
+    def pause_queue(self, queue: str) -> Queue:
+        """Stop leasing from ``queue`` on every server (items leased already run on)."""
+        return cast(Queue, self._json("POST", _queue(queue) + "/pause", idempotent=True))
+
+    def resume_queue(self, queue: str) -> Queue:
+        """Lease from a paused ``queue`` again."""
+        return cast(Queue, self._json("POST", _queue(queue) + "/resume", idempotent=True))
+
     def create(
         self,
         queue: str,
