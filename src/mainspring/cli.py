@@ -106,6 +106,9 @@ def _noop(_store: Store) -> Awaitable[None]:
     return asyncio.sleep(0)
 
 
+WORKER_HEALTHCHECK_S = 60
+
+
 @cli.command()
 def serve(
     config: ConfigOpt = None,
@@ -142,6 +145,9 @@ def serve(
         port=settings.server.port,
         log_config=None,
         timeout_graceful_shutdown=max(1, settings.server.graceful_shutdown_ms // 1000),
+        # uvicorn kills a worker that misses one 5 s health ping; a worker still importing or recovering on a
+        # loaded machine missed it and was killed before it ever served (seen in the two-worker test).
+        timeout_worker_healthcheck=WORKER_HEALTHCHECK_S,
         ssl_certfile=settings.server.tls_certfile,
         ssl_keyfile=settings.server.tls_keyfile,
         access_log=settings.server.access_log,

@@ -23,13 +23,19 @@ def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
 def test_sigterm_mid_request_finishes_it(servers: Any) -> None:
     (server,) = servers(1)
     result: dict[str, Any] = {}
+    sending = threading.Event()
 
     def long_poll() -> None:
-        result["response"] = httpx.get(server.url + "/v1/events", params={"after": "999999", "wait_ms": 1500}, timeout=30)
+        with httpx.Client(timeout=30, event_hooks={"request": [lambda _request: sending.set()]}) as client:
+            result["response"] = client.get(server.url + "/v1/events", params={"after": "999999", "wait_ms": 3000})
 
     thread = threading.Thread(target=long_poll)
     thread.start()
-    time.sleep(0.5)
+    assert sending.wait(30)
+    # A request answered after the long poll was sent means the server has read the long poll too (a fixed
+    # sleep was not enough on a loaded machine: the signal came before the request).
+    time.sleep(0.2)
+    assert httpx.get(server.url + "/healthz", timeout=30).status_code == 200
     server.proc.send_signal(signal.SIGTERM)
     thread.join(30)
     assert result["response"].status_code == 200

@@ -50,7 +50,8 @@ async def test_serve_with_two_workers_shares_one_port_and_loses_nothing(engine: 
         async with httpx.AsyncClient(base_url=url, timeout=10) as client:
             while True:
                 try:
-                    if (await client.get("/readyz")).status_code == 200 and len(_worker_pids(proc.pid)) == 2:
+                    ready = log.read_text().count("ready on postgresql") == 2
+                    if ready and (await client.get("/readyz")).status_code == 200 and len(_worker_pids(proc.pid)) == 2:
                         break
                 except httpx.HTTPError:
                     pass

@@ -120,6 +120,8 @@ class Authenticator:
             for candidate, principal in known.items():
                 if hmac.compare_digest(candidate, digest):
                     return principal
+        # Operators see refused tokens (a revoked one still in use, a probe); the token itself never is logged.
+        log.info("refused a request with an unknown or revoked token")
         raise Unauthenticated("unknown or revoked token")
 
 
