@@ -50,6 +50,7 @@ def package_to_api(row: Any, tasks: list[Any], *, with_lease: bool = True) -> di
                 "content": t.content,
                 "data": t.data,
                 "status": t.status,
+                "reissued": t.reissued,
             }
             for t in tasks
         ],

@@ -155,6 +155,7 @@ class PackageTask(TypedDict):
     content: Any
     data: Any
     status: NotRequired[str]
+    reissued: NotRequired[bool]
 
 
 class Package(TypedDict):
@@ -179,6 +180,7 @@ class Version(TypedDict):
     sha256: str
     task_id: str
     at: str
+    withdrawn_at: NotRequired[str | None]
 
 
 # --- machines (API.md §2) -----------------------------------------------------------------------------
