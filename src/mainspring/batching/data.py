@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import and_, select
 
 from mainspring.batching.planner import GroupLog, LogLine, PendingTask
-from mainspring.batching.tables import batch_tasks, batch_versions
+from mainspring.batching.tables import batch_tasks, batch_versions, batchers
 from mainspring.store import Transaction
 from mainspring.store.dialect import Executor
 
@@ -61,6 +61,20 @@ async def member_versions(conn: Executor, batcher: str, group: str, member: str,
         .limit(limit)
     )
     return [VersionRow(*row) for row in (await conn.execute(query)).all()]
+
+
+async def group_versions(conn: Executor, batcher: str, group: str) -> list[VersionRow]:
+    """Every member's log of one group, by member then version (a group is a handful of books)."""
+    query = (
+        select(*_VERSION_COLUMNS)
+        .where(batch_versions.c.batcher == batcher, batch_versions.c.group == group)
+        .order_by(batch_versions.c.member, batch_versions.c.version)
+    )
+    return [VersionRow(*row) for row in (await conn.execute(query)).all()]
+
+
+async def batcher_exists(conn: Executor, name: str) -> bool:
+    return (await conn.execute(select(batchers.c.name).where(batchers.c.name == name))).first() is not None
 
 
 # --- reissue --------------------------------------------------------------------------------------------

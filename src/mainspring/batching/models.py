@@ -176,3 +176,7 @@ class Version(BaseModel):
 class VersionList(BaseModel):
     versions: list[Version]
     next_cursor: str | None
+
+
+class GroupVersions(BaseModel):
+    members: dict[str, list[Version]] = Field(description="Each member's permanent log, oldest version first.")

@@ -278,3 +278,16 @@ async def list_versions(
     more = len(rows) > limit
     rows = rows[:limit]
     return [version_to_api(r) for r in rows], encode_cursor(rows[-1].version) if more else None
+
+
+async def group_versions(store: Store, name: str, group: str) -> dict[str, list[dict[str, Any]]]:
+    """Every member's permanent log of one group (both books of a pair) in one read; a group nothing was
+    submitted to answers no members. An unknown batcher is ``BatcherNotFound``."""
+    async with store.read() as conn:
+        rows = await data.group_versions(conn, name, group)
+        if not rows and not await data.batcher_exists(conn, name):
+            raise BatcherNotFound(f"no batcher {name!r}")
+    members: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        members.setdefault(row.member, []).append(version_to_api(row))
+    return members
