@@ -14,9 +14,11 @@ from typing import Any
 from sqlalchemy import and_, select
 
 from mainspring.batching.planner import GroupLog, LogLine, PendingTask
-from mainspring.batching.tables import batch_tasks, batch_versions, batchers
+from mainspring.batching.tables import batch_packages, batch_tasks, batch_versions, batchers
 from mainspring.store import Transaction
 from mainspring.store.dialect import Executor
+
+FINISHED_PACKAGE_STATUSES = ("done", "failed")
 
 
 def rowcount(result: Any) -> int:
@@ -148,3 +150,68 @@ async def insert_reissued(
         })
     await tx.execute(batch_tasks.insert(), rows)
     await tx.execute(batch_versions.insert(), lines)
+
+
+# --- retention ------------------------------------------------------------------------------------------
+
+
+async def finished_packages_before(conn: Executor, before: int, limit: int) -> list[str]:
+    """Ids of packages done or failed before ``before``, oldest first."""
+    query = (
+        select(batch_packages.c.id)
+        .where(batch_packages.c.status.in_(FINISHED_PACKAGE_STATUSES), batch_packages.c.updated_at < before)
+        .order_by(batch_packages.c.updated_at)
+        .limit(limit)
+    )
+    return [row[0] for row in (await conn.execute(query)).all()]
+
+
+async def delete_finished_packages(tx: Transaction, package_ids: Sequence[str]) -> tuple[int, int]:
+    """Delete finished packages and their tasks; answers (packages, tasks) deleted.
+
+    A task holding its member's latest accepted content is kept (with its package id): it is what a
+    later reissue of that member repeats. The version log is never touched: it is the permanent record
+    duplicates are checked against."""
+    if not package_ids:
+        return 0, 0
+    tasks = batch_tasks.c
+    line, newer = batch_versions.alias("line"), batch_versions.alias("newer")
+    # The task's own line (found by the unique (batcher, group, member, version)) with no newer accepted one.
+    needed = select(line.c.seq).where(
+        line.c.batcher == tasks.batcher, line.c.group == tasks.group, line.c.member == tasks.member,
+        line.c.version == tasks.version, line.c.task_id == tasks.id, line.c.withdrawn_at.is_(None),
+        ~select(newer.c.seq).where(
+            newer.c.batcher == line.c.batcher, newer.c.group == line.c.group, newer.c.member == line.c.member,
+            newer.c.version > line.c.version, newer.c.withdrawn_at.is_(None),
+        ).exists(),
+    )
+    finished = tx.store.dialect.any_of(tasks.package_id, package_ids)
+    deleted_tasks = rowcount(await tx.execute(
+        batch_tasks.delete().where(finished, tasks.status.in_(("done", "failed")), ~needed.exists())
+    ))
+    deleted_packages = rowcount(await tx.execute(
+        batch_packages.delete().where(
+            tx.store.dialect.any_of(batch_packages.c.id, package_ids),
+            batch_packages.c.status.in_(FINISHED_PACKAGE_STATUSES),
+        )
+    ))
+    return deleted_packages, deleted_tasks
+
+
+async def rejected_tasks_before(conn: Executor, before: int, limit: int) -> list[int]:
+    """Seqs of tasks rejected before ``before`` (duplicates and incomplete groups: they never had a package)."""
+    query = (
+        select(batch_tasks.c.seq)
+        .where(batch_tasks.c.status == "rejected", batch_tasks.c.updated_at < before)
+        .order_by(batch_tasks.c.seq)
+        .limit(limit)
+    )
+    return [row[0] for row in (await conn.execute(query)).all()]
+
+
+async def delete_rejected_tasks(tx: Transaction, seqs: Sequence[int]) -> int:
+    if not seqs:
+        return 0
+    return rowcount(await tx.execute(
+        batch_tasks.delete().where(tx.store.dialect.any_of(batch_tasks.c.seq, seqs), batch_tasks.c.status == "rejected")
+    ))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import weakref
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
@@ -291,3 +292,32 @@ async def group_versions(store: Store, name: str, group: str) -> dict[str, list[
     for row in rows:
         members.setdefault(row.member, []).append(version_to_api(row))
     return members
+
+
+# --- retention ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Pruned:
+    packages: int
+    tasks: int
+    """Tasks of the deleted packages (those holding a member's latest content stay)."""
+    rejected: int
+
+    def filled(self, batch: int) -> bool:
+        """A full batch: more may be waiting, so the loop comes back at once."""
+        return max(self.packages, self.rejected) >= batch
+
+
+async def prune_finished(store: Store, before: int, batch: int) -> Pruned:
+    """Delete up to ``batch`` packages finished before ``before`` with their tasks, and up to ``batch`` tasks
+    rejected before it, each in a short transaction of its own. Packages still ready or claimed and tasks
+    still pending are never touched, nor the version log."""
+    async with store.read() as conn:
+        packages = await data.finished_packages_before(conn, before, batch)
+        rejected = await data.rejected_tasks_before(conn, before, batch)
+    async with store.transaction() as tx:
+        deleted_packages, deleted_tasks = await data.delete_finished_packages(tx, packages)
+    async with store.transaction() as tx:
+        deleted_rejected = await data.delete_rejected_tasks(tx, rejected)
+    return Pruned(deleted_packages, deleted_tasks, deleted_rejected)

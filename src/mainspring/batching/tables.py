@@ -89,4 +89,6 @@ batch_packages = Table(
     Column("updated_at", Millis, nullable=False),
     Index("ix_batch_packages_batcher_status_seq", "batcher", "status", "seq"),
     Index("ix_batch_packages_status_lease", "status", "lease_expires_at"),
+    # Retention finds finished packages by when they finished (batching_0003).
+    Index("ix_batch_packages_status_updated_at", "status", "updated_at"),
 )
