@@ -11,13 +11,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, select
+from sqlalchemy import and_, func, select
 
 from mainspring.batching.planner import GroupLog, LogLine, PendingTask
 from mainspring.batching.tables import batch_packages, batch_tasks, batch_versions, batchers
 from mainspring.store import Transaction
 from mainspring.store.dialect import Executor
 
+LIVE_TASK_STATUSES = ("pending", "packed", "claimed")
 FINISHED_PACKAGE_STATUSES = ("done", "failed")
 
 
@@ -215,3 +216,35 @@ async def delete_rejected_tasks(tx: Transaction, seqs: Sequence[int]) -> int:
     return rowcount(await tx.execute(
         batch_tasks.delete().where(tx.store.dialect.any_of(batch_tasks.c.seq, seqs), batch_tasks.c.status == "rejected")
     ))
+
+
+# --- metrics --------------------------------------------------------------------------------------------
+
+
+async def count_live_tasks(conn: Executor) -> list[tuple[str, str, int]]:
+    """(batcher, status, count) of tasks still in the dispatcher or the cafe."""
+    query = (
+        select(batch_tasks.c.batcher, batch_tasks.c.status, func.count())
+        .where(batch_tasks.c.status.in_(LIVE_TASK_STATUSES))
+        .group_by(batch_tasks.c.batcher, batch_tasks.c.status)
+    )
+    return [(str(b), str(s), int(n)) for b, s, n in (await conn.execute(query)).all()]
+
+
+async def count_forming_tasks(conn: Executor) -> list[tuple[str, int]]:
+    """(batcher, count) of pending tasks in a batch whose linger timer runs."""
+    query = (
+        select(batch_tasks.c.batcher, func.count())
+        .join(batchers, batchers.c.name == batch_tasks.c.batcher)
+        .where(batch_tasks.c.status == "pending", batchers.c.linger_ends_at.is_not(None))
+        .group_by(batch_tasks.c.batcher)
+    )
+    return [(str(b), int(n)) for b, n in (await conn.execute(query)).all()]
+
+
+async def count_packages(conn: Executor) -> list[tuple[str, str, int]]:
+    """(batcher, status, count) of packages (finished ones until retention removes them)."""
+    query = select(batch_packages.c.batcher, batch_packages.c.status, func.count()).group_by(
+        batch_packages.c.batcher, batch_packages.c.status
+    )
+    return [(str(b), str(s), int(n)) for b, s, n in (await conn.execute(query)).all()]

@@ -1,6 +1,6 @@
-"""The batching face as the server mounts it: routes, the dispatcher, retention and in-server workers."""
+"""The batching face as the server mounts it: routes, the dispatcher, retention, metrics and in-server workers."""
 
-from mainspring.batching import service
+from mainspring.batching import metrics, service
 from mainspring.batching.cli import cli
 from mainspring.batching.dispatcher import dispatcher_loop
 from mainspring.batching.routes import router
@@ -23,5 +23,6 @@ async def retention_loop(ctx: Context) -> None:
 
 
 face = Face(
-    name="batching", router=router, recover=recover, loops=[dispatcher_loop, retention_loop, workers_loop], cli=cli
+    name="batching", router=router, recover=recover, loops=[dispatcher_loop, retention_loop, workers_loop], cli=cli,
+    read_gauges=metrics.read_gauges,
 )
