@@ -100,3 +100,76 @@ async def test_an_odd_third_task_near_the_end_of_the_timer_is_rejected_and_its_s
     again = await submit(client, "80-en-again", "80", "en", "a lone English book")
     assert again["status"] == "pending"
     assert (await task(client, "80-en")).get("status") == "rejected"
+
+
+async def test_only_one_book_of_the_pair_changed_the_other_is_reissued_so_the_pair_travels_whole(client, clock, batch_events) -> None:
+    # Seed 003: "decide what to do when only one book of the pair matches". The pair went out as version 1;
+    # then only the English book changes: the unchanged Russian one is a duplicate, and the dispatcher
+    # completes version 2 by reissuing it, so the package holds the whole pair with equal versions.
+    await put_batcher(client)
+    first = await submit_pair(client, "79")
+    clock.advance(5000)
+    await wait_status(client, first, "packed")
+    package = await claim(client)
+    assert package is not None
+    await client.post(f"/v1/packages/{package['id']}/complete", json={"token": package["lease"]["token"]})
+
+    en = await submit(client, "79-en-2", "79", "en", "79 in en, second edition")
+    assert (en["status"], en["version"]) == ("pending", 2)
+    ru = await submit(client, "79-ru-2", "79", "ru", "79 in ru ", expect=200)
+    assert (ru["status"], ru["reason"], ru["version"]) == ("rejected", "duplicate", 1)
+    clock.advance(30_000)  # max_wait: it would have been rejected incomplete_group before reissue existed
+    [packed] = await wait_status(client, ["79-en-2"], "packed")
+    reissued = await task(client, "79:ru:v2")
+    assert (reissued["status"], reissued["version"], reissued["reissued"], reissued["package_id"]) == (
+        "packed", 2, True, packed["package_id"])
+    assert reissued["sha256"] == (await task(client, "79-ru"))["sha256"] and packed["reissued"] is False
+
+    second = await claim(client)
+    assert second is not None and second["id"] == packed["package_id"]
+    assert sorted((t["member"], t["version"], t["reissued"]) for t in second["tasks"]) == [("en", 2, False), ("ru", 2, True)]
+    assert [t["content"] for t in second["tasks"] if t["member"] == "ru"] == ["79 in ru "]
+    told = [e for e in await batch_events("batch.task.reissued") if e["subject"]["id"] == "books/79:ru:v2"]
+    assert len(told) == 1 and told[0]["data"]["reissue_of"] == "79-ru" and told[0]["data"]["version"] == 2
+    log = (await client.get("/v1/batchers/books/versions/79/ru")).json()["versions"]
+    assert [(v["version"], v["task_id"]) for v in log] == [(1, "79-ru"), (2, "79:ru:v2")]
+    # The reissued content is still the same book: sent again, it is a duplicate of its first version.
+    again = await submit(client, "79-ru-3", "79", "ru", "79 in ru ", expect=200)
+    assert (again["reason"], again["version"]) == ("duplicate", 1)
+
+
+async def test_a_member_never_accepted_before_still_leaves_the_group_incomplete(client, clock) -> None:
+    for mode in ("reject", "carry"):
+        name = f"books-{mode}"
+        await put_batcher(client, name, incomplete_group=mode)
+        await submit(client, "80-en", "80", "en", "a lone English book", name=name)
+        clock.advance(30_000)
+        [rejected] = await wait_status(client, ["80-en"], "rejected", name=name)
+        assert rejected["reason"] == "incomplete_group"
+
+
+async def test_with_reject_the_linger_end_reissues_and_with_carry_the_group_first_waits_for_its_partner(client, clock) -> None:
+    for mode in ("reject", "carry"):
+        name = f"pairs-{mode}"
+        await put_batcher(client, name, incomplete_group=mode)
+        await submit_pair(client, "79", name=name)
+        clock.advance(5000)
+        await wait_status(client, ["79-en", "79-ru"], "packed", name=name)
+        await submit(client, "79-en-2", "79", "en", "changed", name=name)
+        await submit(client, "81-en", "81", "en", name=name)
+        await submit(client, "81-ru", "81", "ru", name=name)
+        clock.advance(5000)  # the linger timer of the three new tasks ends
+        await wait_status(client, ["81-en", "81-ru"], "packed", name=name)
+        if mode == "carry":
+            await settle()
+            assert (await task(client, "79-en-2", name))["status"] == "pending"
+            # Its partner changes after all: the pair of version 2 is two submitted books, nothing reissued.
+            await submit(client, "79-ru-2", "79", "ru", "changed too", name=name)
+            clock.advance(5000)
+            both = await wait_status(client, ["79-en-2", "79-ru-2"], "packed", name=name)
+            assert both[0]["package_id"] == both[1]["package_id"]
+            missing = await client.get(f"/v1/batchers/{name}/tasks/79:ru:v2")
+            assert missing.status_code == 404
+        else:
+            [en] = await wait_status(client, ["79-en-2"], "packed", name=name)
+            assert (await task(client, "79:ru:v2", name))["package_id"] == en["package_id"]

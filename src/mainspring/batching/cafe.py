@@ -14,6 +14,7 @@ from typing import Any
 
 from sqlalchemy import and_, or_, select
 
+from mainspring.batching import metrics
 from mainspring.batching.errors import PackageNotFound, UnknownTaskResult
 from mainspring.batching.models import DEFAULTS, TaskResult
 from mainspring.batching.service import cafe_channel, task_subject
@@ -50,6 +51,7 @@ def package_to_api(row: Any, tasks: list[Any], *, with_lease: bool = True) -> di
                 "content": t.content,
                 "data": t.data,
                 "status": t.status,
+                "reissued": t.reissued,
             }
             for t in tasks
         ],
@@ -70,6 +72,12 @@ async def _set_task_status(tx: Transaction, package_id: str, status: str, **valu
         .where(batch_tasks.c.package_id == package_id)
         .values(status=status, updated_at=tx.store.now_ms(), **values)
     )
+
+
+def count_claim(batcher: str, retaken_after_expiry: bool) -> None:
+    metrics.CLAIMS.labels(batcher).inc()
+    if retaken_after_expiry:  # the lease ran out before the dispatcher put the package back: still an expiry
+        metrics.LEASE_EXPIRIES.labels(batcher).inc()
 
 
 async def claim_once(store: Store, name: str, worker: str, lease_ms: int | None) -> dict[str, Any] | None:
@@ -114,6 +122,7 @@ async def claim_once(store: Store, name: str, worker: str, lease_ms: int | None)
             tx, "batch.package.claimed", "batch_package", row.id,
             {"batcher": name, "worker": worker, "attempt": row.attempts + 1, "retaken_after_expiry": retaken},
         )
+        tx.after_commit(lambda: count_claim(name, retaken))
         fresh = (await tx.execute(select(batch_packages).where(batch_packages.c.seq == row.seq))).one()
         return package_to_api(fresh, await _tasks_of(tx, row.id))
 
@@ -301,6 +310,7 @@ async def expire_leases(tx: Transaction, name: str, now: int) -> None:
         )
     if rows:
         tx.notify(cafe_channel(name))
+        tx.after_commit(lambda: metrics.LEASE_EXPIRIES.labels(name).inc(len(rows)))
 
 
 async def get_package(store: Store, package_id: str, authorize: Authorize | None = None) -> dict[str, Any]:

@@ -3,7 +3,9 @@
 Each round locks the batcher's row (``FOR UPDATE SKIP LOCKED`` on PostgreSQL: a server that finds it
 locked leaves the round to the one holding it; SQLite has one writer), reads the pending tasks, asks
 ``planner.plan`` what the thresholds and timers say, and writes packages, rejections and the timer state
-in that same transaction. A task only moves ``pending → packed`` with a guarded update, so even a broken
+in that same transaction. When the plan would reject tasks, the round locks those groups' numbering, reads
+their version logs and plans again, so a group whose missing members were accepted before is completed by
+reissuing them instead (``planner.reissues_for``); rounds that reject nothing never read the log. A task only moves ``pending → packed`` with a guarded update, so even a broken
 lock could not put it in two packages.
 """
 
@@ -11,13 +13,13 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import Any
 
 from sqlalchemy import func, select
 
+from mainspring.batching import data
 from mainspring.batching.cafe import expire_leases
 from mainspring.batching.planner import PendingTask, Plan, Rules, TimerState, plan
-from mainspring.batching.service import cafe_channel, task_subject
+from mainspring.batching.service import cafe_channel, group_lock_key, task_subject
 from mainspring.batching.tables import batch_packages, batch_tasks, batch_versions, batchers
 from mainspring.core import outbox
 from mainspring.core.runtime import Context, run_loop
@@ -30,9 +32,7 @@ class DoubleFlush(RuntimeError):
     """A task was not pending any more when it was being packed: the round is rolled back."""
 
 
-def rowcount(result: Any) -> int:
-    """Rows an UPDATE changed (a CursorResult's count; typed loosely by ``Transaction.execute``)."""
-    return int(result.rowcount or 0)
+rowcount = data.rowcount
 
 
 def new_package_id() -> str:
@@ -50,28 +50,48 @@ async def dispatch_batcher(store: Store, name: str, leases_due: bool = True) -> 
         now = store.now_ms()
         if leases_due:
             await expire_leases(tx, name, now)
-        pending = [
-            PendingTask(r.seq, r.id, r.group, r.member, r.version, r.created_at)
-            for r in (
-                await tx.execute(
-                    select(
-                        batch_tasks.c.seq, batch_tasks.c.id, batch_tasks.c.group, batch_tasks.c.member,
-                        batch_tasks.c.version, batch_tasks.c.created_at,
-                    )
-                    .where(batch_tasks.c.batcher == name, batch_tasks.c.status == "pending")
-                    .order_by(batch_tasks.c.seq)
-                )
-            ).all()
-        ]
+        pending = await read_pending(tx, name)
         rules = Rules(row.min_size, row.max_size, row.linger_ms, row.max_wait_ms, row.group_size, row.incomplete_group)
         state = TimerState(row.linger_started_at, row.linger_ends_at, row.last_flush_at, row.carried_through_seq)
         decided = plan(pending, rules, state, now)
+        if decided.rejected:
+            decided = await plan_with_reissues(tx, name, rules, state, now, decided)
         await apply_plan(tx, name, decided, state, now)
         return decided.next_due
 
 
+async def read_pending(tx: Transaction, name: str) -> list[PendingTask]:
+    query = (
+        select(
+            batch_tasks.c.seq, batch_tasks.c.id, batch_tasks.c.group, batch_tasks.c.member,
+            batch_tasks.c.version, batch_tasks.c.created_at,
+        )
+        .where(batch_tasks.c.batcher == name, batch_tasks.c.status == "pending")
+        .order_by(batch_tasks.c.seq)
+    )
+    return [PendingTask(*r) for r in (await tx.execute(query)).all()]
+
+
+async def plan_with_reissues(tx: Transaction, name: str, rules: Rules, state: TimerState, now: int, decided: Plan) -> Plan:
+    """Plan again with the version logs of the groups ``decided`` would reject, so those that can be are
+    completed by reissue. Their numbering is locked first (as a submit does), so no submit takes a version
+    a reissue is about to take; the pending tasks are read again under those locks."""
+    locked: set[str] = set()
+    for _ in range(3):
+        wanted = {t.group for t in decided.rejected} - locked
+        if not wanted:
+            break
+        for group in sorted(wanted):
+            await tx.store.dialect.advisory_xact_lock(tx, group_lock_key(name, group))
+        locked |= wanted
+        logs = await data.group_logs(tx, name, locked)
+        decided = plan(await read_pending(tx, name), rules, state, now, logs)
+    return decided
+
+
 async def apply_plan(tx: Transaction, name: str, decided: Plan, state: TimerState, now: int) -> None:
     events: list[outbox.Event] = []
+    sources = await data.reissue_sources(tx, name, [t.reissue_of for t in decided.reissued if t.reissue_of])
     for tasks, why in zip(decided.packages, decided.flushes, strict=True):
         package_id = new_package_id()
         await tx.execute(
@@ -79,13 +99,22 @@ async def apply_plan(tx: Transaction, name: str, decided: Plan, state: TimerStat
                 id=package_id, batcher=name, status="ready", size=len(tasks), attempts=0, created_at=now, updated_at=now
             )
         )
+        waiting = [t for t in tasks if t.reissue_of is None]
         moved = await tx.execute(
             batch_tasks.update()
-            .where(batch_tasks.c.seq.in_([t.seq for t in tasks]), batch_tasks.c.status == "pending")
+            .where(batch_tasks.c.seq.in_([t.seq for t in waiting]), batch_tasks.c.status == "pending")
             .values(status="packed", package_id=package_id, updated_at=now)
         )
-        if rowcount(moved) != len(tasks):
-            raise DoubleFlush(f"batcher {name}: {len(tasks) - rowcount(moved)} task(s) were no longer pending")
+        if rowcount(moved) != len(waiting):
+            raise DoubleFlush(f"batcher {name}: {len(waiting) - rowcount(moved)} task(s) were no longer pending")
+        reissued = [t for t in tasks if t.reissue_of is not None]
+        await data.insert_reissued(tx, name, package_id, reissued, sources, now)
+        events.extend(
+            outbox.Event("batch.task.reissued", "batch_task", task_subject(name, t.id),
+                         {"batcher": name, "id": t.id, "group": t.group, "member": t.member, "version": t.version,
+                          "sha256": sources[t.reissue_of].sha256, "reissue_of": t.reissue_of, "package_id": package_id})
+            for t in reissued if t.reissue_of is not None
+        )
         events.extend(
             outbox.Event("batch.task.packed", "batch_task", task_subject(name, t.id),
                          {"batcher": name, "id": t.id, "package_id": package_id})

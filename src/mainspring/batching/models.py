@@ -87,6 +87,7 @@ class Task(BaseModel):
     status: Literal["pending", "packed", "claimed", "done", "failed", "rejected"]
     reason: str | None
     package_id: str | None
+    reissued: bool = Field(False, description="Made by the dispatcher to complete a group whose other members did not change.")
     data: Any = None
     result: Any = None
     error: str | None = None
@@ -103,6 +104,7 @@ class PackageTask(BaseModel):
     content: Any
     data: Any = None
     status: str
+    reissued: bool = False
 
 
 class Lease(BaseModel):
@@ -174,3 +176,7 @@ class Version(BaseModel):
 class VersionList(BaseModel):
     versions: list[Version]
     next_cursor: str | None
+
+
+class GroupVersions(BaseModel):
+    members: dict[str, list[Version]] = Field(description="Each member's permanent log, oldest version first.")

@@ -6,10 +6,16 @@ asks ``plan`` and writes the answer in the same transaction, so the rules live h
 A *unit* is what may travel only whole: ``group_size`` tasks of one ``group`` and one version (members
 are distinct because a member holds each version once). Grouping by version keeps the two books of a pair
 that changed together in one unit, and never pairs an old revision with a new one.
+
+A unit that would be packed or rejected while incomplete is completed, when it can be, by *reissuing* each
+missing member's latest accepted content at the unit's version (API.md §4, "one member changed alone"): the
+seed's pair where only one book changed still travels as a pair with equal versions. The dispatcher hands
+the plan the groups' version logs for that (``GroupLog``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 
@@ -21,6 +27,36 @@ class PendingTask:
     member: str
     version: int | None
     created_at: int
+    reissue_of: str | None = None
+    """Set on a task the plan makes to complete a group: the id of the task whose content it repeats."""
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """A line of a group's version log whose content counts as accepted (not withdrawn, task still stored)."""
+
+    member: str
+    version: int
+    task_id: str
+
+
+@dataclass
+class GroupLog:
+    """What the plan needs of one group's version log to complete its units by reissue."""
+
+    accepted: list[LogLine]
+    taken: set[tuple[str, int]]
+    """Every (member, version) with a line, withdrawn or not: a reissue may not take one of them."""
+    ids_taken: set[str] = field(default_factory=set)
+    """Task ids already used in the batcher that a reissue of this group could collide with."""
+
+    def copy(self) -> GroupLog:
+        return GroupLog(list(self.accepted), set(self.taken), set(self.ids_taken))
+
+
+def reissue_id(group: str, member: str, version: int) -> str:
+    """The id API.md gives a reissued task."""
+    return f"{group}:{member}:v{version}"
 
 
 @dataclass(frozen=True)
@@ -50,6 +86,8 @@ class Plan:
     """Epoch ms at which the dispatcher must look again even if nothing arrives."""
     flushes: list[str] = field(default_factory=list)
     """Why packages were made, in order ("max_size", "linger", "max_wait"), for events and tests."""
+    reissued: list[PendingTask] = field(default_factory=list)
+    """Tasks made to complete groups (``reissue_of`` set); each is in one of ``packages``."""
 
 
 @dataclass
@@ -86,6 +124,66 @@ def units_of(pending: list[PendingTask], group_size: int) -> list[Unit]:
     return units
 
 
+def reissues_for(unit: Unit, group_size: int, log: GroupLog | None, now: int) -> list[PendingTask] | None:
+    """The tasks that complete ``unit`` by reissuing its missing members, or None when one of them was never
+    accepted before (the unit then stays incomplete). Each missing member repeats its latest accepted content
+    from before the unit's version; when the log knows more members than are missing (``group_size`` was
+    lowered), the most recently changed ones are taken."""
+    first = unit.tasks[0]
+    if log is None or first.version is None:
+        return None
+    version = first.version
+    present = {t.member for t in unit.tasks}
+    latest: dict[str, LogLine] = {}
+    for line in log.accepted:
+        if line.member in present or line.version >= version or (line.member, version) in log.taken:
+            continue
+        if reissue_id(first.group, line.member, version) in log.ids_taken:
+            continue
+        if line.member not in latest or line.version > latest[line.member].version:
+            latest[line.member] = line
+    missing = group_size - len(present)
+    if len(latest) < missing:
+        return None
+    chosen = sorted(latest.values(), key=lambda line: (-line.version, line.member))[:missing]
+    made = [
+        PendingTask(0, reissue_id(first.group, line.member, version), first.group, line.member, version, now, line.task_id)
+        for line in chosen
+    ]
+    # A later unit of the group in this same plan sees these as the members' latest content.
+    for task in made:
+        log.taken.add((task.member, version))
+        log.ids_taken.add(task.id)
+        log.accepted.append(LogLine(task.member, version, task.id))
+    return made
+
+
+def decide_units(
+    units: list[Unit], group_size: int, logs: Mapping[str, GroupLog], now: int
+) -> tuple[list[Unit], list[PendingTask], list[PendingTask]]:
+    """Units leaving the dispatcher now, oldest first: (the complete ones, some completed by reissue; the
+    reissued tasks; the tasks of units that stay incomplete)."""
+    complete: list[Unit] = []
+    reissued: list[PendingTask] = []
+    incomplete: list[PendingTask] = []
+    for unit in units:
+        if unit.complete:
+            complete.append(unit)
+            continue
+        log = logs.get(unit.tasks[0].group)
+        made = reissues_for(unit, group_size, log, now)
+        if made is None:
+            incomplete.extend(unit.tasks)
+            if log is not None:
+                # Rejected, their content no longer counts as accepted for a later unit of the group.
+                gone = {t.id for t in unit.tasks}
+                log.accepted = [line for line in log.accepted if line.task_id not in gone]
+            continue
+        complete.append(Unit(unit.tasks + made, True))
+        reissued.extend(made)
+    return complete, reissued, incomplete
+
+
 def _chunk(units: list[Unit], max_size: int) -> list[list[PendingTask]]:
     """Whole units into packages of at most ``max_size`` tasks, keeping their order."""
     packages: list[list[PendingTask]] = []
@@ -100,9 +198,13 @@ def _chunk(units: list[Unit], max_size: int) -> list[list[PendingTask]]:
     return packages
 
 
-def plan(pending: list[PendingTask], rules: Rules, state: TimerState, now: int) -> Plan:
-    """Decide what happens to ``pending`` at ``now``."""
+def plan(
+    pending: list[PendingTask], rules: Rules, state: TimerState, now: int, logs: Mapping[str, GroupLog] | None = None
+) -> Plan:
+    """Decide what happens to ``pending`` at ``now``. ``logs`` (by group) lets incomplete units that would
+    leave now be completed by reissue; without it they are rejected or kept as the rules say."""
     result = Plan(timer=state)
+    logs = {group: log.copy() for group, log in (logs or {}).items()}
     remaining = sorted(pending, key=lambda t: t.seq)
     started, ends, last_flush, carried = (
         state.linger_started_at,
@@ -113,7 +215,7 @@ def plan(pending: list[PendingTask], rules: Rules, state: TimerState, now: int) 
 
     def take(tasks: list[PendingTask]) -> None:
         nonlocal remaining
-        gone = {t.seq for t in tasks}
+        gone = {t.seq for t in tasks if t.reissue_of is None}
         remaining = [t for t in remaining if t.seq not in gone]
 
     # 1. The upper threshold packs the oldest complete units at once and stops the timer.
@@ -146,15 +248,17 @@ def plan(pending: list[PendingTask], rules: Rules, state: TimerState, now: int) 
     maybe_start_timer()
     if ends is not None and now >= ends:
         units = units_of(remaining, rules.group_size)
-        complete = [u for u in units if u.complete]
+        if rules.incomplete_group == "reject":
+            complete, reissued, incomplete = decide_units(units, rules.group_size, logs, now)
+        else:  # carry: an incomplete group waits for its partner (it leaves at max_wait at the latest)
+            complete, reissued, incomplete = [u for u in units if u.complete], [], []
         for package in _chunk(complete, rules.max_size):
             result.packages.append(package)
             result.flushes.append("linger")
             take(package)
-        incomplete = [t for u in units if not u.complete for t in u.tasks]
-        if rules.incomplete_group == "reject":
-            result.rejected.extend(incomplete)
-            take(incomplete)
+        result.reissued.extend(reissued)
+        result.rejected.extend(incomplete)
+        take(incomplete)
         carried = max([carried, *(t.seq for t in remaining)])
         started = ends = None
         last_flush = now
@@ -163,11 +267,12 @@ def plan(pending: list[PendingTask], rules: Rules, state: TimerState, now: int) 
     expired = {t.seq for t in remaining if t.created_at + rules.max_wait_ms <= now}
     if expired:
         units = [u for u in units_of(remaining, rules.group_size) if any(t.seq in expired for t in u.tasks)]
-        for package in _chunk([u for u in units if u.complete], rules.max_size):
+        complete, reissued, late = decide_units(units, rules.group_size, logs, now)
+        for package in _chunk(complete, rules.max_size):
             result.packages.append(package)
             result.flushes.append("max_wait")
             take(package)
-        late = [t for u in units if not u.complete for t in u.tasks]
+        result.reissued.extend(reissued)
         result.rejected.extend(late)
         take(late)
         if len(remaining) < rules.min_size:

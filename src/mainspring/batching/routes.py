@@ -14,6 +14,7 @@ from mainspring.batching.models import (
     ClaimIn,
     CompleteIn,
     FailIn,
+    GroupVersions,
     HeartbeatIn,
     Package,
     PackageList,
@@ -146,3 +147,12 @@ async def list_versions(
     """The permanent version log of one group+member, oldest first."""
     items, next_cursor = await service.list_versions(ctx.store, name, group, member, limit, cursor)
     return {"versions": items, "next_cursor": next_cursor}
+
+
+@router.get("/batchers/{name}/versions/{group}", response_model=GroupVersions, dependencies=[Depends(in_scope)],
+            responses={404: {"description": "batcher_not_found"}})
+async def group_versions(
+    name: str = NameParam, group: str = Path(pattern=NAME_PATTERN), ctx: Context = Depends(context_of)
+) -> Any:
+    """Every member's version log of one group in one call (both books of a pair, without a scan)."""
+    return {"members": await service.group_versions(ctx.store, name, group)}

@@ -9,12 +9,14 @@ from __future__ import annotations
 import hashlib
 import json
 import weakref
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import and_, case, func, select
 from sqlalchemy.exc import IntegrityError
 
+from mainspring.batching import data
 from mainspring.batching.errors import BatcherNotFound, InvalidBatcherSettings, TaskIdConflict, TaskNotFound
 from mainspring.batching.models import DEFAULTS, SETTING_KEYS, BatcherSettingsIn, TaskIn
 from mainspring.batching.tables import batch_packages, batch_tasks, batch_versions, batchers
@@ -38,6 +40,11 @@ def cafe_channel(name: str) -> str:
 
 def task_subject(batcher: str, task_id: str) -> str:
     return f"{batcher}/{task_id}"
+
+
+def group_lock_key(batcher: str, group: str) -> str:
+    """Serializes the numbering of one group's versions (submits, and the dispatcher's reissues)."""
+    return f"batching:{batcher}:{group}"
 
 
 def content_sha256(content: Any) -> str:
@@ -146,6 +153,7 @@ def task_to_api(row: Any) -> dict[str, Any]:
         "status": row.status,
         "reason": row.reason,
         "package_id": row.package_id,
+        "reissued": row.reissued,
         "data": row.data,
         "result": row.result,
         "error": row.error,
@@ -180,7 +188,7 @@ async def _submit_once(
     async with store.transaction() as tx:
         await ensure_batcher(tx, name, defaults)
         # One group's versions are numbered one submit at a time, on every server.
-        await store.dialect.advisory_xact_lock(tx, f"batching:{name}:{body.group}")
+        await store.dialect.advisory_xact_lock(tx, group_lock_key(name, body.group))
         known = (
             await tx.execute(select(batch_tasks).where(batch_tasks.c.batcher == name, batch_tasks.c.id == body.id))
         ).first()
@@ -204,6 +212,7 @@ async def _submit_once(
             "error": None,
             "created_at": now,
             "updated_at": now,
+            "reissued": False,
         }
         # One look at the group's log: the version this content already has, this member's latest, the group's.
         versions = batch_versions.c
@@ -256,34 +265,65 @@ async def get_task(store: Store, name: str, task_id: str) -> dict[str, Any]:
 # --- the version log ------------------------------------------------------------------------------------
 
 
+def version_to_api(row: data.VersionRow) -> dict[str, Any]:
+    return {
+        "version": row.version,
+        "sha256": row.sha256,
+        "task_id": row.task_id,
+        "at": format_time(row.at),
+        "withdrawn_at": format_time(row.withdrawn_at),
+    }
+
+
 async def list_versions(
     store: Store, name: str, group: str, member: str, limit: int, cursor: str | None
 ) -> tuple[list[dict[str, Any]], str | None]:
     """The permanent log of one group+member, oldest version first."""
     after = int(decode_cursor(cursor, 1)[0]) if cursor else 0
-    query = (
-        select(batch_versions)
-        .where(
-            batch_versions.c.batcher == name,
-            batch_versions.c.group == group,
-            batch_versions.c.member == member,
-            batch_versions.c.version > after,
-        )
-        .order_by(batch_versions.c.version)
-        .limit(limit + 1)
-    )
     async with store.read() as conn:
-        rows = (await conn.execute(query)).all()
+        rows = await data.member_versions(conn, name, group, member, after, limit + 1)
     more = len(rows) > limit
     rows = rows[:limit]
-    items = [
-        {
-            "version": r.version,
-            "sha256": r.sha256,
-            "task_id": r.task_id,
-            "at": format_time(r.at),
-            "withdrawn_at": format_time(r.withdrawn_at),
-        }
-        for r in rows
-    ]
-    return items, encode_cursor(rows[-1].version) if more else None
+    return [version_to_api(r) for r in rows], encode_cursor(rows[-1].version) if more else None
+
+
+async def group_versions(store: Store, name: str, group: str) -> dict[str, list[dict[str, Any]]]:
+    """Every member's permanent log of one group (both books of a pair) in one read; a group nothing was
+    submitted to answers no members. An unknown batcher is ``BatcherNotFound``."""
+    async with store.read() as conn:
+        rows = await data.group_versions(conn, name, group)
+        if not rows and not await data.batcher_exists(conn, name):
+            raise BatcherNotFound(f"no batcher {name!r}")
+    members: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        members.setdefault(row.member, []).append(version_to_api(row))
+    return members
+
+
+# --- retention ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Pruned:
+    packages: int
+    tasks: int
+    """Tasks of the deleted packages (those holding a member's latest content stay)."""
+    rejected: int
+
+    def filled(self, batch: int) -> bool:
+        """A full batch: more may be waiting, so the loop comes back at once."""
+        return max(self.packages, self.rejected) >= batch
+
+
+async def prune_finished(store: Store, before: int, batch: int) -> Pruned:
+    """Delete up to ``batch`` packages finished before ``before`` with their tasks, and up to ``batch`` tasks
+    rejected before it, each in a short transaction of its own. Packages still ready or claimed and tasks
+    still pending are never touched, nor the version log."""
+    async with store.read() as conn:
+        packages = await data.finished_packages_before(conn, before, batch)
+        rejected = await data.rejected_tasks_before(conn, before, batch)
+    async with store.transaction() as tx:
+        deleted_packages, deleted_tasks = await data.delete_finished_packages(tx, packages)
+    async with store.transaction() as tx:
+        deleted_rejected = await data.delete_rejected_tasks(tx, rejected)
+    return Pruned(deleted_packages, deleted_tasks, deleted_rejected)

@@ -12,3 +12,11 @@ class BatchingSettings(BaseModel):
 
     worker_poll_ms: int = Field(1_000, ge=10)
     """How long an in-process ``@app.batcher`` worker long-polls between checks of the stop signal."""
+    retention_ms: int | None = Field(7 * 86_400_000, ge=0)
+    """Finished packages (done or failed) and their tasks, and rejected tasks, are deleted this long after
+    they finished (None: kept). The version log is never deleted, so duplicates are still recognised; the
+    task holding each member's latest accepted content is kept too, for a later reissue."""
+    retention_interval_ms: int = Field(60_000, ge=10)
+    """How often each server deletes what ``retention_ms`` lets go."""
+    retention_batch: int = Field(500, ge=1)
+    """Packages (and rejected tasks) deleted per transaction by the retention loop."""

@@ -1,6 +1,6 @@
 """The batching face's tables (migration batching_0001)."""
 
-from sqlalchemy import Column, Index, Integer, String, Table, Text, UniqueConstraint
+from sqlalchemy import Boolean, Column, Index, Integer, String, Table, Text, UniqueConstraint, false
 
 from mainspring.core.leases import lease_columns
 from mainspring.store.schema import BigId, Json, Millis, metadata
@@ -45,6 +45,8 @@ batch_tasks = Table(
     Column("error", Text, nullable=True),
     Column("created_at", Millis, nullable=False),
     Column("updated_at", Millis, nullable=False),
+    # Made by the dispatcher to complete a group whose other members did not change (batching_0002).
+    Column("reissued", Boolean, nullable=False, server_default=false()),
     UniqueConstraint("batcher", "id"),
     Index("ix_batch_tasks_status_batcher", "status", "batcher"),
     Index("ix_batch_tasks_batcher_status_seq", "batcher", "status", "seq"),
@@ -87,4 +89,6 @@ batch_packages = Table(
     Column("updated_at", Millis, nullable=False),
     Index("ix_batch_packages_batcher_status_seq", "batcher", "status", "seq"),
     Index("ix_batch_packages_status_lease", "status", "lease_expires_at"),
+    # Retention finds finished packages by when they finished (batching_0003).
+    Index("ix_batch_packages_status_updated_at", "status", "updated_at"),
 )

@@ -159,6 +159,7 @@ class PackageTask(TypedDict):
     content: Any
     data: Any
     status: NotRequired[str]
+    reissued: NotRequired[bool]
 
 
 class Package(TypedDict):
@@ -183,6 +184,7 @@ class Version(TypedDict):
     sha256: str
     task_id: str
     at: str
+    withdrawn_at: NotRequired[str | None]
 
 
 # --- machines (API.md §2) -----------------------------------------------------------------------------

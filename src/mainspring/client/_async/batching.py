@@ -114,3 +114,8 @@ class AsyncBatchingClient(AsyncEventsClient):
         """The permanent version log of one group member, oldest first."""
         path = f"{_batcher(name)}/versions/{quote(group, safe='')}/{quote(member, safe='')}"
         return cast(builtins.list[Version], (await self._json("GET", path, idempotent=True))["versions"])
+
+    async def group_versions(self, name: str, group: str) -> dict[str, builtins.list[Version]]:
+        """Every member's version log of one group in one call (both books of a pair), by member."""
+        path = f"{_batcher(name)}/versions/{quote(group, safe='')}"
+        return cast(dict[str, builtins.list[Version]], (await self._json("GET", path, idempotent=True))["members"])

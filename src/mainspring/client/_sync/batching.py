@@ -115,3 +115,8 @@ class BatchingClient(EventsClient):
         """The permanent version log of one group member, oldest first."""
         path = f"{_batcher(name)}/versions/{quote(group, safe='')}/{quote(member, safe='')}"
         return cast(builtins.list[Version], (self._json("GET", path, idempotent=True))["versions"])
+
+    def group_versions(self, name: str, group: str) -> dict[str, builtins.list[Version]]:
+        """Every member's version log of one group in one call (both books of a pair), by member."""
+        path = f"{_batcher(name)}/versions/{quote(group, safe='')}"
+        return cast(dict[str, builtins.list[Version]], (self._json("GET", path, idempotent=True))["members"])
