@@ -191,6 +191,8 @@ def create_app(
     app.include_router(core_router, dependencies=[Depends(authenticate)], responses=COMMON_PROBLEMS)
     for face in FACES:
         app.include_router(face.router, dependencies=[Depends(authenticate)], responses=COMMON_PROBLEMS)
+        for router in face.routers_for(settings) if face.routers_for is not None else ():
+            app.include_router(router, dependencies=[Depends(authenticate)], responses=COMMON_PROBLEMS)
     # The dashboard checks the token in its cookie itself (same tokens, `admin` or `ui` scope).
     app.include_router(ui_router)
     problems_in_openapi(app)

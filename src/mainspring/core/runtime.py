@@ -51,6 +51,8 @@ class Face:
     """An optional typer app mounted as ``mainspring <name>``."""
     read_gauges: Callable[[Context], Awaitable[None]] | None = None
     """Sets the face's Prometheus gauges from the store (called when ``/metrics`` is scraped, rate-limited)."""
+    routers_for: Callable[[Any], Sequence[APIRouter]] | None = None
+    """Routers whose paths come from the settings (given the server's ``Settings``), mounted beside ``router``."""
 
 
 def request_context(request: Request) -> Context:

@@ -2,11 +2,28 @@
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
+from fastapi import APIRouter
+
 from mainspring.core.runtime import Context, Face
 from mainspring.machines.background import machines_loop
 from mainspring.machines.cli import cli
 from mainspring.machines.namespaces import HTTP_CLIENT, save_namespace
 from mainspring.machines.routes import router
+
+log = logging.getLogger("mainspring.machines")
+
+
+def machinegun_routers(settings: Any) -> list[APIRouter]:
+    """The Machinegun Automaton route, when the ``machinegun`` extra (thriftpy2) is installed."""
+    try:
+        from mainspring.machines.machinegun.automaton import automaton_routers
+    except ImportError:  # the bare install: the JSON API only
+        log.info("thriftpy2 is not installed: Machinegun's Thrift Automaton is not served (pip install 'mainspring[machinegun]')")
+        return []
+    return automaton_routers(settings)
 
 
 async def recover(ctx: Context) -> None:
@@ -28,4 +45,4 @@ async def run_machines(ctx: Context) -> None:
             await client.aclose()
 
 
-face = Face(name="machines", router=router, recover=recover, loops=[run_machines], cli=cli)
+face = Face(name="machines", router=router, recover=recover, loops=[run_machines], cli=cli, routers_for=machinegun_routers)

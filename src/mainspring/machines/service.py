@@ -38,7 +38,7 @@ from mainspring.machines.namespaces import (
     namespace_of,
     processor_for,
 )
-from mainspring.machines.processor import UNSET, Answer, ProcessorError
+from mainspring.machines.processor import UNSET, Answer, ProcessorError, Step
 from mainspring.machines.settings import HistoryRange
 from mainspring.machines.steps import (
     CHANNEL,
@@ -124,9 +124,9 @@ async def _load(ctx: Context, namespace: str, machine_id: str, rng: HistoryRange
     return ns, machine, events
 
 
-async def _process(ctx: Context, ns: Namespace, kind: str, args: Any, view: dict[str, Any], timeout_ms: int | None = None) -> Answer:
+async def _process(ctx: Context, ns: Namespace, kind: str, args: Any, view: dict[str, Any], timeout_ms: int | None = None, step: Step | None = None) -> Answer:
     processor = processor_for(ctx, ns)
-    return await processor.process(kind, args, view, timeout_ms or ns.timeout_ms, ctx.now_ms())
+    return await processor.process(kind, args, view, timeout_ms or ns.timeout_ms, ctx.now_ms(), step=step)
 
 
 # --- Start --------------------------------------------------------------------------------------------------
@@ -144,7 +144,7 @@ async def start_machine(ctx: Context, namespace: str, machine_id: str, args: Any
         raise MachineAlreadyExists(f"machine {machine_id!r} already exists in namespace {namespace!r}")
     view = {"namespace": namespace, "id": machine_id, "status": "working", "history": [], "aux_state": None}
     try:
-        answer = await _process(ctx, ns, "init", args, view)
+        answer = await _process(ctx, ns, "init", args, view, step=Step(ns.config.history))
     except ProcessorError as error:
         raise _processor_error(error) from error
     try:
@@ -193,15 +193,20 @@ def _created_body(machine: MachineRow, answer: Answer, now: int) -> dict[str, An
 # --- Call and Repair ----------------------------------------------------------------------------------------
 
 
-async def call_machine(ctx: Context, namespace: str, machine_id: str, args: Any, key: str | None = None, timeout_ms: int | None = None) -> Reply:
-    """Run a ``call`` step and answer the processor's response."""
-    return await _step(ctx, namespace, machine_id, "call", args, key, timeout_ms)
+async def call_machine(
+    ctx: Context, namespace: str, machine_id: str, args: Any, key: str | None = None, timeout_ms: int | None = None, rng: HistoryRange | None = None
+) -> Reply:
+    """Run a ``call`` step and answer the processor's response; ``rng``: the history the processor is sent
+    (None: the namespace's range)."""
+    return await _step(ctx, namespace, machine_id, "call", args, key, timeout_ms, rng)
 
 
-async def repair_machine(ctx: Context, namespace: str, machine_id: str, args: Any, key: str | None = None, simple: bool = False) -> Reply:
+async def repair_machine(
+    ctx: Context, namespace: str, machine_id: str, args: Any, key: str | None = None, simple: bool = False, rng: HistoryRange | None = None
+) -> Reply:
     """Bring a failed machine back to ``working``: through the processor's ``repair``, or at once when simple."""
     if not simple:
-        return await _step(ctx, namespace, machine_id, "repair", args, key, None)
+        return await _step(ctx, namespace, machine_id, "repair", args, key, None, rng)
     replay = await _replay(ctx, namespace, machine_id, key, "repair")
     if replay is not None:
         return replay
@@ -220,19 +225,19 @@ async def repair_machine(ctx: Context, namespace: str, machine_id: str, args: An
     return Reply(200, body)
 
 
-async def _step(ctx: Context, namespace: str, machine_id: str, kind: str, args: Any, key: str | None, timeout_ms: int | None) -> Reply:
+async def _step(ctx: Context, namespace: str, machine_id: str, kind: str, args: Any, key: str | None, timeout_ms: int | None, rng: HistoryRange | None = None) -> Reply:
     replay = await _replay(ctx, namespace, machine_id, key, kind)
     if replay is not None:
         return replay
     async with machine_lock(ctx, namespace, machine_id):
         for _attempt in range(ctx.settings.machines.conflict_retries + 1):
-            ns, machine, events = await _load(ctx, namespace, machine_id)
+            ns, machine, events = await _load(ctx, namespace, machine_id, rng)
             if kind == "call" and machine.status != "working":
                 raise MachineFailed(f"machine {machine_id!r} is failed; repair it first")
             if kind == "repair" and machine.status == "working":
                 raise MachineAlreadyWorking(f"machine {machine_id!r} is working")
             try:
-                answer = await _process(ctx, ns, kind, args, processor_view(machine, events), timeout_ms)
+                answer = await _process(ctx, ns, kind, args, processor_view(machine, events), timeout_ms, Step(rng or ns.config.history, machine.timer_at))
             except ProcessorError as error:
                 reply = await _step_failed(ctx, machine, kind, error, key)
                 if reply is None:
@@ -279,7 +284,7 @@ async def _step_failed(ctx: Context, machine: MachineRow, kind: str, error: Proc
                 raise _not_found(machine.namespace, machine.id)
             await journal(tx, machine.uid, kind, error.code, error.detail, permanent=error.permanent, attempt=1,
                           outcome="repair_failed" if kind == "repair" else "returned")
-    raise problem
+    raise problem from error  # the cause tells the Machinegun face whether it was permanent, or a refused repair
 
 
 # --- Notify -------------------------------------------------------------------------------------------------

@@ -31,8 +31,8 @@ class HistoryRange(BaseModel):
 
     after: int | None = Field(None, ge=0)
     """Events after this event id (None: from the first)."""
-    limit: int | None = Field(None, ge=1, le=100_000)
-    """At most this many events (None: all)."""
+    limit: int | None = Field(None, ge=0, le=100_000)
+    """At most this many events (None: all; 0: none, as Machinegun allows)."""
     direction: str = Field("forward", pattern="^(forward|backward)$")
     """``forward`` (oldest first) or ``backward`` (newest first)."""
 
@@ -61,6 +61,15 @@ class NamespaceConfig(BaseModel):
     """The part of the history sent to the processor."""
 
 
+class MachinegunSettings(BaseModel):
+    """Machinegun's own protocol (Thrift over HTTP, "woody"; docs/machinegun.md)."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+    automaton_path: str = Field("/v1/machinegun/automaton", pattern=r"^/[A-Za-z0-9._~/-]*$")
+    """Where the Thrift ``Automaton`` service is served (``POST``, ``application/x-thrift``)."""
+
+
 class MachinesSettings(BaseModel):
     model_config = ConfigDict(use_attribute_docstrings=True)
 
@@ -78,3 +87,5 @@ class MachinesSettings(BaseModel):
     """How often a Call whose step lost the version race to another step is re-run before 409."""
     journal_in_get: int = Field(100, ge=0, le=10_000)
     """Newest failure-journal entries shown in Get."""
+    machinegun: MachinegunSettings = MachinegunSettings()
+    """Machinegun's Thrift protocol: the Automaton service's path."""
