@@ -123,7 +123,8 @@ def create_app(
         if run_background:
             tasks.append(asyncio.create_task(sequence_events(ctx), name="events-sequencer"))
             tasks.append(asyncio.create_task(run_publishers(ctx), name="events-publishers"))
-            tasks.append(asyncio.create_task(prune_published_events(ctx), name="events-retention"))
+            own = [name for face in FACES if face.publishers_for is not None for name in face.publishers_for(settings)]
+            tasks.append(asyncio.create_task(prune_published_events(ctx, own), name="events-retention"))
             for face in FACES:
                 for loop in face.loops:
                     tasks.append(asyncio.create_task(loop(ctx), name=f"{face.name}:{loop.__name__}"))

@@ -49,3 +49,41 @@ class AutomatonClient:
             return woody.decode_reply(Automaton, api, reply.content)
 
         return invoke
+
+
+class Unavailable(Exception):
+    """Raised by a test processor: answered 503 Resource Unavailable (woody's "nothing happened")."""
+
+
+def woody_processor_app(handler: Any) -> Any:
+    """A processor written for Machinegun, as woody serves it: ``handler`` has ProcessSignal, ProcessCall
+    and ProcessRepair (sync). An exception it declares is 200 Business Error, ``Unavailable`` 503, any
+    other 500 Result Unexpected."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+    from thriftpy2.protocol.binary import TBinaryProtocol
+    from thriftpy2.thrift import TProcessor
+    from thriftpy2.transport.memory import TMemoryBuffer
+
+    from mainspring.machines.machinegun.idl import Processor
+
+    async def serve(request: Request) -> Response:
+        handler.requests.append(dict(request.headers))
+        processor = TProcessor(Processor, handler)
+        api, seqid, result, call = processor.process_in(TBinaryProtocol(TMemoryBuffer(await request.body())))
+        out = TMemoryBuffer()
+        headers = {}
+        try:
+            result.success = call()
+        except Unavailable as exc:
+            return Response(status_code=503, headers=woody.error_headers(woody.RESOURCE_UNAVAILABLE, str(exc)))
+        except Exception as exc:
+            if not processor.handle_exception(exc, result):
+                return Response(status_code=500, headers=woody.error_headers(woody.RESULT_UNEXPECTED, repr(exc)))
+            headers = woody.error_headers(woody.BUSINESS, type(exc).__name__)
+        processor.send_result(TBinaryProtocol(out), api, result, seqid)
+        return Response(out.getvalue(), media_type=woody.CONTENT_TYPE, headers=headers)
+
+    return Starlette(routes=[Route("/", serve, methods=["POST"])])

@@ -53,6 +53,8 @@ class Face:
     """Sets the face's Prometheus gauges from the store (called when ``/metrics`` is scraped, rate-limited)."""
     routers_for: Callable[[Any], Sequence[APIRouter]] | None = None
     """Routers whose paths come from the settings (given the server's ``Settings``), mounted beside ``router``."""
+    publishers_for: Callable[[Any], Sequence[str]] | None = None
+    """Names of the face's own outbox publishers (given ``Settings``): retention keeps what they have not read."""
 
 
 def request_context(request: Request) -> Context:

@@ -36,6 +36,20 @@ async def recover(ctx: Context) -> None:
                 await save_namespace(tx, name, config)
 
 
+async def run_machinegun_sinks(ctx: Context) -> None:
+    """Machinegun-format Kafka sinks, when configured (they need the ``machinegun`` extra)."""
+    if not ctx.settings.machines.machinegun.sinks:
+        return
+    from mainspring.machines.machinegun.sink import run_machinegun_sinks as run
+
+    await run(ctx)
+
+
+def machinegun_publishers(settings: Any) -> list[str]:
+    """The cursor names of the Machinegun-format sinks (``ThriftKafkaSink.name``), kept by retention."""
+    return [f"machinegun-kafka:{sink.topic}" for sink in settings.machines.machinegun.sinks]
+
+
 async def run_machines(ctx: Context) -> None:
     try:
         await machines_loop(ctx)
@@ -45,4 +59,5 @@ async def run_machines(ctx: Context) -> None:
             await client.aclose()
 
 
-face = Face(name="machines", router=router, recover=recover, loops=[run_machines], cli=cli, routers_for=machinegun_routers)
+face = Face(name="machines", router=router, recover=recover, loops=[run_machines, run_machinegun_sinks], cli=cli, routers_for=machinegun_routers,
+            publishers_for=machinegun_publishers)

@@ -9,6 +9,7 @@ are in ``data``.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import uuid
 import weakref
 from dataclasses import dataclass
@@ -39,6 +40,7 @@ from mainspring.machines.namespaces import (
     processor_for,
 )
 from mainspring.machines.processor import UNSET, Answer, ProcessorError, Step
+from mainspring.machines.retry import next_delay_ms
 from mainspring.machines.settings import HistoryRange
 from mainspring.machines.steps import (
     CHANNEL,
@@ -125,8 +127,22 @@ async def _load(ctx: Context, namespace: str, machine_id: str, rng: HistoryRange
 
 
 async def _process(ctx: Context, ns: Namespace, kind: str, args: Any, view: dict[str, Any], timeout_ms: int | None = None, step: Step | None = None) -> Answer:
+    """Ask the processor; a transient failure is retried here only by the namespace's ``retries.processor``
+    policy (Machinegun's processor policy), never past the call's timeout. Without one it is answered at once."""
     processor = processor_for(ctx, ns)
-    return await processor.process(kind, args, view, timeout_ms or ns.timeout_ms, ctx.now_ms(), step=step)
+    policy = ns.config.retries.processor
+    budget_ms = timeout_ms or ns.timeout_ms
+    started = ctx.now_ms()
+    for attempt in itertools.count(1):
+        left_ms = budget_ms - (ctx.now_ms() - started)
+        try:
+            return await processor.process(kind, args, view, max(1, left_ms), ctx.now_ms(), step=step)
+        except ProcessorError as error:
+            delay = None if policy is None or error.permanent else next_delay_ms(policy, attempt, ctx.now_ms() - started)
+            if delay is None or ctx.now_ms() - started + delay >= budget_ms:
+                raise
+            await asyncio.sleep(delay / 1000)
+    raise AssertionError("unreachable")
 
 
 # --- Start --------------------------------------------------------------------------------------------------
@@ -164,7 +180,9 @@ async def _create(tx: Transaction, namespace: str, machine_id: str, answer: Answ
     now = tx.store.now_ms()
     timer_at = answer.timer_at if isinstance(answer.timer_at, int) else None
     aux_state = None if answer.aux_state is UNSET else answer.aux_state
-    machine = await data.insert_machine(tx, namespace, machine_id, aux_state, timer_at, len(answer.events), now)
+    timer_range = answer.timer_range.model_dump() if timer_at is not None and answer.timer_range is not None else None
+    timer_timeout_ms = answer.timer_timeout_ms if timer_at is not None else None
+    machine = await data.insert_machine(tx, namespace, machine_id, aux_state, timer_at, len(answer.events), now, timer_range, timer_timeout_ms)
     await data.insert_history(tx, machine.uid, 1, answer.events, now)
     await outbox.emit_many(tx, [outbox.Event("machine.created", SUBJECT, machine.subject, {"namespace": namespace, "id": machine_id}),
                                 *event_of_each(machine, answer.events, 1)])
@@ -290,8 +308,9 @@ async def _step_failed(ctx: Context, machine: MachineRow, kind: str, error: Proc
 # --- Notify -------------------------------------------------------------------------------------------------
 
 
-async def notify_machine(ctx: Context, namespace: str, machine_id: str, args: Any, key: str | None = None) -> Reply:
-    """Queue a notification; it is delivered later, in order, at least once."""
+async def notify_machine(ctx: Context, namespace: str, machine_id: str, args: Any, key: str | None = None, rng: HistoryRange | None = None) -> Reply:
+    """Queue a notification; it is delivered later, in order, at least once. ``rng``: the history its step
+    is sent (None: the namespace's range)."""
     replay = await _replay(ctx, namespace, machine_id, key, "notify")
     if replay is not None:
         return replay
@@ -303,7 +322,7 @@ async def notify_machine(ctx: Context, namespace: str, machine_id: str, args: An
                 async with ctx.store.read() as conn:
                     await find_namespace(conn, ctx, namespace)
                 raise _not_found(namespace, machine_id)
-            await data.insert_notification(tx, notification_id, machine.uid, args, ctx.now_ms())
+            await data.insert_notification(tx, notification_id, machine.uid, args, ctx.now_ms(), None if rng is None else rng.model_dump())
             tx.notify(CHANNEL)
             body = {"id": notification_id}
             await _save_operation(tx, namespace, machine_id, key, "notify", 202, body)

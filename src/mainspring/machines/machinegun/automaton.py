@@ -49,40 +49,6 @@ class SystemError_(Exception):
     reason: str
 
 
-def history_range(rng: Any) -> HistoryRange:
-    """A Thrift HistoryRange as the face's; a negative limit or an unknown direction is the caller's bug."""
-    if rng is None:
-        return HistoryRange()
-    if rng.limit is not None and rng.limit < 0:
-        raise SystemError_(400, woody.RESULT_UNEXPECTED, "HistoryRange.limit is negative")
-    direction = {None: "forward", stateproc.Direction.forward: "forward", stateproc.Direction.backward: "backward"}.get(rng.direction)
-    if direction is None:
-        raise SystemError_(400, woody.RESULT_UNEXPECTED, f"HistoryRange.direction {rng.direction!r} is unknown")
-    return HistoryRange(after=rng.after, limit=rng.limit, direction=direction)
-
-
-def thrift_range(rng: HistoryRange) -> Any:
-    direction = stateproc.Direction.backward if rng.direction == "backward" else stateproc.Direction.forward
-    return stateproc.HistoryRange(after=rng.after, limit=rng.limit, direction=direction)
-
-
-def machine_struct(machine: dict[str, Any], rng: HistoryRange) -> Any:
-    """A Get answer (``service.get_machine``) as Machinegun's ``Machine``."""
-    history = []
-    for event in machine["history"]:
-        version, data = codec.split_content(event["data"])
-        history.append(stateproc.Event(id=event["id"], created_at=event["created_at"], format_version=version, data=codec.value_from_json(data)))
-    if machine["status"] == "failed":
-        error = machine.get("error") or {}
-        status = stateproc.MachineStatus(failed=stateproc.MachineStatusFailed(reason=str(error.get("detail", "failed"))))
-    else:
-        status = stateproc.MachineStatus(working=stateproc.MachineStatusWorking())
-    return stateproc.Machine(
-        ns=machine["namespace"], id=machine["id"], history=history, history_range=thrift_range(rng), status=status,
-        aux_state=codec.content_from_json(machine.get("aux_state")), timer=machine.get("timer"),
-    )
-
-
 FACE_TO_IDL: dict[type[Exception], Any] = {
     errors.NamespaceNotFound: stateproc.NamespaceNotFound,
     errors.MachineNotFound: stateproc.MachineNotFound,
@@ -133,7 +99,7 @@ class AutomatonHandler:
         if desc is None or desc.ref is None or desc.ref.id is None:
             raise SystemError_(400, woody.RESULT_UNEXPECTED, "MachineDescriptor.ref.id is required")
         ns, machine_id = self._names(desc.ns, desc.ref.id)
-        return ns, machine_id, history_range(desc.range)
+        return ns, machine_id, codec.history_range(desc.range)
 
     def _timeout_ms(self) -> int | None:
         """What is left of the caller's ``woody.deadline`` for the processor (None: the namespace's timeout)."""
@@ -161,7 +127,7 @@ class AutomatonHandler:
             machine = await service.get_machine(self.ctx, ns, machine_id, rng)
         if rng.after is not None and not 1 <= rng.after <= machine["last_event_id"]:
             raise stateproc.EventNotFound()
-        return machine_struct(machine, rng)
+        return codec.machine_struct(machine, rng)
 
     async def Repair(self, desc: Any, a: Any) -> Any:
         ns, machine_id, rng = self._descriptor(desc)
@@ -175,9 +141,9 @@ class AutomatonHandler:
             await service.repair_machine(self.ctx, ns, machine_id, None, simple=True)
 
     async def Notify(self, desc: Any, a: Any) -> Any:
-        ns, machine_id, _rng = self._descriptor(desc)
+        ns, machine_id, rng = self._descriptor(desc)
         with declared():
-            reply = await service.notify_machine(self.ctx, ns, machine_id, codec.value_to_json(a))
+            reply = await service.notify_machine(self.ctx, ns, machine_id, codec.value_to_json(a), rng=rng)
         return stateproc.NotifyResponse(id=reply.body["id"])
 
     async def Remove(self, ns: str, id: str) -> None:

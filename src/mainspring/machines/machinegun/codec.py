@@ -25,6 +25,7 @@ from typing import Any
 
 from mainspring.core.errors import InvalidRequest
 from mainspring.machines.machinegun.idl import msgpack, stateproc
+from mainspring.machines.settings import HistoryRange
 
 Value = msgpack.Value
 Content = stateproc.Content
@@ -113,3 +114,42 @@ def split_content(data: Any) -> tuple[int | None, Any]:
     if isinstance(data, dict) and set(data) == {VERSION, DATA} and isinstance(data[VERSION], int):
         return data[VERSION], data[DATA]
     return None, data
+
+
+class BadHistoryRange(InvalidRequest):
+    code, title = "invalid_history_range", "The HistoryRange has a negative limit or an unknown direction"
+
+
+def history_range(rng: Any) -> HistoryRange:
+    """A Thrift HistoryRange as the face's (absent: the whole history, oldest first)."""
+    if rng is None:
+        return HistoryRange()
+    if rng.limit is not None and rng.limit < 0:
+        raise BadHistoryRange("HistoryRange.limit is negative")
+    direction = {None: "forward", stateproc.Direction.forward: "forward", stateproc.Direction.backward: "backward"}.get(rng.direction)
+    if direction is None:
+        raise BadHistoryRange(f"HistoryRange.direction {rng.direction!r} is unknown")
+    return HistoryRange(after=rng.after, limit=rng.limit, direction=direction)
+
+
+def thrift_range(rng: HistoryRange) -> Any:
+    direction = stateproc.Direction.backward if rng.direction == "backward" else stateproc.Direction.forward
+    return stateproc.HistoryRange(after=rng.after, limit=rng.limit, direction=direction)
+
+
+def machine_struct(machine: dict[str, Any], rng: HistoryRange) -> Any:
+    """A machine as the face shows it (Get's answer, or a processor's view plus ``timer``) as Machinegun's
+    ``Machine``: what GetMachine answers and what a Machinegun processor is sent."""
+    history = []
+    for event in machine["history"]:
+        version, data = split_content(event["data"])
+        history.append(stateproc.Event(id=event["id"], created_at=event["created_at"], format_version=version, data=value_from_json(data)))
+    if machine["status"] == "failed":
+        error = machine.get("error") or {}
+        status = stateproc.MachineStatus(failed=stateproc.MachineStatusFailed(reason=str(error.get("detail", "failed"))))
+    else:
+        status = stateproc.MachineStatus(working=stateproc.MachineStatusWorking())
+    return stateproc.Machine(
+        ns=machine["namespace"], id=machine["id"], history=history, history_range=thrift_range(rng), status=status,
+        aux_state=content_from_json(machine.get("aux_state")), timer=machine.get("timer"),
+    )
