@@ -138,7 +138,8 @@ def create_app(
         if run_background:
             tasks.append(asyncio.create_task(sequence_events(ctx), name="events-sequencer"))
             tasks.append(asyncio.create_task(run_publishers(ctx), name="events-publishers"))
-            tasks.append(asyncio.create_task(prune_published_events(ctx), name="events-retention"))
+            own = [name for face in FACES if face.publishers_for is not None for name in face.publishers_for(settings)]
+            tasks.append(asyncio.create_task(prune_published_events(ctx, own), name="events-retention"))
             tasks.append(asyncio.create_task(close_fixed_alerts(ctx), name="alerts-closer"))
             for face in FACES:
                 for loop in face.loops:
@@ -221,6 +222,8 @@ def create_app(
     app.include_router(core_router, dependencies=[Depends(authenticate)], responses=COMMON_PROBLEMS)
     for face in FACES:
         app.include_router(face.router, dependencies=[Depends(authenticate)], responses=COMMON_PROBLEMS)
+        for router in face.routers_for(settings) if face.routers_for is not None else ():
+            app.include_router(router, dependencies=[Depends(authenticate)], responses=COMMON_PROBLEMS)
     # The dashboard checks the token in its cookie itself (same tokens, `admin` or `ui` scope).
     app.include_router(ui_router)
     problems_in_openapi(app)

@@ -84,8 +84,15 @@ async def http_fake() -> AsyncIterator[tuple[FakeProcessor, str]]:
 @contextlib.asynccontextmanager
 async def serve_fake(processor: FakeProcessor) -> AsyncIterator[str]:
     """Serve ``processor`` over HTTP through the processor host; yields its URL."""
+    async with serve_app(processor_app(processor)) as url:
+        yield url
+
+
+@contextlib.asynccontextmanager
+async def serve_app(app: Any) -> AsyncIterator[str]:
+    """Serve an ASGI app on a free local port; yields its URL."""
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(processor_app(processor), host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
     task = asyncio.create_task(server.serve())
     while not server.started:  # noqa: ASYNC110 - uvicorn exposes only a flag
         await asyncio.sleep(0.01)

@@ -15,7 +15,7 @@ async def test_put_then_get_namespace_round_trips(client: httpx.AsyncClient) -> 
     body = {"processor": {"url": "http://127.0.0.1:9/p", "timeout_ms": 1500}, "retry": {"initial_ms": 10, "factor": 1.5, "max_ms": 100, "max_attempts": 4, "max_total_ms": 1000}}
     assert (await client.put("/v1/namespaces/pay", json=body)).status_code == 200
     got = (await client.get("/v1/namespaces/pay")).json()
-    assert got["processor"] == body["processor"] and got["retry"]["max_attempts"] == 4 and got["retry"]["max_total_ms"] == 1000
+    assert got["processor"] == {**body["processor"], "protocol": "json"} and got["retry"]["max_attempts"] == 4 and got["retry"]["max_total_ms"] == 1000
 
 
 async def test_bad_namespace_bodies_and_names_are_422(client: httpx.AsyncClient) -> None:

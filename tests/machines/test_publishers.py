@@ -149,17 +149,24 @@ def kafka_broker() -> Iterator[str]:
         proc.wait(10)
 
 
-async def test_kafka_publisher_delivers_in_order_per_subject(store: Store, kafka_broker: str) -> None:
-    from aiokafka import AIOKafkaConsumer
+async def create_topic(broker: str, prefix: str) -> str:
+    """A new one-partition topic on ``broker``; answers its name."""
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-    topic = f"mainspring-{uuid.uuid4().hex[:8]}"
-    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_broker)
+    topic = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    admin = AIOKafkaAdminClient(bootstrap_servers=broker)
     await admin.start()
     try:
         await admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])
     finally:
         await admin.close()
+    return topic
+
+
+async def test_kafka_publisher_delivers_in_order_per_subject(store: Store, kafka_broker: str) -> None:
+    from aiokafka import AIOKafkaConsumer
+
+    topic = await create_topic(kafka_broker, "mainspring")
     await emit(store, 12)
     sink = KafkaPublisher(KafkaSink(bootstrap_servers=kafka_broker, topic=topic))
     try:

@@ -175,10 +175,11 @@ async def cursor_position(store: Store, name: str) -> int | None:
         return await data.cursor_position(conn, name)
 
 
-async def run_publisher(ctx: Context, sink: Sink) -> None:
-    """Publish until the server stops, waking on every new event."""
+async def run_publisher(ctx: Context, sink: Sink, types: Sequence[str] | None = None) -> None:
+    """Publish until the server stops, waking on every new event; ``types``: the event types it reads
+    (None: the ``[events]`` setting)."""
     token = new_token()
-    types = ctx.settings.events.types
+    types = ctx.settings.events.types if types is None else types
 
     async def step() -> int | None:
         while await publish_once(ctx.store, sink, token, types) >= BATCH:
@@ -191,13 +192,13 @@ async def run_publisher(ctx: Context, sink: Sink) -> None:
         await sink.close()
 
 
-async def prune_published_events(ctx: Context) -> None:
+async def prune_published_events(ctx: Context, more_publishers: Sequence[str] = ()) -> None:
     """Delete events past ``server.events_retention_ms`` that every configured publisher has passed (a
-    background loop); a full batch comes back at once."""
+    background loop); a full batch comes back at once. ``more_publishers``: the faces' own publishers."""
     retention = ctx.settings.server.events_retention_ms
     if retention is None:
         return
-    names = [sink.name for sink in sinks_from_settings(ctx.settings.events)]
+    names = [sink.name for sink in sinks_from_settings(ctx.settings.events)] + list(more_publishers)
 
     async def step() -> int | None:
         deleted = await outbox.delete_events_before(ctx.store, ctx.now_ms() - retention, PRUNE_BATCH, names)

@@ -54,6 +54,10 @@ class Face:
     """Sets the face's Prometheus gauges from the store (called when ``/metrics`` is scraped, rate-limited)."""
     fixed_alerts: Mapping[str, FixedAlerts] = field(default_factory=dict)
     """Per alert code the face raises, the check that tells which open ones are fixed (``core.alerts``)."""
+    routers_for: Callable[[Any], Sequence[APIRouter]] | None = None
+    """Routers whose paths come from the settings (given the server's ``Settings``), mounted beside ``router``."""
+    publishers_for: Callable[[Any], Sequence[str]] | None = None
+    """Names of the face's own outbox publishers (given ``Settings``): retention keeps what they have not read."""
 
 
 def request_context(request: Request) -> Context:

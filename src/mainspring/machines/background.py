@@ -19,8 +19,9 @@ from mainspring.machines import data, metrics
 from mainspring.machines.data import Applied, HistoryRow, MachineRow, NotificationRow
 from mainspring.machines.errors import NamespaceNotFound
 from mainspring.machines.namespaces import Namespace, find_namespace, processor_for
-from mainspring.machines.processor import ProcessorError
+from mainspring.machines.processor import ProcessorError, Step
 from mainspring.machines.retry import next_delay_ms
+from mainspring.machines.settings import HistoryRange
 from mainspring.machines.steps import (
     CHANNEL,
     applied_once,
@@ -122,8 +123,9 @@ async def fire(ctx: Context, due: Due) -> None:
         return
     if kind == "timeout":
         metrics.TIMER_LATENESS.labels(machine.namespace).observe(max(0, now - machine.timer_at) / 1000)  # type: ignore[operator]
+    rng, timeout_ms, events = await _step_history(ctx, ns, due, kind)
     try:
-        answer = await processor_for(ctx, ns).process(kind, args, processor_view(machine, due.events), ns.timeout_ms, ctx.now_ms())
+        answer = await processor_for(ctx, ns).process(kind, args, processor_view(machine, events), timeout_ms, ctx.now_ms(), step=Step(rng, machine.timer_at))
     except ProcessorError as error:
         metrics.count_processor_error(machine.namespace, kind, error.code)
         await _record_failure(ctx, ns, machine, kind, delivering, error)
@@ -141,6 +143,20 @@ async def fire(ctx: Context, due: Due) -> None:
         metrics.STEPS.labels(machine.namespace, kind).inc()
     else:
         await _release(ctx, machine)
+
+
+async def _step_history(ctx: Context, ns: Namespace, due: Due, kind: str) -> tuple[HistoryRange, int, list[HistoryRow]]:
+    """The range, timeout and history of a background step: the timer's or the notification's own range
+    (Machinegun's SetTimerAction.range, Notify's descriptor range) when it has one, else the namespace's.
+    ``read_due`` read the namespace's range for the whole batch; only an own range costs another read."""
+    own = due.machine.timer_range if kind == "timeout" else due.head.history_range if due.head is not None else None
+    timeout_ms = (due.machine.timer_timeout_ms if kind == "timeout" else None) or ns.timeout_ms
+    if own is None:
+        return ns.config.history, timeout_ms, due.events
+    rng = HistoryRange.model_validate(own)
+    async with ctx.store.read() as conn:
+        events = await data.read_history(conn, due.machine, rng.after, rng.limit, rng.direction == "backward")
+    return rng, timeout_ms, events
 
 
 async def _until(ctx: Context, due: int | None) -> None:
@@ -165,7 +181,8 @@ async def _record_failure(ctx: Context, ns: Namespace, machine: MachineRow, kind
         attempts, since = machine.retry_attempt + 1, machine.retry_since or now
     else:
         attempts, since = head.attempts + 1, head.first_failed_at or now
-    delay = None if error.permanent else next_delay_ms(ns.retry, attempts, now - since)
+    policy = (ns.config.retries.timers if head is None else ns.config.retries.notifications) or ns.retry
+    delay = None if error.permanent else next_delay_ms(policy, attempts, now - since)
     async with ctx.store.transaction() as tx:
         if delay is None:
             await fail_machine(tx, machine, kind, error, attempts)

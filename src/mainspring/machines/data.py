@@ -54,6 +54,10 @@ class NamespaceRow:
     retry: dict[str, Any]
     history: dict[str, Any]
     updated_at: int
+    processor_protocol: str | None
+    """None: the JSON protocol."""
+    retries: dict[str, Any] | None
+    """Retry policies per kind; None (or a kind absent): the namespace's ``retry``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +82,10 @@ class MachineRow:
     error: dict[str, Any] | None
     created_at: int
     updated_at: int
+    timer_range: dict[str, Any] | None
+    """The history the timer's ``timeout`` step is sent (None: the namespace's range)."""
+    timer_timeout_ms: int | None
+    """How long the timer's ``timeout`` step may take (None: the namespace's timeout)."""
 
     @property
     def subject(self) -> str:
@@ -103,6 +111,8 @@ class NotificationRow:
     due_at: int
     attempts: int
     first_failed_at: int | None
+    history_range: dict[str, Any] | None
+    """The history the notification's step is sent (None: the namespace's range)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,9 +380,9 @@ _RESCHEDULE_NOTIFICATION = (
 _COUNT_PENDING = select(func.count()).select_from(notifications).where(notifications.c.machine_uid == bindparam("uid"))
 
 
-async def insert_notification(tx: Transaction, notification_id: str, uid: int, args: Any, now: int) -> None:
+async def insert_notification(tx: Transaction, notification_id: str, uid: int, args: Any, now: int, history_range: dict[str, Any] | None = None) -> None:
     """Queue a notification (the machine's row held by ``tx``) and point ``notify_at`` at the queue's head."""
-    values = {"id": notification_id, "machine_uid": uid, "args": args, "created_at": now, "due_at": now, "attempts": 0}
+    values = {"id": notification_id, "machine_uid": uid, "args": args, "created_at": now, "due_at": now, "attempts": 0, "history_range": history_range}
     await tx.execute(_INSERT_NOTIFICATION, values)
     await refresh_notify_at(tx, uid)
 
@@ -463,12 +473,16 @@ _INSERT_MACHINE = machines.insert().returning(*machines.c)
 _INSERT_HISTORY = history.insert()
 
 
-async def insert_machine(tx: Transaction, namespace: str, machine_id: str, aux_state: Any, timer_at: int | None, last_event_id: int, now: int) -> MachineRow:
+async def insert_machine(
+    tx: Transaction, namespace: str, machine_id: str, aux_state: Any, timer_at: int | None, last_event_id: int, now: int,
+    timer_range: dict[str, Any] | None = None, timer_timeout_ms: int | None = None,
+) -> MachineRow:
     """A new working machine at version 1 (a duplicate (namespace, id) is a unique violation)."""
     values = {
         "namespace": namespace, "id": machine_id, "status": "working", "version": 1, "last_event_id": last_event_id,
         "aux_state": aux_state, "timer_at": timer_at, "notify_at": None, "wake_at": timer_at, "retry_attempt": 0,
         "retry_since": None, "lease_token": None, "lease_expires_at": None, "error": None, "created_at": now, "updated_at": now,
+        "timer_range": timer_range, "timer_timeout_ms": timer_timeout_ms,
     }
     return _machine((await tx.execute(_INSERT_MACHINE, values)).one())
 
@@ -503,6 +517,8 @@ class StepWrite:
     status: str
     error: dict[str, Any] | None
     updated_at: int
+    timer_range: dict[str, Any] | None = None
+    timer_timeout_ms: int | None = None
 
 
 def _typed(name: str) -> Any:
@@ -528,6 +544,8 @@ _STEP_VALUES = {
     "error": _typed("b_error"),
     **leases.released(),
     "updated_at": _typed("b_updated_at"),
+    "timer_range": _typed("b_timer_range"),
+    "timer_timeout_ms": _typed("b_timer_timeout_ms"),
 }
 _APPLY_STEP = machines.update().where(machines.c.uid == bindparam("b_uid"), machines.c.version == bindparam("b_version")).values(**_STEP_VALUES)
 def _step_params(step: StepWrite) -> dict[str, Any]:
@@ -535,6 +553,7 @@ def _step_params(step: StepWrite) -> dict[str, Any]:
         "b_uid": step.uid, "b_version": step.version, "b_last_event_id": step.last_event_id, "b_aux_state": step.aux_state,
         "b_timer_at": step.timer_at, "b_retry_attempt": step.retry_attempt, "b_retry_since": step.retry_since,
         "b_status": step.status, "b_error": step.error, "b_updated_at": step.updated_at,
+        "b_timer_range": step.timer_range, "b_timer_timeout_ms": step.timer_timeout_ms,
     }
 
 
@@ -551,7 +570,8 @@ def _step_cte(lock: str) -> TextClause:
         f"wake_at = CASE WHEN {timer} IS NULL THEN machines.notify_at WHEN machines.notify_at IS NULL THEN {timer} "
         f"WHEN machines.notify_at < {timer} THEN machines.notify_at ELSE {timer} END, "
         "retry_attempt = :retry_attempt, retry_since = CAST(:retry_since AS bigint), status = :status, "
-        "error = CAST(:error AS jsonb), lease_token = NULL, lease_expires_at = NULL, updated_at = :now "
+        "error = CAST(:error AS jsonb), lease_token = NULL, lease_expires_at = NULL, updated_at = :now, "
+        "timer_range = CAST(:timer_range AS jsonb), timer_timeout_ms = CAST(:timer_timeout_ms AS integer) "
         "FROM target WHERE machines.uid = target.uid AND machines.version = :version RETURNING machines.uid), "
         "e AS (SELECT CAST(:first AS integer) + CAST(ord AS integer) - 1 AS event_id, data "
         "FROM unnest(CAST(:events AS jsonb[])) WITH ORDINALITY AS x(data, ord)), "
@@ -578,6 +598,7 @@ async def write_step_with_events(tx: Transaction, machine: MachineRow, step: Ste
         "uid": step.uid, "version": step.version, "last_event_id": step.last_event_id, "aux_state": _json(step.aux_state),
         "timer_at": step.timer_at, "retry_attempt": step.retry_attempt, "retry_since": step.retry_since, "status": step.status,
         "error": _json(step.error), "now": step.updated_at, "first": machine.last_event_id + 1,
+        "timer_range": _json(step.timer_range), "timer_timeout_ms": step.timer_timeout_ms,
         "events": [json.dumps(e) for e in events], "subject": machine.subject, "namespace": machine.namespace, "id": machine.id,
     }
     taken, applied = (await tx.execute(_STEP_SKIPPING if grouped else _STEP_WAITING, params)).one()
@@ -641,6 +662,9 @@ async def lease_due(tx: Transaction, now: int, due_by: int, limit: int, token: s
     expires: Any = now + DEFAULT_TIMEOUT_MS + margin_ms
     if timeouts:
         expires = case(*((machines.c.namespace == name, now + ms + margin_ms) for name, ms in timeouts.items()), else_=expires)
+    # A timer with its own, longer timeout (Machinegun's SetTimerAction.timeout) holds its machine that long.
+    own = literal(now + margin_ms, type_=machines.c.timer_at.type) + machines.c.timer_timeout_ms  # bigint, not int32
+    expires = case((and_(machines.c.timer_timeout_ms.is_not(None), own > expires), own), else_=expires)
     due = (
         select(machines.c.uid)
         .where(machines.c.status == "working", machines.c.wake_at <= due_by, leases.free(machines, now))

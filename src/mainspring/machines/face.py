@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
+from fastapi import APIRouter
+
 from mainspring.core.runtime import Context, Face
 from mainspring.machines import metrics
 from mainspring.machines.background import machines_loop
@@ -9,6 +14,18 @@ from mainspring.machines.cli import cli
 from mainspring.machines.namespaces import HTTP_CLIENT, save_namespace
 from mainspring.machines.routes import router
 from mainspring.machines.service import fixed_alerts
+
+log = logging.getLogger("mainspring.machines")
+
+
+def machinegun_routers(settings: Any) -> list[APIRouter]:
+    """The Machinegun Automaton route, when the ``machinegun`` extra (thriftpy2) is installed."""
+    try:
+        from mainspring.machines.machinegun.automaton import automaton_routers
+    except ImportError:  # the bare install: the JSON API only
+        log.info("thriftpy2 is not installed: Machinegun's Thrift Automaton is not served (pip install 'mainspring[machinegun]')")
+        return []
+    return automaton_routers(settings)
 
 
 async def recover(ctx: Context) -> None:
@@ -21,6 +38,20 @@ async def recover(ctx: Context) -> None:
                 await save_namespace(tx, name, config)
 
 
+async def run_machinegun_sinks(ctx: Context) -> None:
+    """Machinegun-format Kafka sinks, when configured (they need the ``machinegun`` extra)."""
+    if not ctx.settings.machines.machinegun.sinks:
+        return
+    from mainspring.machines.machinegun.sink import run_machinegun_sinks as run
+
+    await run(ctx)
+
+
+def machinegun_publishers(settings: Any) -> list[str]:
+    """The cursor names of the Machinegun-format sinks (``ThriftKafkaSink.name``), kept by retention."""
+    return [f"machinegun-kafka:{sink.topic}" for sink in settings.machines.machinegun.sinks]
+
+
 async def run_machines(ctx: Context) -> None:
     try:
         await machines_loop(ctx)
@@ -31,6 +62,7 @@ async def run_machines(ctx: Context) -> None:
 
 
 face = Face(
-    name="machines", router=router, recover=recover, loops=[run_machines], cli=cli, read_gauges=metrics.read_gauges,
-    fixed_alerts={"machine_failed": fixed_alerts},
+    name="machines", router=router, recover=recover, loops=[run_machines, run_machinegun_sinks], cli=cli,
+    read_gauges=metrics.read_gauges, fixed_alerts={"machine_failed": fixed_alerts},
+    routers_for=machinegun_routers, publishers_for=machinegun_publishers,
 )

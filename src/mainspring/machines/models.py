@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from mainspring.core.types import JsonValue, Name, PositiveMs
-from mainspring.machines.settings import HistoryRange, ProcessorConfig, RetryPolicy
+from mainspring.machines.settings import HistoryRange, ProcessorConfig, RetryPolicies, RetryPolicy
 
 
 class NamespaceIn(BaseModel):
@@ -15,6 +15,7 @@ class NamespaceIn(BaseModel):
     processor: ProcessorConfig = ProcessorConfig()
     retry: RetryPolicy = RetryPolicy()
     history: HistoryRange = HistoryRange()
+    retries: RetryPolicies = RetryPolicies()
 
 
 class StartIn(BaseModel):
@@ -102,5 +103,6 @@ class NamespaceOut(BaseModel):
     processor: ProcessorConfig
     retry: RetryPolicy
     history: HistoryRange
+    retries: RetryPolicies
     in_process: bool
     updated_at: str | None

@@ -12,7 +12,13 @@ from mainspring.machines import data
 from mainspring.machines.data import NamespaceRow
 from mainspring.machines.errors import NamespaceNotFound, ProcessorFailed
 from mainspring.machines.processor import HttpProcessor, LocalProcessor, Processor
-from mainspring.machines.settings import HistoryRange, NamespaceConfig, ProcessorConfig, RetryPolicy
+from mainspring.machines.settings import (
+    HistoryRange,
+    NamespaceConfig,
+    ProcessorConfig,
+    RetryPolicies,
+    RetryPolicy,
+)
 from mainspring.store import Transaction, format_time
 from mainspring.store.dialect import Executor
 
@@ -57,15 +63,16 @@ parsed again."""
 
 
 def _from_row(row: NamespaceRow) -> Namespace:
-    key = (row.name, row.updated_at, row.processor_url, row.timeout_ms, repr(row.retry), repr(row.history))
+    key = (row.name, row.updated_at, row.processor_url, row.timeout_ms, repr(row.retry), repr(row.history), row.processor_protocol, repr(row.retries))
     found = _PARSED.get(key)
     if found is None:
         if len(_PARSED) > 1000:
             _PARSED.clear()
         config = NamespaceConfig(
-            processor=ProcessorConfig(url=row.processor_url, timeout_ms=row.timeout_ms),
+            processor=ProcessorConfig(url=row.processor_url, timeout_ms=row.timeout_ms, protocol=row.processor_protocol or "json"),
             retry=RetryPolicy.model_validate(row.retry),
             history=HistoryRange.model_validate(row.history),
+            retries=RetryPolicies.model_validate(row.retries or {}),
         )
         found = _PARSED[key] = Namespace(row.name, config, stored=True, updated_at=row.updated_at)
     return found
@@ -104,8 +111,19 @@ async def save_namespace(tx: Transaction, name: str, config: NamespaceConfig) ->
         "retry": config.retry.model_dump(),
         "history": config.history.model_dump(),
         "updated_at": tx.store.now_ms(),
+        "processor_protocol": config.processor.protocol,
+        "retries": config.retries.model_dump(exclude_none=True),
     }
     return await data.save_namespace(tx, name, values)
+
+
+def machinegun_processor(url: str, client: httpx.AsyncClient) -> Processor:
+    """A processor speaking Machinegun's Thrift ``Processor`` service (needs the ``machinegun`` extra)."""
+    try:
+        from mainspring.machines.machinegun.processor import MachinegunProcessor
+    except ImportError as exc:  # a transient failure: installing the extra and restarting heals it
+        raise ProcessorFailed("processor.protocol is machinegun but thriftpy2 is not installed (pip install 'mainspring[machinegun]')") from exc
+    return MachinegunProcessor(url, client)
 
 
 def processor_for(ctx: Context, namespace: Namespace) -> Processor:
@@ -116,6 +134,8 @@ def processor_for(ctx: Context, namespace: Namespace) -> Processor:
         if client is None:
             limits = httpx.Limits(max_connections=ctx.settings.machines.concurrency * 4, max_keepalive_connections=64)
             client = ctx.extras[HTTP_CLIENT] = httpx.AsyncClient(limits=limits)
+        if namespace.config.processor.protocol == "machinegun":
+            return machinegun_processor(url, client)
         return HttpProcessor(url, client)
     cache: dict[str, LocalProcessor] = ctx.extras.setdefault(LOCAL_PROCESSORS, {})
     if namespace.name not in cache:

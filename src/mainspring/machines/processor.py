@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 import httpx
 
+from mainspring.machines.settings import HistoryRange
 from mainspring.store import parse_time
 
 KINDS = ("init", "call", "timeout", "notification", "repair")
@@ -45,6 +46,8 @@ class ProcessorError(Exception):
     detail: str
     permanent: bool = False
     timeout: bool = False
+    refusal: Any = UNSET
+    """What a processor said when it refused a repair on purpose (Machinegun's ``RepairFailed.reason``)."""
 
     def __str__(self) -> str:
         return self.detail
@@ -64,10 +67,24 @@ class Answer:
     """UNSET: unchanged; None: unset; int: epoch ms."""
     remove: bool = False
     response: Any = None
+    timer_range: HistoryRange | None = None
+    """The history the new timer's ``timeout`` step is sent (None: the namespace's range)."""
+    timer_timeout_ms: int | None = None
+    """How long the new timer's ``timeout`` step may take (None: the namespace's timeout)."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """What a processor call is about beyond the machine's view: the range its history was read with, and
+    the machine's timer. The JSON protocol does not send it; Machinegun's does (``Machine.history_range``,
+    ``Machine.timer``)."""
+
+    history: HistoryRange
+    timer_at: int | None = None
 
 
 class Processor(Protocol):
-    async def process(self, kind: str, args: Any, machine: dict[str, Any], timeout_ms: int, now_ms: int) -> Answer: ...
+    async def process(self, kind: str, args: Any, machine: dict[str, Any], timeout_ms: int, now_ms: int, *, step: Step | None = None) -> Answer: ...
 
 
 def parse_answer(body: Any, now_ms: int) -> Answer:
@@ -117,7 +134,7 @@ class HttpProcessor:
         self.url = url
         self.client = client
 
-    async def process(self, kind: str, args: Any, machine: dict[str, Any], timeout_ms: int, now_ms: int) -> Answer:
+    async def process(self, kind: str, args: Any, machine: dict[str, Any], timeout_ms: int, now_ms: int, *, step: Step | None = None) -> Answer:
         try:
             reply = await self.client.post(self.url, json=request_body(kind, args, machine), timeout=timeout_ms / 1000)
         except httpx.TimeoutException as exc:
@@ -174,7 +191,7 @@ class LocalProcessor:
             return await _run(method, args, machine)
         return await _run(self.target, kind, args, machine)
 
-    async def process(self, kind: str, args: Any, machine: dict[str, Any], timeout_ms: int, now_ms: int) -> Answer:
+    async def process(self, kind: str, args: Any, machine: dict[str, Any], timeout_ms: int, now_ms: int, *, step: Step | None = None) -> Answer:
         try:
             body = await asyncio.wait_for(self.invoke(kind, args, machine), timeout_ms / 1000)
         except TimeoutError as exc:

@@ -9,6 +9,7 @@ are in ``data``.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import uuid
 import weakref
 from collections.abc import Sequence
@@ -40,7 +41,8 @@ from mainspring.machines.namespaces import (
     namespace_of,
     processor_for,
 )
-from mainspring.machines.processor import UNSET, Answer, ProcessorError
+from mainspring.machines.processor import UNSET, Answer, ProcessorError, Step
+from mainspring.machines.retry import next_delay_ms
 from mainspring.machines.settings import HistoryRange
 from mainspring.machines.steps import (
     CHANNEL,
@@ -126,9 +128,23 @@ async def _load(ctx: Context, namespace: str, machine_id: str, rng: HistoryRange
     return ns, machine, events
 
 
-async def _process(ctx: Context, ns: Namespace, kind: str, args: Any, view: dict[str, Any], timeout_ms: int | None = None) -> Answer:
+async def _process(ctx: Context, ns: Namespace, kind: str, args: Any, view: dict[str, Any], timeout_ms: int | None = None, step: Step | None = None) -> Answer:
+    """Ask the processor; a transient failure is retried here only by the namespace's ``retries.processor``
+    policy (Machinegun's processor policy), never past the call's timeout. Without one it is answered at once."""
     processor = processor_for(ctx, ns)
-    return await processor.process(kind, args, view, timeout_ms or ns.timeout_ms, ctx.now_ms())
+    policy = ns.config.retries.processor
+    budget_ms = timeout_ms or ns.timeout_ms
+    started = ctx.now_ms()
+    for attempt in itertools.count(1):
+        left_ms = budget_ms - (ctx.now_ms() - started)
+        try:
+            return await processor.process(kind, args, view, max(1, left_ms), ctx.now_ms(), step=step)
+        except ProcessorError as error:
+            delay = None if policy is None or error.permanent else next_delay_ms(policy, attempt, ctx.now_ms() - started)
+            if delay is None or ctx.now_ms() - started + delay >= budget_ms:
+                raise
+            await asyncio.sleep(delay / 1000)
+    raise AssertionError("unreachable")
 
 
 # --- Start --------------------------------------------------------------------------------------------------
@@ -146,7 +162,7 @@ async def start_machine(ctx: Context, namespace: str, machine_id: str, args: Any
         raise MachineAlreadyExists(f"machine {machine_id!r} already exists in namespace {namespace!r}")
     view = {"namespace": namespace, "id": machine_id, "status": "working", "history": [], "aux_state": None}
     try:
-        answer = await _process(ctx, ns, "init", args, view)
+        answer = await _process(ctx, ns, "init", args, view, step=Step(ns.config.history))
     except ProcessorError as error:
         metrics.count_processor_error(namespace, "init", error.code)
         raise _processor_error(error) from error
@@ -167,7 +183,9 @@ async def _create(tx: Transaction, namespace: str, machine_id: str, answer: Answ
     now = tx.store.now_ms()
     timer_at = answer.timer_at if isinstance(answer.timer_at, int) else None
     aux_state = None if answer.aux_state is UNSET else answer.aux_state
-    machine = await data.insert_machine(tx, namespace, machine_id, aux_state, timer_at, len(answer.events), now)
+    timer_range = answer.timer_range.model_dump() if timer_at is not None and answer.timer_range is not None else None
+    timer_timeout_ms = answer.timer_timeout_ms if timer_at is not None else None
+    machine = await data.insert_machine(tx, namespace, machine_id, aux_state, timer_at, len(answer.events), now, timer_range, timer_timeout_ms)
     metrics.count_step(tx, namespace, "init")
     await data.insert_history(tx, machine.uid, 1, answer.events, now)
     await outbox.emit_many(tx, [outbox.Event("machine.created", SUBJECT, machine.subject, {"namespace": namespace, "id": machine_id}),
@@ -197,15 +215,20 @@ def _created_body(machine: MachineRow, answer: Answer, now: int) -> dict[str, An
 # --- Call and Repair ----------------------------------------------------------------------------------------
 
 
-async def call_machine(ctx: Context, namespace: str, machine_id: str, args: Any, key: str | None = None, timeout_ms: int | None = None) -> Reply:
-    """Run a ``call`` step and answer the processor's response."""
-    return await _step(ctx, namespace, machine_id, "call", args, key, timeout_ms)
+async def call_machine(
+    ctx: Context, namespace: str, machine_id: str, args: Any, key: str | None = None, timeout_ms: int | None = None, rng: HistoryRange | None = None
+) -> Reply:
+    """Run a ``call`` step and answer the processor's response; ``rng``: the history the processor is sent
+    (None: the namespace's range)."""
+    return await _step(ctx, namespace, machine_id, "call", args, key, timeout_ms, rng)
 
 
-async def repair_machine(ctx: Context, namespace: str, machine_id: str, args: Any, key: str | None = None, simple: bool = False) -> Reply:
+async def repair_machine(
+    ctx: Context, namespace: str, machine_id: str, args: Any, key: str | None = None, simple: bool = False, rng: HistoryRange | None = None
+) -> Reply:
     """Bring a failed machine back to ``working``: through the processor's ``repair``, or at once when simple."""
     if not simple:
-        return await _step(ctx, namespace, machine_id, "repair", args, key, None)
+        return await _step(ctx, namespace, machine_id, "repair", args, key, None, rng)
     replay = await _replay(ctx, namespace, machine_id, key, "repair")
     if replay is not None:
         return replay
@@ -224,19 +247,19 @@ async def repair_machine(ctx: Context, namespace: str, machine_id: str, args: An
     return Reply(200, body)
 
 
-async def _step(ctx: Context, namespace: str, machine_id: str, kind: str, args: Any, key: str | None, timeout_ms: int | None) -> Reply:
+async def _step(ctx: Context, namespace: str, machine_id: str, kind: str, args: Any, key: str | None, timeout_ms: int | None, rng: HistoryRange | None = None) -> Reply:
     replay = await _replay(ctx, namespace, machine_id, key, kind)
     if replay is not None:
         return replay
     async with machine_lock(ctx, namespace, machine_id):
         for _attempt in range(ctx.settings.machines.conflict_retries + 1):
-            ns, machine, events = await _load(ctx, namespace, machine_id)
+            ns, machine, events = await _load(ctx, namespace, machine_id, rng)
             if kind == "call" and machine.status != "working":
                 raise MachineFailed(f"machine {machine_id!r} is failed; repair it first")
             if kind == "repair" and machine.status == "working":
                 raise MachineAlreadyWorking(f"machine {machine_id!r} is working")
             try:
-                answer = await _process(ctx, ns, kind, args, processor_view(machine, events), timeout_ms)
+                answer = await _process(ctx, ns, kind, args, processor_view(machine, events), timeout_ms, Step(rng or ns.config.history, machine.timer_at))
             except ProcessorError as error:
                 metrics.count_processor_error(namespace, kind, error.code)
                 reply = await _step_failed(ctx, machine, kind, error, key)
@@ -285,14 +308,15 @@ async def _step_failed(ctx: Context, machine: MachineRow, kind: str, error: Proc
                 raise _not_found(machine.namespace, machine.id)
             await journal(tx, machine.uid, kind, error.code, error.detail, permanent=error.permanent, attempt=1,
                           outcome="repair_failed" if kind == "repair" else "returned")
-    raise problem
+    raise problem from error  # the cause tells the Machinegun face whether it was permanent, or a refused repair
 
 
 # --- Notify -------------------------------------------------------------------------------------------------
 
 
-async def notify_machine(ctx: Context, namespace: str, machine_id: str, args: Any, key: str | None = None) -> Reply:
-    """Queue a notification; it is delivered later, in order, at least once."""
+async def notify_machine(ctx: Context, namespace: str, machine_id: str, args: Any, key: str | None = None, rng: HistoryRange | None = None) -> Reply:
+    """Queue a notification; it is delivered later, in order, at least once. ``rng``: the history its step
+    is sent (None: the namespace's range)."""
     replay = await _replay(ctx, namespace, machine_id, key, "notify")
     if replay is not None:
         return replay
@@ -304,7 +328,7 @@ async def notify_machine(ctx: Context, namespace: str, machine_id: str, args: An
                 async with ctx.store.read() as conn:
                     await find_namespace(conn, ctx, namespace)
                 raise _not_found(namespace, machine_id)
-            await data.insert_notification(tx, notification_id, machine.uid, args, ctx.now_ms())
+            await data.insert_notification(tx, notification_id, machine.uid, args, ctx.now_ms(), None if rng is None else rng.model_dump())
             tx.notify(CHANNEL)
             body = {"id": notification_id}
             await _save_operation(tx, namespace, machine_id, key, "notify", 202, body)

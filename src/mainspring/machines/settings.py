@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -31,8 +33,8 @@ class HistoryRange(BaseModel):
 
     after: int | None = Field(None, ge=0)
     """Events after this event id (None: from the first)."""
-    limit: int | None = Field(None, ge=1, le=100_000)
-    """At most this many events (None: all)."""
+    limit: int | None = Field(None, ge=0, le=100_000)
+    """At most this many events (None: all; 0: none, as Machinegun allows)."""
     direction: str = Field("forward", pattern="^(forward|backward)$")
     """``forward`` (oldest first) or ``backward`` (newest first)."""
 
@@ -46,6 +48,23 @@ class ProcessorConfig(BaseModel):
     """None: the namespace is served by an in-process processor registered with ``App.processor``."""
     timeout_ms: int = Field(30_000, ge=1, le=3_600_000)
     """How long the server waits for the processor's answer."""
+    protocol: Literal["json", "machinegun"] = "json"
+    """How the server talks to ``url``: ``json`` (API.md §2) or ``machinegun`` (Machinegun's Thrift
+    ``Processor`` service over woody, for processors written for Machinegun; docs/machinegun.md)."""
+
+
+class RetryPolicies(BaseModel):
+    """Retry policies per kind of work, as Machinegun configures them; an absent one is today's behaviour."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+    timers: RetryPolicy | None = None
+    """A timer whose ``timeout`` step failed transiently (None: the namespace's ``retry``)."""
+    notifications: RetryPolicy | None = None
+    """A notification whose step failed transiently (None: the namespace's ``retry``)."""
+    processor: RetryPolicy | None = None
+    """Retries of a transient processor failure within one Start, Call or Repair, before it is answered
+    502/504 (None: no retry, the caller decides). Bounded by the call's timeout."""
 
 
 class NamespaceConfig(BaseModel):
@@ -59,6 +78,32 @@ class NamespaceConfig(BaseModel):
     """The retry policy of timers and notifications."""
     history: HistoryRange = HistoryRange()
     """The part of the history sent to the processor."""
+    retries: RetryPolicies = RetryPolicies()
+    """Retry policies per kind (Machinegun's ``retries``); each absent one falls back as it says."""
+
+
+class MachinegunSink(BaseModel):
+    """Machine events to Kafka as Machinegun's Thrift-binary ``SinkEvent`` records, keyed by machine id."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+    bootstrap_servers: str = "127.0.0.1:9092"
+    """The Kafka brokers, comma-separated."""
+    topic: str = Field(..., min_length=1, max_length=249)
+    """The topic (Machinegun names one per namespace; any name works)."""
+    namespaces: list[str] = []
+    """The namespaces whose events go to this topic; empty: every namespace."""
+
+
+class MachinegunSettings(BaseModel):
+    """Machinegun's own protocol (Thrift over HTTP, "woody"; docs/machinegun.md)."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+    automaton_path: str = Field("/v1/machinegun/automaton", pattern=r"^/[A-Za-z0-9._~/-]*$")
+    """Where the Thrift ``Automaton`` service is served (``POST``, ``application/x-thrift``)."""
+    sinks: list[MachinegunSink] = []
+    """Kafka event sinks in Machinegun's format (``event_sink.thrift``), each with its own durable cursor."""
 
 
 class MachinesSettings(BaseModel):
@@ -78,3 +123,5 @@ class MachinesSettings(BaseModel):
     """How often a Call whose step lost the version race to another step is re-run before 409."""
     journal_in_get: int = Field(100, ge=0, le=10_000)
     """Newest failure-journal entries shown in Get."""
+    machinegun: MachinegunSettings = MachinegunSettings()
+    """Machinegun's Thrift protocol: the Automaton service's path."""

@@ -70,8 +70,12 @@ async def apply_answer(
     """Apply one answer to the machine read as ``machine``; anything but APPLIED wrote nothing."""
     now = tx.store.now_ms()
     timer_at = None if consume_timer else machine.timer_at
+    timer_range, timer_timeout_ms = (None, None) if consume_timer else (machine.timer_range, machine.timer_timeout_ms)
     if answer.timer_at is not UNSET:
         timer_at = answer.timer_at
+        # A timer set by this answer carries this answer's range and timeout (Machinegun's SetTimerAction).
+        timer_range = answer.timer_range.model_dump() if timer_at is not None and answer.timer_range is not None else None
+        timer_timeout_ms = answer.timer_timeout_ms if timer_at is not None else None
     reset_retry = consume_timer or repaired
     step = StepWrite(
         uid=machine.uid,
@@ -84,6 +88,8 @@ async def apply_answer(
         status="working" if repaired else machine.status,
         error=None if repaired else machine.error,
         updated_at=now,
+        timer_range=timer_range,
+        timer_timeout_ms=timer_timeout_ms,
     )
     if tx.store.is_postgres:
         outcome = await data.write_step_with_events(tx, machine, step, answer.events, grouped=grouped)

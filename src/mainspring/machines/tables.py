@@ -1,4 +1,5 @@
-"""The machines face's tables (migrations machines_0001, machines_0002: the one lease shape)."""
+"""The machines face's tables (migrations machines_0001, machines_0002: the one lease shape, machines_0003:
+Machinegun's protocol)."""
 
 from sqlalchemy import Boolean, Column, ForeignKey, Index, Integer, String, Table, Text, UniqueConstraint
 
@@ -14,6 +15,8 @@ namespaces = Table(
     Column("retry", Json, nullable=False),
     Column("history", Json, nullable=False),
     Column("updated_at", Millis, nullable=False),
+    Column("processor_protocol", String(16), nullable=True),
+    Column("retries", Json, nullable=True),
 )
 
 machines = Table(
@@ -35,6 +38,8 @@ machines = Table(
     Column("error", Json, nullable=True),
     Column("created_at", Millis, nullable=False),
     Column("updated_at", Millis, nullable=False),
+    Column("timer_range", Json, nullable=True),
+    Column("timer_timeout_ms", Integer, nullable=True),
     UniqueConstraint("namespace", "id"),
     Index("ix_machines_wake", "status", "wake_at"),
     Index("ix_machines_ns_status", "namespace", "status", "id"),
@@ -60,6 +65,7 @@ notifications = Table(
     Column("due_at", Millis, nullable=False),
     Column("attempts", Integer, nullable=False),
     Column("first_failed_at", Millis, nullable=True),
+    Column("history_range", Json, nullable=True),
     Index("ix_machine_notifications_machine", "machine_uid", "seq"),
 )
 

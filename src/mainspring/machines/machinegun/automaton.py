@@ -1,0 +1,241 @@
+"""Machinegun's ``Automaton`` service, served over woody (Thrift binary over HTTP POST).
+
+Each method maps onto the face's service functions, so a machine started here is the same machine the JSON
+API shows, with the same guarantees. What each method may throw is exactly what the IDL declares; anything
+else is a woody *system* error (see ``woody``): a processor that is unavailable or slow is ``502`` (the
+fault is further on), a machine busy with other steps or an unreachable store is ``503`` (nothing was
+done: retry), an unexpected failure is ``500``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from thriftpy2.protocol.binary import TBinaryProtocol
+from thriftpy2.thrift import TApplicationException, TException, TProcessor
+
+# The pure-Python buffer and protocol: the Cython buffer spins forever on a truncated message, and these
+# bytes come from the network.
+from thriftpy2.transport.memory import TMemoryBuffer
+
+from mainspring.core.auth import Principal
+from mainspring.core.errors import Forbidden, MainspringError
+from mainspring.core.runtime import Context, request_context
+from mainspring.machines import errors, namespaces, service
+from mainspring.machines.machinegun import codec, woody
+from mainspring.machines.machinegun.idl import Automaton, stateproc
+from mainspring.machines.processor import UNSET, ProcessorError
+from mainspring.machines.settings import HistoryRange
+from mainspring.store.errors import is_unavailable
+
+log = logging.getLogger("mainspring.machines.machinegun")
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+"""Namespace and machine ids, as the JSON API's paths accept them."""
+
+
+@dataclass
+class SystemError_(Exception):
+    """A woody system error: the HTTP status and ``woody.error-class`` a woody client reads it by."""
+
+    status: int
+    error_class: str
+    reason: str
+
+
+FACE_TO_IDL: dict[type[Exception], Any] = {
+    errors.NamespaceNotFound: stateproc.NamespaceNotFound,
+    errors.MachineNotFound: stateproc.MachineNotFound,
+    errors.MachineAlreadyExists: stateproc.MachineAlreadyExists,
+    errors.MachineFailed: stateproc.MachineFailed,
+    errors.MachineAlreadyWorking: stateproc.MachineAlreadyWorking,
+}
+
+
+@contextlib.contextmanager
+def declared() -> Iterator[None]:
+    """The face's errors as the IDL's exceptions. A method that does not declare one lets it through as a
+    500 (``serve_automaton`` checks the method's throws), so each method throws only what it declares."""
+    try:
+        yield
+    except tuple(FACE_TO_IDL) as exc:
+        raise FACE_TO_IDL[type(exc)]() from exc
+    except (errors.ProcessorFailed, errors.ProcessorTimeout) as exc:
+        cause = exc.__cause__
+        if isinstance(cause, ProcessorError) and cause.refusal is not UNSET:  # the processor threw RepairFailed
+            raise stateproc.RepairFailed(reason=codec.value_from_json(cause.refusal)) from exc
+        if isinstance(cause, ProcessorError) and cause.permanent:
+            # Machinegun's word for a processor that failed the step: the machine failed (or, for Start,
+            # was never created).
+            raise stateproc.MachineFailed() from exc
+        # A processor that did not answer: woody's external errors, since the fault is past this server.
+        if isinstance(exc, errors.ProcessorTimeout):
+            raise SystemError_(502, woody.RESULT_UNKNOWN, exc.detail) from exc
+        raise SystemError_(502, woody.RESOURCE_UNAVAILABLE, exc.detail) from exc
+
+
+class AutomatonHandler:
+    """The IDL's methods (thriftpy2 calls them by name, with the IDL's argument order)."""
+
+    def __init__(self, ctx: Context, principal: Principal, deadline_ms: int | None) -> None:
+        self.ctx = ctx
+        self.principal = principal
+        self.deadline_ms = deadline_ms
+
+    def _names(self, ns: Any, machine_id: Any) -> tuple[str, str]:
+        for what, value in (("namespace", ns), ("machine id", machine_id)):
+            if not isinstance(value, str) or not NAME.match(value):
+                raise SystemError_(400, woody.RESULT_UNEXPECTED, f"invalid {what} {value!r}")
+        self.principal.require(f"machines:{ns}")
+        return ns, machine_id
+
+    def _descriptor(self, desc: Any) -> tuple[str, str, HistoryRange]:
+        if desc is None or desc.ref is None or desc.ref.id is None:
+            raise SystemError_(400, woody.RESULT_UNEXPECTED, "MachineDescriptor.ref.id is required")
+        ns, machine_id = self._names(desc.ns, desc.ref.id)
+        return ns, machine_id, codec.history_range(desc.range)
+
+    def _timeout_ms(self) -> int | None:
+        """What is left of the caller's ``woody.deadline`` for the processor (None: the namespace's timeout)."""
+        if self.deadline_ms is None:
+            return None
+        left = self.deadline_ms - self.ctx.now_ms()
+        if left <= 0:
+            raise SystemError_(503, woody.RESOURCE_UNAVAILABLE, "deadline reached")
+        return left
+
+    async def Start(self, ns: str, id: str, a: Any) -> None:
+        ns, machine_id = self._names(ns, id)
+        with declared():
+            await service.start_machine(self.ctx, ns, machine_id, codec.value_to_json(a))
+
+    async def Call(self, desc: Any, a: Any) -> Any:
+        ns, machine_id, rng = self._descriptor(desc)
+        with declared():
+            reply = await service.call_machine(self.ctx, ns, machine_id, codec.value_to_json(a), timeout_ms=self._timeout_ms(), rng=rng)
+        return codec.value_from_json(reply.body["response"])
+
+    async def GetMachine(self, desc: Any) -> Any:
+        ns, machine_id, rng = self._descriptor(desc)
+        with declared():
+            machine = await service.get_machine(self.ctx, ns, machine_id, rng)
+        if rng.after is not None and not 1 <= rng.after <= machine["last_event_id"]:
+            raise stateproc.EventNotFound()
+        return codec.machine_struct(machine, rng)
+
+    async def Repair(self, desc: Any, a: Any) -> Any:
+        ns, machine_id, rng = self._descriptor(desc)
+        with declared():
+            reply = await service.repair_machine(self.ctx, ns, machine_id, codec.value_to_json(a), rng=rng)
+        return codec.value_from_json(reply.body["response"])
+
+    async def SimpleRepair(self, ns: str, ref: Any) -> None:
+        ns, machine_id = self._names(ns, ref.id if ref is not None else None)
+        with declared():
+            await service.repair_machine(self.ctx, ns, machine_id, None, simple=True)
+
+    async def Notify(self, desc: Any, a: Any) -> Any:
+        ns, machine_id, rng = self._descriptor(desc)
+        with declared():
+            reply = await service.notify_machine(self.ctx, ns, machine_id, codec.value_to_json(a), rng=rng)
+        return stateproc.NotifyResponse(id=reply.body["id"])
+
+    async def Remove(self, ns: str, id: str) -> None:
+        ns, machine_id = self._names(ns, id)
+        with declared():
+            await namespaces.get_namespace(self.ctx, ns)  # NamespaceNotFound before MachineNotFound
+            await service.remove_machine(self.ctx, ns, machine_id)
+
+    async def Modernize(self, desc: Any) -> None:
+        """Mainspring keeps events as the processor wrote them and has no Modernizer to call, so there is
+        nothing to rewrite; like Machinegun it still says whether the namespace and machine exist."""
+        ns, machine_id, _rng = self._descriptor(desc)
+        with declared():
+            await service.get_machine(self.ctx, ns, machine_id, HistoryRange(limit=0))
+
+
+def _answer(status: int, body: bytes = b"", headers: dict[str, str] | None = None, trace: dict[str, str] | None = None) -> Response:
+    media = woody.CONTENT_TYPE if status == 200 else None
+    return Response(body, status_code=status, media_type=media, headers={**(trace or {}), **(headers or {})})
+
+
+def _refused(status: int, reason: str, trace: dict[str, str] | None = None) -> Response:
+    return _answer(status, headers=woody.error_headers(woody.RESULT_UNEXPECTED, reason), trace=trace)
+
+
+async def serve_automaton(request: Request) -> Response:
+    """One woody call of the Automaton service: checks the transport as woody's server does, decodes the
+    Thrift message, runs the method and encodes its result or declared exception."""
+    if request.headers.get("content-type", "").split(";")[0].strip() != woody.CONTENT_TYPE:
+        return _refused(415, f"wrong content type: {request.headers.get('content-type')}")
+    accept = request.headers.get("accept")
+    if accept not in (None, woody.CONTENT_TYPE, "*/*"):
+        return _refused(406, f"wrong client accept: {accept}")
+    ids = {h: request.headers.get(h) for h in (woody.TRACE_ID, woody.SPAN_ID, woody.PARENT_ID)}
+    if not all(ids.values()):
+        return _refused(400, "bad woody id header")
+    trace: dict[str, str] = {k: v for k, v in ids.items() if v}
+    deadline_ms = None
+    if request.headers.get(woody.DEADLINE):
+        try:
+            deadline_ms = woody.parse_deadline(request.headers[woody.DEADLINE])
+        except ValueError:
+            return _refused(400, f"bad {woody.DEADLINE} header", trace)
+    ctx = request_context(request)
+    body = await request.body()
+    if not body:
+        return _refused(400, "body empty", trace)
+    handler = AutomatonHandler(ctx, request.state.principal, deadline_ms)
+    processor = TProcessor(Automaton, handler)
+    try:
+        api, seqid, result, call = processor.process_in(TBinaryProtocol(TMemoryBuffer(body)))
+    except Exception as exc:  # any decoding failure of a client's bytes is its bad request, not our 500
+        return _refused(400, f"bad thrift message: {type(exc).__name__}: {exc}"[:300], trace)
+    if isinstance(result, TApplicationException) or call is None:
+        return _refused(400, f"unknown method {api!r}", trace)
+    out = TMemoryBuffer()
+    oprot = TBinaryProtocol(out)
+    try:
+        if deadline_ms is not None:
+            handler._timeout_ms()  # a call whose deadline has passed is not started at all
+        result.success = await call()
+    except SystemError_ as exc:
+        return _answer(exc.status, headers=woody.error_headers(exc.error_class, exc.reason), trace=trace)
+    except TException as exc:
+        if not processor.handle_exception(exc, result):
+            log.error("Automaton.%s raised %s, which the IDL does not declare for it", api, type(exc).__name__)
+            return _answer(500, headers=woody.error_headers(woody.RESULT_UNEXPECTED, f"undeclared {type(exc).__name__}"), trace=trace)
+        processor.send_result(oprot, api, result, seqid)
+        return _answer(200, out.getvalue(), woody.error_headers(woody.BUSINESS, type(exc).__name__), trace)
+    except Forbidden as exc:
+        return _refused(403, exc.detail, trace)
+    except errors.MachineBusy as exc:
+        return _answer(503, headers=woody.error_headers(woody.RESOURCE_UNAVAILABLE, exc.detail), trace=trace)
+    except MainspringError as exc:
+        # A refused request (a value with no place in the store) is the caller's 400; the store gone is 503.
+        status = 400 if exc.status < 500 else 503 if exc.status == 503 else 500
+        error_class = woody.RESOURCE_UNAVAILABLE if status == 503 else woody.RESULT_UNEXPECTED
+        return _answer(status, headers=woody.error_headers(error_class, exc.detail), trace=trace)
+    except Exception as exc:
+        if is_unavailable(exc):
+            return _answer(503, headers=woody.error_headers(woody.RESOURCE_UNAVAILABLE, "the store is not reachable"), trace=trace)
+        log.exception("Automaton.%s failed", api)
+        return _answer(500, headers=woody.error_headers(woody.RESULT_UNEXPECTED, f"{type(exc).__name__}"), trace=trace)
+    processor.send_result(oprot, api, result, seqid)
+    return _answer(200, out.getvalue(), trace=trace)
+
+
+def automaton_routers(settings: Any) -> list[APIRouter]:
+    """The Automaton's route at the configured path (``machines.machinegun.automaton_path``)."""
+    router = APIRouter(tags=["machinegun"])
+    router.add_api_route(
+        settings.machines.machinegun.automaton_path, serve_automaton, methods=["POST"], include_in_schema=True,
+        summary="Machinegun's Automaton service (Thrift binary over HTTP, woody)",
+    )
+    return [router]

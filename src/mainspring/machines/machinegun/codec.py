@@ -1,0 +1,155 @@
+"""Machinegun's msgpack ``Value`` and ``Content`` <-> the JSON the machines face stores, losslessly.
+
+The store keeps args, events, aux state and responses as JSON, and JSON processors (HTTP or in-process)
+read them as JSON, so a Value is kept as the JSON it naturally is, and tagged only where JSON cannot say it:
+
+| Value | JSON |
+| --- | --- |
+| ``nl`` / ``b`` / ``i`` / ``flt`` / ``str`` | ``null`` / ``true``,``false`` / integer / float (always with a fraction or exponent) / string |
+| ``arr`` | array |
+| ``obj`` with string keys, none starting with ``$`` | object |
+| any other ``obj`` | ``{"$map": [[key, value], ...]}`` (keys kept in order, of any type) |
+| ``bin`` | ``{"$bin": "<base64>"}`` |
+
+A ``Content`` with a ``format_version`` is ``{"$fv": n, "$data": <value>}``; without one it is just its
+value. Because a plain object never has a ``$`` key (those are written as ``$map``), every object whose
+keys start with ``$`` is a tag and decoding is exact: ``value_from_json(value_to_json(v)) == v`` for every
+Value, and a float stays a float because Python's ``json`` writes ``1.0``, not ``1``.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+from typing import Any
+
+from mainspring.core.errors import InvalidRequest
+from mainspring.machines.machinegun.idl import msgpack, stateproc
+from mainspring.machines.settings import HistoryRange
+
+Value = msgpack.Value
+Content = stateproc.Content
+
+BIN, MAP, VERSION, DATA = "$bin", "$map", "$fv", "$data"
+I64 = (-(2**63), 2**63 - 1)
+
+
+class NotAValue(InvalidRequest):
+    """JSON that has no msgpack Value (an integer past i64, a NaN); the processor's answer is refused."""
+
+    code, title = "not_a_msgpack_value", "The value cannot be written as a Machinegun msgpack Value"
+
+
+def value_to_json(value: Any) -> Any:
+    """A msgpack Value (thriftpy2 union: exactly one field set) as JSON."""
+    if value is None or value.nl is not None:
+        return None
+    if value.b is not None:
+        return value.b
+    if value.i is not None:
+        return value.i
+    if value.flt is not None:
+        return float(value.flt)
+    if value.str is not None:
+        return value.str
+    if value.bin is not None:
+        return {BIN: base64.b64encode(value.bin).decode("ascii")}
+    if value.arr is not None:
+        return [value_to_json(v) for v in value.arr]
+    if value.obj is not None:
+        pairs = [(value_to_json(k), value_to_json(v)) for k, v in value.obj.items()]
+        if all(isinstance(k, str) and not k.startswith("$") for k, _ in pairs):
+            return dict(pairs)
+        return {MAP: [[k, v] for k, v in pairs]}
+    return None  # a union with no field set: Machinegun reads it as nil too
+
+
+def value_from_json(data: Any) -> Any:
+    """JSON as a msgpack Value; the inverse of ``value_to_json``."""
+    if data is None:
+        return Value(nl=msgpack.Nil())
+    if isinstance(data, bool):  # before int: bool is an int in Python
+        return Value(b=data)
+    if isinstance(data, int):
+        if not I64[0] <= data <= I64[1]:
+            raise NotAValue(f"integer {data} does not fit a msgpack i64")
+        return Value(i=data)
+    if isinstance(data, float):
+        if not math.isfinite(data):
+            raise NotAValue("msgpack Values have no NaN or infinity")
+        return Value(flt=data)
+    if isinstance(data, str):
+        return Value(str=data)
+    if isinstance(data, (bytes, bytearray)):
+        return Value(bin=bytes(data))
+    if isinstance(data, list | tuple):
+        return Value(arr=[value_from_json(v) for v in data])
+    if isinstance(data, dict):
+        if set(data) == {BIN} and isinstance(data[BIN], str):
+            return Value(bin=base64.b64decode(data[BIN]))
+        if set(data) == {MAP} and isinstance(data[MAP], list):
+            return Value(obj={value_from_json(k): value_from_json(v) for k, v in data[MAP]})
+        return Value(obj={value_from_json(str(k)): value_from_json(v) for k, v in data.items()})
+    raise NotAValue(f"a {type(data).__name__} has no msgpack Value")
+
+
+def content_to_json(content: Any) -> Any:
+    """A Content (an event body or aux state) as JSON: its value, tagged with its format version if any."""
+    if content is None:
+        return None
+    data = value_to_json(content.data)
+    if content.format_version is None:
+        return data
+    return {VERSION: content.format_version, DATA: data}
+
+
+def content_from_json(data: Any) -> Any:
+    """JSON as a Content; the inverse of ``content_to_json``."""
+    version, value = split_content(data)
+    return Content(format_version=version, data=value_from_json(value))
+
+
+def split_content(data: Any) -> tuple[int | None, Any]:
+    """(format version or None, the value's JSON) of stored content JSON."""
+    if isinstance(data, dict) and set(data) == {VERSION, DATA} and isinstance(data[VERSION], int):
+        return data[VERSION], data[DATA]
+    return None, data
+
+
+class BadHistoryRange(InvalidRequest):
+    code, title = "invalid_history_range", "The HistoryRange has a negative limit or an unknown direction"
+
+
+def history_range(rng: Any) -> HistoryRange:
+    """A Thrift HistoryRange as the face's (absent: the whole history, oldest first)."""
+    if rng is None:
+        return HistoryRange()
+    if rng.limit is not None and rng.limit < 0:
+        raise BadHistoryRange("HistoryRange.limit is negative")
+    direction = {None: "forward", stateproc.Direction.forward: "forward", stateproc.Direction.backward: "backward"}.get(rng.direction)
+    if direction is None:
+        raise BadHistoryRange(f"HistoryRange.direction {rng.direction!r} is unknown")
+    return HistoryRange(after=rng.after, limit=rng.limit, direction=direction)
+
+
+def thrift_range(rng: HistoryRange) -> Any:
+    direction = stateproc.Direction.backward if rng.direction == "backward" else stateproc.Direction.forward
+    return stateproc.HistoryRange(after=rng.after, limit=rng.limit, direction=direction)
+
+
+def machine_struct(machine: dict[str, Any], rng: HistoryRange) -> Any:
+    """A machine as the face shows it (Get's answer, or a processor's view plus ``timer``) as Machinegun's
+    ``Machine``: what GetMachine answers and what a Machinegun processor is sent."""
+    history = []
+    for event in machine["history"]:
+        version, data = split_content(event["data"])
+        history.append(stateproc.Event(id=event["id"], created_at=event["created_at"], format_version=version, data=value_from_json(data)))
+    if machine["status"] == "failed":
+        error = machine.get("error") or {}
+        status = stateproc.MachineStatus(failed=stateproc.MachineStatusFailed(reason=str(error.get("detail", "failed"))))
+    else:
+        status = stateproc.MachineStatus(working=stateproc.MachineStatusWorking())
+    return stateproc.Machine(
+        ns=machine["namespace"], id=machine["id"], history=history, history_range=thrift_range(rng), status=status,
+        aux_state=content_from_json(machine.get("aux_state")), timer=machine.get("timer"),
+    )
