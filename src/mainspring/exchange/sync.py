@@ -149,7 +149,7 @@ async def record_file_moves(ctx: Context, tx: Transaction, outcomes: list[Outcom
         if row.state == "COMMITTED" and row.process_id:
             cleanup_pids.add(row.process_id)
         if outcome.done:
-            if outcome.missing and row.state != "COMMITTED":
+            if outcome.missing and row.state != "COMMITTED" and await _decision_stands(tx, row):
                 await raise_alert(tx, "exchange_message_file_missing", "exchange.message", row.id,
                                   f"the file of message {row.id} was not found anywhere under the exchange folder")
             continue
@@ -178,6 +178,13 @@ async def record_file_moves(ctx: Context, tx: Transaction, outcomes: list[Outcom
             await raise_alert(tx, "exchange_cleanup_failing", "exchange.process", pid,
                               f"cleanup of process {pid} has failed {attempts} times: {error}")
     await finish_cleanups(tx, sorted(cleanup_pids - set(failed_pids)))
+
+
+async def _decision_stands(tx: Transaction, row: Any) -> bool:
+    """Whether the move ``row`` asked for is still the latest decision about its file: a newer one (another
+    server's, recorded meanwhile) may have moved the file away while we looked, so a miss proves nothing."""
+    current = (await tx.execute(select(M.c.file_version).where(M.c.id == row.id))).scalar()
+    return current == row.file_version
 
 
 async def finish_cleanups(tx: Transaction, process_ids: list[str]) -> int:
