@@ -176,7 +176,7 @@ async def record_file_moves(ctx: Context, tx: Transaction, outcomes: list[Outcom
         if process is None:
             continue
         attempts = process.cleanup_attempts + 1
-        await tx.execute(update(P).where(P.c.id == pid).values(
+        await tx.execute(update(P).where(P.c.id == pid, P.c.state == "CLEANUP").values(
             cleanup_attempts=attempts, next_attempt_at=now + retry_delay(ctx, attempts - 1), updated_at=now))
         if attempts >= alert_after:
             await raise_alert(tx, "exchange_cleanup_failing", "exchange.process", pid,
