@@ -5,6 +5,9 @@
 
 Kill it at any moment (Ctrl-C, kill -9) and start it again: every order is booked once, and processes
 left undecided are settled from the marker table in the ERP database — no operator needed.
+
+The mailbox is (``--addressee``, the ERP database's own id): made on first use and kept in the ERP database
+(``--print-database-id`` shows it, for the producers), unless ``--database`` names one.
 """
 
 from __future__ import annotations
@@ -56,8 +59,10 @@ async def main() -> None:
     parser.add_argument("--token", default=None)
     parser.add_argument("--erp", default="sqlite:///erp.db", help="the ERP database (SQLite or PostgreSQL URL)")
     parser.add_argument("--addressee", default="erp")
-    parser.add_argument("--database", default="erp-main", help="the ERP database's own stable id")
+    parser.add_argument("--database", default=None,
+                        help="the mailbox's database id (default: the id the ERP database keeps for itself)")
     parser.add_argument("--client-id", default="gedemin-1")
+    parser.add_argument("--print-database-id", action="store_true", help="print the mailbox's database id and exit")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO)
 
@@ -70,7 +75,12 @@ async def main() -> None:
     async with AsyncExchangeClient(args.server, args.token) as client:
         worker = ExchangeProcessor(client, engine, addressee=args.addressee, database=args.database,
                                    client_id=args.client_id, handler=book_orders, heartbeat_s=30)
-        await worker.run(stop)
+        await worker.ensure_marker_table()
+        if args.print_database_id:
+            print(await worker.database_id())
+        else:
+            logging.info("taking orders from mailbox %s/%s", args.addressee, await worker.database_id())
+            await worker.run(stop)
     await engine.dispose()
 
 

@@ -101,15 +101,16 @@ def _starts(mg: MachinesClient) -> bool:
 def test_the_exchange_example_books_every_order_once(database_url: str, tmp_path: Path) -> None:
     server = ServerProcess(database_url, tmp_path / "data").start()
     erp = f"sqlite:///{tmp_path / 'erp.db'}"
+    database = example("examples/exchange/erp_worker.py", "--server", server.url, "--erp", erp, "--print-database-id").stdout.strip()
     worker = subprocess.Popen([sys.executable, "examples/exchange/erp_worker.py", "--server", server.url, "--erp", erp],
                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        produced = example("examples/exchange/producer.py", "--server", server.url, "--count", "5")
+        produced = example("examples/exchange/producer.py", "--server", server.url, "--count", "5", "--database", database)
         assert len(produced.stdout.splitlines()) == 5
         with ExchangeClient(server.url) as client:
             receipts = until(lambda: len((r := client.list("mobile-7", "receipts"))["messages"]) == 5 and r, what="five receipts")
             assert len(receipts["messages"]) == 5
-            assert client.list("erp", "erp-main")["messages"] == []
+            assert client.list("erp", database)["messages"] == []
     finally:
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(30) == 0

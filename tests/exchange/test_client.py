@@ -6,12 +6,20 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import uuid
 from pathlib import Path
+from unittest.mock import ANY
 
 import httpx
 import pytest
 
-from mainspring.client.exchange import AsyncExchangeClient, ExchangeClient, ExchangeProcessor
+from mainspring.client.exchange import (
+    AsyncExchangeClient,
+    ExchangeClient,
+    ExchangeProcessor,
+    database_ids,
+    own_database_id,
+)
 from tests.exchange.conftest import COMMIT_TIMEOUT_MS, settle
 from tests.exchange.erp import apply_effects, create_schema, effect_counts, erp_engine, processor
 
@@ -213,3 +221,31 @@ async def test_client_killed_at_each_step_still_gives_every_effect_exactly_once(
         pending = [p for s in ("STARTED", "READY_TO_COMMIT", "IN_DOUBT") for p in await client.processes("mobile-a", "erp-1", s)]
     assert pending == []
     assert await effect_counts(erp) == {i: 1 for i in ids}
+
+
+async def test_without_a_database_id_the_erp_database_makes_its_own_and_keeps_it(client, exchange, erp):
+    """Seed 000: each ERP database has its own id, kept in the database itself (a restored backup keeps it)."""
+    first = ExchangeProcessor(exchange, erp, addressee="mobile-a", client_id="gedemin-a", handler=apply_effects)
+    second = ExchangeProcessor(exchange, erp, addressee="mobile-a", client_id="gedemin-b", handler=apply_effects)
+    await asyncio.gather(first.ensure_marker_table(), second.ensure_marker_table())
+    database = await first.database_id()
+    assert str(uuid.UUID(database)) == database
+    assert await second.database_id() == database == await own_database_id(erp)
+    async with erp.connect() as conn:
+        assert (await conn.execute(database_ids.select())).all() == [(1, database, ANY)]
+
+    box = f"/v1/exchange/mailboxes/mobile-a/{database}"
+    ids = [(await client.post(f"{box}/messages", content=f"order {i}".encode())).json()["id"] for i in range(3)]
+    await drain(second)
+    assert await effect_counts(erp) == {i: 1 for i in ids}
+    processes = (await client.get(f"/v1/exchange/processes?database={database}")).json()["processes"]
+    assert {p["state"] for p in processes} == {"DONE"}
+
+
+async def test_a_database_id_given_explicitly_is_used_and_none_is_made(exchange, erp):
+    worker = ExchangeProcessor(exchange, erp, addressee="mobile-a", database="erp-1", client_id="g",
+                               handler=apply_effects)
+    await worker.ensure_marker_table()
+    assert await worker.database_id() == "erp-1"
+    async with erp.connect() as conn:
+        assert (await conn.execute(database_ids.select())).all() == []

@@ -4,6 +4,7 @@ decision in the store and the file move that follows it."""
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 
 from sqlalchemy import select
@@ -192,3 +193,38 @@ async def test_recording_the_same_file_moves_twice_at_once_never_deadlocks(app, 
         await asyncio.gather(record(forward), record(forward[::-1]), record(forward[40:] + forward[:40]))
     async with store.read() as conn:
         assert all(r.synced for r in (await conn.execute(select(M.c.synced).where(M.c.id.in_(ids)))).all())
+
+
+def test_a_move_another_server_makes_while_we_look_is_not_a_missing_file(tmp_path, monkeypatch):
+    """The race behind a false ``exchange_message_file_missing``: we find the target empty, another server (or
+    recovery beside the watchdog) moves the file there, then we find the source empty too."""
+    from mainspring.exchange import files
+
+    disk = files.Disk(tmp_path)
+    source, target = "mailboxes/mobile-a/db-1/m1", "unknown/p1/m1"
+    disk.write_atomic(source, b"body")
+    looked_up = disk.full
+    moved = []
+
+    def full_while_another_server_moves(relative):
+        path = looked_up(relative)
+        if relative == source and not moved:
+            moved.append(relative)  # the other server's move, just before we look at the source
+            looked_up(target).parent.mkdir(parents=True)
+            os.replace(path, looked_up(target))
+        return path
+
+    monkeypatch.setattr(disk, "full", full_while_another_server_moves)
+    assert disk.place(target, [source]) is True
+    assert files_under(tmp_path) == {target}
+
+
+async def test_a_missing_file_is_not_alerted_when_a_newer_decision_came_meanwhile(app, client, store):
+    ids = [(await put(client, f"body-{i}".encode()))["id"] for i in range(2)]
+    async with store.read() as conn:
+        stale, current = sorted((await conn.execute(select(M).where(M.c.id.in_(ids)))).all(), key=lambda r: r.id)
+    async with store.transaction() as tx:  # another server decided anew about ``stale`` while we looked
+        await tx.execute(M.update().where(M.c.id == stale.id).values(file_version=M.c.file_version + 1))
+        await record_file_moves(app.state.context, tx, [Outcome(stale, done=True, missing=True),
+                                                        Outcome(current, done=True, missing=True)])
+    assert [a.subject_id for a in await open_alerts(store, "exchange_message_file_missing")] == [current.id]

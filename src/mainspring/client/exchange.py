@@ -17,11 +17,12 @@ import asyncio
 import logging
 import random
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import BigInteger, Column, MetaData, String, Table, select
+from sqlalchemy import BigInteger, Column, Integer, MetaData, String, Table, select
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -47,6 +48,7 @@ Unavailable = ServiceUnavailable
 __all__ = [
     "AsyncExchangeClient", "Busy", "Cancelled", "ExchangeClient", "ExchangeError", "ExchangeProcessor",
     "InboundMessage", "MessagesUnavailable", "NotFound", "Outcome", "Reply", "ServiceUnavailable", "Unavailable",
+    "own_database_id",
 ]
 
 
@@ -62,6 +64,35 @@ markers = Table(
     Column("database_id", String(128), nullable=False),
     Column("at_ms", BigInteger, nullable=False),
 )
+# Seed 000: every ERP database has its own id, kept in the database itself — so it travels with a backup and
+# survives a restore, which the ERP's own DBID does not. One row, made on first use.
+database_ids = Table(
+    "mainspring_exchange_database",
+    marker_metadata,
+    Column("singleton", Integer, primary_key=True, autoincrement=False),  # always 1: one id per database
+    Column("database_id", String(64), nullable=False),
+    Column("created_at_ms", BigInteger, nullable=False),
+)
+
+
+async def own_database_id(engine: AsyncEngine) -> str:
+    """The id the ERP database behind ``engine`` keeps for itself (a UUID), made on first use.
+
+    The marker tables must exist (``ExchangeProcessor.ensure_marker_table``). Clients sharing one database
+    that ask at the same moment all get the same id: the first insert wins, the others read it.
+    """
+    async with engine.connect() as conn:
+        found = (await conn.execute(select(database_ids.c.database_id))).scalar()
+    if found is not None:
+        return str(found)
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(database_ids.insert().values(
+                singleton=1, database_id=str(uuid.uuid4()), created_at_ms=int(time.time() * 1000)))
+    except IntegrityError:
+        pass  # another client of this database made it first: that one is the id
+    async with engine.connect() as conn:
+        return str((await conn.execute(select(database_ids.c.database_id))).scalar_one())
 
 
 @dataclass
@@ -94,6 +125,8 @@ class ExchangeProcessor:
     ``handler(conn, messages)`` runs inside the transaction that also writes the marker; it changes your
     database through ``conn`` only, and answers the replies to publish (or None). It must not commit.
     ``accept(messages)`` may decline a batch (the seed's step 2: all or none).
+    ``database`` is the mailbox's database id; without one, the id the ERP database keeps for itself
+    (``own_database_id``, made on first use) is used, so every client of one database uses the same mailbox.
     """
 
     def __init__(
@@ -102,7 +135,7 @@ class ExchangeProcessor:
         engine: AsyncEngine,
         *,
         addressee: str,
-        database: str,
+        database: str | None = None,
         client_id: str,
         handler: Handler,
         accept: Callable[[list[Message]], bool] | None = None,
@@ -123,13 +156,31 @@ class ExchangeProcessor:
         "before_committed"); tests use it to kill the program there."""
 
     async def ensure_marker_table(self) -> None:
+        """Create the marker tables if missing and learn the mailbox's database id (see ``database``)."""
+        try:
+            await self._create_marker_tables()
+        except DBAPIError:
+            # Another client of this database created them at the same moment (CREATE TABLE lost the race,
+            # once the winner committed): they exist now, and looking first sees them.
+            await self._create_marker_tables()
+        if self.database is None:
+            self.database = await own_database_id(self.engine)
+
+    async def _create_marker_tables(self) -> None:
         async with self.engine.begin() as conn:
             await conn.run_sync(marker_metadata.create_all)
+
+    async def database_id(self) -> str:
+        """The mailbox's database id: the one given, else the ERP database's own."""
+        if self.database is None:
+            await self.ensure_marker_table()
+        assert self.database is not None  # ensure_marker_table learnt it
+        return self.database
 
     async def was_committed(self, process_id: str) -> bool | None:
         """Fence ``process_id`` and answer whether its transaction committed (None: cannot tell yet)."""
         row = {"process_id": process_id, "outcome": "aborted", "addressee": self.addressee,
-               "database_id": self.database, "at_ms": int(time.time() * 1000)}
+               "database_id": await self.database_id(), "at_ms": int(time.time() * 1000)}
         try:
             async with self.engine.begin() as conn:
                 await conn.execute(markers.insert().values(**row))
@@ -168,8 +219,9 @@ class ExchangeProcessor:
         """Settle every undecided process this database can answer for: IN_DOUBT ones of the mailbox, and
         READY_TO_COMMIT or STARTED ones of this client id (a previous run of this program)."""
         settled = 0
+        database = await self.database_id()
         for state in ("IN_DOUBT", "READY_TO_COMMIT", "STARTED"):
-            for process in await self.client.processes(self.addressee, self.database, state):
+            for process in await self.client.processes(self.addressee, database, state):
                 if state != "IN_DOUBT" and process["client_id"] != self.client_id:
                     continue
                 if await self.settle(process["id"], f"resolved by {self.client_id} from its marker table") is not None:
@@ -178,7 +230,7 @@ class ExchangeProcessor:
 
     async def _start(self, message_ids: list[str]) -> Process | None:
         try:
-            return await self.client.start(self.addressee, self.database, self.client_id, message_ids)
+            return await self.client.start(self.addressee, await self.database_id(), self.client_id, message_ids)
         except ServiceUnavailable:
             # The answer may be lost after the server started it: the next resolve_pending finds it by
             # our client id and settles it (no marker: aborted).
@@ -188,7 +240,8 @@ class ExchangeProcessor:
     async def process_once(self) -> Outcome:
         """One round: resolve leftovers, then fetch, start, handle, ready, commit, committed."""
         await self.resolve_pending()
-        page = await self.client.list(self.addressee, self.database, self.batch_limit)
+        database = await self.database_id()
+        page = await self.client.list(self.addressee, database, self.batch_limit)
         if page["busy"]:
             return Outcome("busy", page["active_process_id"])
         listed = page["messages"]
@@ -212,7 +265,7 @@ class ExchangeProcessor:
         try:
             messages = [
                 InboundMessage(m["id"], m["content_type"], m["sender"], m["created_at"], m["size"],
-                               await self.client.read(self.addressee, self.database, m["id"]), m)
+                               await self.client.read(self.addressee, database, m["id"]), m)
                 for m in listed
             ]
         except BaseException:
@@ -241,7 +294,7 @@ class ExchangeProcessor:
             try:
                 # First, so that a fence by another run is met before any work is done.
                 await conn.execute(markers.insert().values(
-                    process_id=pid, outcome="committed", addressee=self.addressee, database_id=self.database,
+                    process_id=pid, outcome="committed", addressee=self.addressee, database_id=await self.database_id(),
                     at_ms=int(time.time() * 1000)))
                 replies = await self.handler(conn, messages) or []
                 self.crash_hook("before_ready")

@@ -160,8 +160,8 @@ class Disk:
     def place(self, target: str, candidates: Iterable[str | None]) -> bool:
         """Make the file be at ``target``, moving it from the first candidate that has it.
 
-        Answers False when the file is nowhere (a message lost outside Mainspring); raises OSError when the
-        disk refuses.
+        Answers False when the file is nowhere, the target included, after every place was looked at (a
+        message lost outside Mainspring); raises OSError when the disk refuses.
         """
         destination = self.full(target)
         if destination.exists():
@@ -186,7 +186,11 @@ class Disk:
             return True
         # Last resort, after interrupted moves through several quarantines: any unknown/*/<name>.
         strays = [p for p in self.quarantined_paths(destination.name) if p != target]
-        return self.place(target, strays) if strays else False
+        if strays:
+            return self.place(target, strays)
+        # Another server (or recovery beside the watchdog) may have made the same move between our first
+        # look at the target and our look at the candidates: the file is missing only if it is not here either.
+        return destination.exists()
 
     def remove(self, candidates: Iterable[str | None]) -> None:
         """Delete the file wherever it may be; deleting what is already gone succeeds."""

@@ -28,6 +28,9 @@ from mainspring.store import format_time
 log = logging.getLogger("mainspring.exchange")
 
 CHANNEL = "exchange"
+FINISHED_CHANNEL = "exchange:finished"
+"""Notified when a process finishes (DONE, ABORTED) or file moves are recorded: with
+``finished_retention_ms = 0`` the retention loop removes such processes at once."""
 READABLE_STATES = ("AVAILABLE", "TAKEN", "QUARANTINED")
 
 

@@ -31,7 +31,14 @@ from mainspring.exchange.errors import (
     ProcessNotFound,
     TooLarge,
 )
-from mainspring.exchange.messages import CHANNEL, active_process_id, discard_body, new_id, write_body
+from mainspring.exchange.messages import (
+    CHANNEL,
+    FINISHED_CHANNEL,
+    active_process_id,
+    discard_body,
+    new_id,
+    write_body,
+)
 from mainspring.exchange.models import Reply
 from mainspring.exchange.tables import exchange_messages as M
 from mainspring.exchange.tables import exchange_processes as P
@@ -394,6 +401,8 @@ async def abort(tx: Transaction, row: Any, error: str | None, *, resolving: bool
     if resolving:
         await _event(tx, "resolved", row, state=state, committed=False)
     tx.notify(CHANNEL)
+    if state == "ABORTED":
+        tx.notify(FINISHED_CHANNEL)
 
 
 async def resolve(ctx: Context, process_id: str, was_committed: bool) -> dict[str, Any]:

@@ -29,3 +29,13 @@ class ExchangeSettings(BaseModel):
     """How often each server looks for such files (and once at start-up)."""
     batch_size: int = Field(500, ge=1, le=10_000)
     """How many processes or files the watchdog and start-up recovery handle per transaction."""
+    finished_retention_ms: int | None = Field(86_400_000, ge=0)
+    """DONE and ABORTED processes, with the message rows that were theirs (committed or discarded), are removed
+    this long after they finished and their files were dealt with (0: at once; None: kept). A message's
+    ``Message-Id`` is idempotent only while its row is kept."""
+    retention_interval_ms: int = Field(60_000, ge=10)
+    """How often each server looks for finished processes to remove (they are also removed when they fall
+    due, and at once with ``finished_retention_ms = 0``)."""
+    metrics_max_mailboxes: int = Field(100, ge=1, le=10_000)
+    """``/metrics`` shows waiting messages for at most this many mailboxes (those with the most); the rest are
+    summed under ``mailbox="_other"``, so the number of series stays bounded."""

@@ -20,7 +20,7 @@ from mainspring.core import outbox
 from mainspring.core.alerts import raise_alert
 from mainspring.core.runtime import Context, log_failure
 from mainspring.exchange import files
-from mainspring.exchange.messages import disk_of, file_candidates
+from mainspring.exchange.messages import FINISHED_CHANNEL, disk_of, file_candidates
 from mainspring.exchange.tables import exchange_messages as M
 from mainspring.exchange.tables import exchange_processes as P
 from mainspring.store import Transaction
@@ -144,12 +144,14 @@ async def record_file_moves(ctx: Context, tx: Transaction, outcomes: list[Outcom
                     state=case((M.c.state == "COMMITTED", "GONE"), else_=M.c.state)),
             synced,
         )
+        # The last move of an ABORTED process may be among them: it can be removed now.
+        tx.notify(FINISHED_CHANNEL)
     for outcome in outcomes:
         row = outcome.row
         if row.state == "COMMITTED" and row.process_id:
             cleanup_pids.add(row.process_id)
         if outcome.done:
-            if outcome.missing and row.state != "COMMITTED":
+            if outcome.missing and row.state != "COMMITTED" and await _decision_stands(tx, row):
                 await raise_alert(tx, "exchange_message_file_missing", "exchange.message", row.id,
                                   f"the file of message {row.id} was not found anywhere under the exchange folder")
             continue
@@ -168,16 +170,25 @@ async def record_file_moves(ctx: Context, tx: Transaction, outcomes: list[Outcom
             await raise_alert(tx, "exchange_file_move_failing", "exchange.message", row.id,
                               f"moving the file of message {row.id} has failed {attempts} times: {outcome.error}")
     for pid, error in sorted(failed_pids.items()):
-        process = (await tx.execute(select(P.c.cleanup_attempts).where(P.c.id == pid))).first()
+        # Only while it is cleaning up: a failure another server's round met on a disk that has since healed
+        # must not touch a process that finished meanwhile (its updated_at is when it finished: retention).
+        process = (await tx.execute(select(P.c.cleanup_attempts).where(P.c.id == pid, P.c.state == "CLEANUP"))).first()
         if process is None:
             continue
         attempts = process.cleanup_attempts + 1
-        await tx.execute(update(P).where(P.c.id == pid).values(
+        await tx.execute(update(P).where(P.c.id == pid, P.c.state == "CLEANUP").values(
             cleanup_attempts=attempts, next_attempt_at=now + retry_delay(ctx, attempts - 1), updated_at=now))
         if attempts >= alert_after:
             await raise_alert(tx, "exchange_cleanup_failing", "exchange.process", pid,
                               f"cleanup of process {pid} has failed {attempts} times: {error}")
     await finish_cleanups(tx, sorted(cleanup_pids - set(failed_pids)))
+
+
+async def _decision_stands(tx: Transaction, row: Any) -> bool:
+    """Whether the move ``row`` asked for is still the latest decision about its file: a newer one (another
+    server's, recorded meanwhile) may have moved the file away while we looked, so a miss proves nothing."""
+    current = (await tx.execute(select(M.c.file_version).where(M.c.id == row.id))).scalar()
+    return current == row.file_version
 
 
 async def finish_cleanups(tx: Transaction, process_ids: list[str]) -> int:
@@ -206,6 +217,7 @@ async def finish_cleanups(tx: Transaction, process_ids: list[str]) -> int:
                      {"addressee": r.addressee, "database": r.database, "state": "DONE"})
         for r in rows
     ])
+    tx.notify(FINISHED_CHANNEL)
     return len(rows)
 
 

@@ -1,4 +1,4 @@
-"""The exchange face's tables (migration exchange_0001).
+"""The exchange face's tables (migrations exchange_0001, exchange_0002).
 
 Message bodies live in files; a message row is their index and records where its file must be
 (``path``, NULL once deleted) and where it may still be (``prev_path``) until ``synced``. The store decides
@@ -22,6 +22,8 @@ from sqlalchemy import (
 from mainspring.store.schema import Json, Millis, metadata
 
 ACTIVE_STATES = ("STARTED", "READY_TO_COMMIT")
+FINISHED_STATES = ("DONE", "ABORTED")
+"""States a process never leaves; retention removes such processes (CANCELLED ones go at start-up)."""
 _ACTIVE_WHERE = text("state IN ('STARTED', 'READY_TO_COMMIT')")
 
 exchange_messages = Table(
@@ -82,4 +84,6 @@ exchange_processes = Table(
     ),
     Index("ix_exchange_processes_state", "state", "deadline"),
     Index("ix_exchange_processes_mailbox", "addressee", "database", "state"),
+    # Finished processes by when they finished (``updated_at`` never changes after DONE or ABORTED): retention.
+    Index("ix_exchange_processes_finished", "state", "updated_at"),
 )
