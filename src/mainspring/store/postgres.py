@@ -70,6 +70,10 @@ class PostgresSession:
         return await self.conn.execute(statement, params)
 
 
+PREPARED_STATEMENTS = 2000
+"""Prepared statements kept per connection: all of Mainspring's, with room for the statements built per call."""
+
+
 class PostgresBackend:
     name = "postgresql"
 
@@ -81,7 +85,11 @@ class PostgresBackend:
             pool_recycle=1800,
             isolation_level="AUTOCOMMIT",
             # A host that swallows packets must not hold a connect for asyncpg's default minute.
-            connect_args={"server_settings": {"application_name": "mainspring"}, "timeout": 10},
+            # Every face's background loops together use well over SQLAlchemy's default 100 statements per
+            # connection; evicted hot statements were prepared again on every request, each time with asyncpg's
+            # type introspection (several ms: a create cost 6.5 ms instead of under 1).
+            connect_args={"server_settings": {"application_name": "mainspring"}, "timeout": 10,
+                          "prepared_statement_cache_size": PREPARED_STATEMENTS},
         )
 
         self.round_trips = 0
