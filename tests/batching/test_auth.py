@@ -38,6 +38,9 @@ async def test_batcher_routes_need_the_batchers_scope(client) -> None:
     assert (await client.post("/v1/batchers/books/tasks", json=task, headers=bearer(BOOKS))).status_code == 202
     assert (await client.get("/v1/batchers/books/tasks/t", headers=bearer(OTHER))).status_code == 403
     assert (await client.post("/v1/batchers/other-1/tasks", json=task, headers=bearer(OTHER))).status_code == 202
+    assert (await client.delete("/v1/batchers/books")).status_code == 401
+    assert (await client.delete("/v1/batchers/books", headers=bearer(OTHER))).status_code == 403
+    assert (await client.delete("/v1/batchers/books", headers=bearer(BOOKS))).status_code == 204
 
 
 async def test_a_package_by_id_checks_the_scope_of_its_batcher(client) -> None:

@@ -8,7 +8,16 @@ import sys
 import httpx
 import pytest
 
+from mainspring.batching.selftest import Scenario
+from mainspring.client.batching import BatchingError
 from tests.conftest import free_port
+
+
+def assert_no_selftest_batchers(url: str) -> None:
+    """The dashboard lists every batcher the server has."""
+    page = httpx.get(f"{url}/ui/batching")
+    assert page.status_code == 200, page.text[:500]
+    assert "selftest-" not in page.text
 
 
 def selftest(*args: str) -> subprocess.CompletedProcess[str]:
@@ -27,14 +36,40 @@ def test_selftest_passes_every_scenario_at_every_depth_against_a_live_server(ser
     for scenario in ("pair", "overflow", "odd"):
         row = next(line for line in done.stdout.splitlines() if f" {scenario} " in line)
         assert row.count("PASS") == 4 and "FAIL" not in row, row
-    # It ran in isolated batchers, which the server still lists as ordinary ones.
-    names = [line for line in done.stdout.splitlines() if "selftest" in line]
-    assert names
+    # It ran in isolated batchers, and removed each at the end of its run.
+    removed = [line.split()[-1] for line in done.stdout.splitlines() if line.startswith("removed batcher selftest-")]
+    assert len(removed) == 3, done.stdout
+    for name in removed:
+        assert httpx.get(f"{server.url}/v1/batchers/{name}").json()["code"] == "batcher_not_found"
+    assert_no_selftest_batchers(server.url)
 
     packed = selftest("--url", server.url, "--linger-ms", "1500", "--depth", "packed", "--scenario", "odd")
     assert packed.returncode == 0, packed.stdout
     assert "claimed" not in packed.stdout.split("odd")[0]  # no column deeper than asked
     assert "incomplete_group" in packed.stdout
+    assert "removed batcher selftest-" in packed.stdout
+    assert_no_selftest_batchers(server.url)
+
+
+class BrokenServer:
+    """A client whose server fails the first step and records the cleanup."""
+
+    def __init__(self) -> None:
+        self.deleted: list[tuple[str, bool]] = []
+
+    def put_batcher(self, name: str, **_settings: object) -> None:
+        raise BatchingError(500, {"code": "internal", "detail": "boom"})
+
+    def delete_batcher(self, name: str, force: bool = False) -> None:
+        self.deleted.append((name, force))
+
+
+def test_a_failed_scenario_still_removes_its_batcher() -> None:
+    client = BrokenServer()
+    outcome = Scenario(client, "run1", "pair", 1000).run("done")  # type: ignore[arg-type]
+    assert not outcome.passed and outcome.results["accepted"][0] is False
+    assert client.deleted == [("selftest-run1-pair", True)]
+    assert outcome.cleanup == "removed"
 
 
 def test_selftest_fails_with_a_non_zero_exit_when_the_server_is_unreachable() -> None:
@@ -54,5 +89,6 @@ def test_a_server_answers_the_seed_scenarios_own_batcher_untouched(servers) -> N
     httpx.post(f"{server.url}/v1/batchers/books/tasks", json={"id": "real", "group": "g", "member": "en", "content": "x"}).raise_for_status()
     result = selftest("--url", server.url, "--linger-ms", "1000", "--scenario", "pair")
     assert result.returncode == 0, result.stdout
+    assert "removed batcher selftest-" in result.stdout
     books = httpx.get(f"{server.url}/v1/batchers/books").json()
     assert books["counts"]["pending"] == 1 and books["package_counts"]["ready"] == 0

@@ -248,3 +248,33 @@ async def count_packages(conn: Executor) -> list[tuple[str, str, int]]:
         batch_packages.c.batcher, batch_packages.c.status
     )
     return [(str(b), str(s), int(n)) for b, s, n in (await conn.execute(query)).all()]
+
+
+# --- removing a batcher ---------------------------------------------------------------------------------
+
+
+async def held_packages(conn: Executor, batcher: str, now: int) -> int:
+    """Packages of ``batcher`` claimed under a lease that has not expired (a worker may still finish them)."""
+    query = select(func.count()).select_from(batch_packages).where(
+        batch_packages.c.batcher == batcher,
+        batch_packages.c.status == "claimed",
+        batch_packages.c.lease_expires_at > now,
+    )
+    return int((await conn.execute(query)).scalar() or 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Removed:
+    tasks: int
+    packages: int
+    versions: int
+
+
+async def delete_batcher_rows(tx: Transaction, batcher: str) -> Removed:
+    """Delete every row of ``batcher``: its tasks, packages, version log and settings (the caller holds the
+    settings row)."""
+    tasks = rowcount(await tx.execute(batch_tasks.delete().where(batch_tasks.c.batcher == batcher)))
+    packages = rowcount(await tx.execute(batch_packages.delete().where(batch_packages.c.batcher == batcher)))
+    versions = rowcount(await tx.execute(batch_versions.delete().where(batch_versions.c.batcher == batcher)))
+    await tx.execute(batchers.delete().where(batchers.c.name == batcher))
+    return Removed(tasks, packages, versions)

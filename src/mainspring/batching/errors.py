@@ -19,6 +19,10 @@ class TaskIdConflict(Conflict):
     code, title = "task_id_conflict", "This task id is already used with other content"
 
 
+class BatcherBusy(Conflict):
+    code, title = "batcher_busy", "A package of this batcher is claimed and its lease has not expired"
+
+
 class InvalidBatcherSettings(InvalidRequest):
     pass
 
@@ -28,6 +32,7 @@ class UnknownTaskResult(InvalidRequest):
 
 
 __all__ = [
+    "BatcherBusy",
     "BatcherNotFound",
     "InvalidBatcherSettings",
     "LeaseLost",

@@ -49,6 +49,19 @@ async def get_batcher(name: str = NameParam, ctx: Context = Depends(context_of))
     return await service.get_batcher(ctx.store, name)
 
 
+@router.delete("/batchers/{name}", status_code=204, dependencies=[Depends(in_scope)],
+               responses={404: {"description": "batcher_not_found"}, 409: {"description": "batcher_busy"}})
+async def delete_batcher(
+    name: str = NameParam,
+    force: bool = Query(False, description="Delete even while a package of it is claimed under a live lease."),
+    ctx: Context = Depends(context_of),
+) -> Response:
+    """Delete a batcher with its tasks, packages and version log (event ``batch.batcher.removed``).
+    409 ``batcher_busy`` while a package of it is claimed and its lease has not expired, unless ``force``."""
+    await service.delete_batcher(ctx.store, name, force)
+    return Response(status_code=204)
+
+
 @router.post("/batchers/{name}/tasks", response_model=Task, status_code=202, dependencies=[Depends(in_scope)],
              responses={200: {"model": Task, "description": "a repeat, or rejected as a duplicate"},
                         409: {"description": "task_id_conflict"}})

@@ -1,7 +1,8 @@
 """``mainspring selftest``: the seed's integration scenarios against a live server.
 
 Each scenario runs in its own batcher with a unique name (``selftest-<run>-<scenario>``), so real
-traffic is never touched, and goes as deep as asked: ``accepted`` (the server took the tasks),
+traffic is never touched, and deletes it at the end of its run, passed or failed (``DELETE
+/v1/batchers/{name}?force=true``), so test batchers do not pile up. It goes as deep as asked: ``accepted`` (the server took the tasks),
 ``packed`` (the dispatcher made the expected packages, and told the sender about a rejected task),
 ``claimed`` (a worker got each package, exactly once) and ``done`` (completing them finished every task).
 
@@ -41,6 +42,9 @@ class StepFailed(Exception):
 class Outcome:
     scenario: str
     results: dict[str, tuple[bool, str]] = field(default_factory=dict)
+    batcher: str = ""
+    cleanup: str = "not run"
+    """What became of the scenario's batcher: removed, never created, or why it was left."""
 
     @property
     def passed(self) -> bool:
@@ -162,7 +166,14 @@ class Scenario:
     # --- the scenarios -------------------------------------------------------------------------------
 
     def run(self, depth: str) -> Outcome:
-        outcome = Outcome(self.name)
+        outcome = Outcome(self.name, batcher=self.batcher)
+        try:
+            self.run_steps(depth, outcome)
+        finally:
+            outcome.cleanup = self.remove_batcher()
+        return outcome
+
+    def run_steps(self, depth: str, outcome: Outcome) -> None:
         steps = getattr(self, f"steps_{self.name}")()
         wanted = DEPTHS[: DEPTHS.index(depth) + 1]
         failed = False
@@ -178,7 +189,19 @@ class Scenario:
             except httpx.HTTPError as exc:
                 outcome.results[level] = (False, f"server unreachable: {exc}")
                 failed = True
-        return outcome
+
+    def remove_batcher(self) -> str:
+        """Delete the scenario's batcher, whatever the scenario left in it (a shallow depth leaves packages
+        claimed: ``force``). Never raises: a failed cleanup is reported, not a failed scenario."""
+        try:
+            self.client.delete_batcher(self.batcher, force=True)
+        except BatchingError as exc:
+            if exc.status == 404:
+                return "never created"
+            return f"left in place: {exc}"
+        except httpx.HTTPError as exc:
+            return f"left in place: server unreachable ({exc})"
+        return "removed"
 
     def steps_pair(self) -> dict[str, Callable[[], str | None]]:
         state: dict[str, Any] = {}
@@ -285,6 +308,11 @@ def report(outcomes: list[Outcome], depth: str, console: Console) -> None:
             cells.append(f"[green]PASS[/green] {detail}" if ok else f"[red]FAIL[/red] {detail}")
         table.add_row(outcome.scenario, *cells)
     console.print(table)
+    for outcome in outcomes:
+        if outcome.cleanup == "removed":
+            console.print(f"removed batcher {outcome.batcher}")
+        else:
+            console.print(f"batcher {outcome.batcher}: {outcome.cleanup}")
 
 
 def selftest(
@@ -294,7 +322,7 @@ def selftest(
     linger_ms: Annotated[int, typer.Option(help="The timer of the test batchers.", min=200)] = 2000,
     scenario: Annotated[list[str] | None, typer.Option(help="Run only these scenarios (pair, overflow, odd).")] = None,
 ) -> None:
-    """Run three end-to-end batching scenarios (pair, overflow, odd) against a running server, each in a batcher of its own, and print a pass/fail table (exit 1 on any failure)."""
+    """Run three end-to-end batching scenarios (pair, overflow, odd) against a running server, each in a batcher of its own that is deleted afterwards, and print a pass/fail table (exit 1 on any failure)."""
     if depth not in DEPTHS:
         raise typer.BadParameter(f"depth must be one of {', '.join(DEPTHS)}", param_hint="--depth")
     chosen = scenario or list(SCENARIOS)

@@ -17,12 +17,13 @@ from sqlalchemy import and_, case, func, select
 from sqlalchemy.exc import IntegrityError
 
 from mainspring.batching import data
-from mainspring.batching.errors import BatcherNotFound, InvalidBatcherSettings, TaskIdConflict, TaskNotFound
+from mainspring.batching.errors import BatcherBusy, BatcherNotFound, InvalidBatcherSettings, TaskIdConflict, TaskNotFound
 from mainspring.batching.models import DEFAULTS, SETTING_KEYS, BatcherSettingsIn, TaskIn
 from mainspring.batching.tables import batch_packages, batch_tasks, batch_versions, batchers
 from mainspring.core import outbox
 from mainspring.core.paging import decode_cursor, encode_cursor
 from mainspring.store import Store, Transaction, format_time
+from mainspring.store.notify import Waiter
 
 TASK_STATUSES = ("pending", "packed", "claimed", "done", "failed", "rejected")
 PACKAGE_STATUSES = ("ready", "claimed", "done", "failed")
@@ -82,13 +83,32 @@ def batcher_to_api(row: Any, counts: dict[str, int] | None = None, package_count
     return out
 
 
-# Batchers are never deleted, so once a server has seen one it need not look again on every submit.
-_known_batchers: weakref.WeakKeyDictionary[Store, set[str]] = weakref.WeakKeyDictionary()
+BATCHERS_REMOVED_CHANNEL = "batchers-removed"
+"""Signalled when a batcher is deleted, on every server (NOTIFY): their caches of known batchers start over."""
+
+
+@dataclass
+class _KnownBatchers:
+    names: set[str]
+    removed: Waiter
+    """Taken before any name went into ``names``: once signalled, a batcher may have gone, so all are forgotten."""
+
+
+# Once a server has seen a batcher it need not look again on every submit, until one is deleted anywhere.
+_known_batchers: weakref.WeakKeyDictionary[Store, _KnownBatchers] = weakref.WeakKeyDictionary()
+
+
+def known_batchers(store: Store) -> set[str]:
+    """The batchers this server knows exist; a fresh (empty) set after any batcher was deleted."""
+    entry = _known_batchers.get(store)
+    if entry is None or entry.removed.signalled:
+        entry = _known_batchers[store] = _KnownBatchers(set(), store.notifier.waiter(BATCHERS_REMOVED_CHANNEL))
+    return entry.names
 
 
 async def ensure_batcher(tx: Transaction, name: str, defaults: dict[str, Any] | None = None) -> None:
     """Create the batcher with ``defaults`` (else the API defaults) on first use."""
-    known = _known_batchers.setdefault(tx.store, set())
+    known = known_batchers(tx.store)
     if name in known:
         return
     row = (await tx.execute(select(batchers.c.name).where(batchers.c.name == name))).first()
@@ -117,6 +137,34 @@ async def put_batcher(store: Store, name: str, body: BatcherSettingsIn) -> dict[
         await tx.execute(batchers.update().where(batchers.c.name == name).values(**values, updated_at=store.now_ms()))
         tx.notify(dispatcher_channel(name))
     return await get_batcher(store, name)
+
+
+async def delete_batcher(store: Store, name: str, force: bool = False) -> None:
+    """Delete a batcher with its tasks, packages and version log in one transaction (event
+    ``batch.batcher.removed``). Refused (``BatcherBusy``) while one of its packages is claimed under a lease
+    that has not expired, unless ``force``: that worker's complete/fail then answers ``package_not_found``.
+    A later submit (or a server's ``@app.batcher`` registration) creates it afresh, versions from 1."""
+    async with store.transaction() as tx:
+        row = (await tx.execute(store.dialect.for_update(select(batchers.c.name).where(batchers.c.name == name)))).first()
+        if row is None:
+            raise BatcherNotFound(f"no batcher {name!r}")
+        if not force:
+            held = await data.held_packages(tx, name, store.now_ms())
+            if held:
+                raise BatcherBusy(
+                    f"{held} package(s) of batcher {name!r} are claimed and their leases have not expired;"
+                    " wait, or delete with force=true",
+                    batcher=name, claimed=held,
+                )
+        removed = await data.delete_batcher_rows(tx, name)
+        await outbox.emit(
+            tx, "batch.batcher.removed", "batcher", name,
+            {"batcher": name, "forced": force, "tasks": removed.tasks, "packages": removed.packages,
+             "versions": removed.versions},
+        )
+        tx.notify(BATCHERS_REMOVED_CHANNEL)
+        # Claimers waiting for a package of it look again (and find none).
+        tx.notify(cafe_channel(name))
 
 
 async def get_batcher(store: Store, name: str) -> dict[str, Any]:

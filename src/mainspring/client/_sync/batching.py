@@ -53,6 +53,13 @@ class BatchingClient(EventsClient):
         """The settings of batcher ``name``, its forming batch and its counts."""
         return cast(Batcher, self._json("GET", _batcher(name), idempotent=True))
 
+    def delete_batcher(self, name: str, force: bool = False) -> None:
+        """Delete batcher ``name`` with its tasks, packages and version log. ``Conflict`` (code
+        ``batcher_busy``) while a package of it is claimed under a live lease, unless ``force``;
+        ``NotFound`` (code ``batcher_not_found``) when there is no such batcher."""
+        params = {"force": "true"} if force else None
+        self._json("DELETE", _batcher(name), idempotent=True, params=params)
+
     def submit(self, name: str, *, id: str, group: str, member: str, content: Any, data: Any = None) -> Task:
         """Submit a task; its ``status`` says ``pending`` (accepted) or ``rejected`` (``reason`` duplicate).
         ``id`` makes the call idempotent, so it is retried safely."""
