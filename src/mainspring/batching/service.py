@@ -17,7 +17,13 @@ from sqlalchemy import and_, case, func, select
 from sqlalchemy.exc import IntegrityError
 
 from mainspring.batching import data
-from mainspring.batching.errors import BatcherBusy, BatcherNotFound, InvalidBatcherSettings, TaskIdConflict, TaskNotFound
+from mainspring.batching.errors import (
+    BatcherBusy,
+    BatcherNotFound,
+    InvalidBatcherSettings,
+    TaskIdConflict,
+    TaskNotFound,
+)
 from mainspring.batching.models import DEFAULTS, SETTING_KEYS, BatcherSettingsIn, TaskIn
 from mainspring.batching.tables import batch_packages, batch_tasks, batch_versions, batchers
 from mainspring.core import outbox
