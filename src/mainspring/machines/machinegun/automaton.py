@@ -237,5 +237,16 @@ def automaton_routers(settings: Any) -> list[APIRouter]:
     router.add_api_route(
         settings.machines.machinegun.automaton_path, serve_automaton, methods=["POST"], include_in_schema=True,
         summary="Machinegun's Automaton service (Thrift binary over HTTP, woody)",
+        # woody's own answers: a business error is 200 with woody.error-class; these are its system errors.
+        responses={
+            400: {"description": "woody: a malformed request or Thrift message (Result Unexpected)"},
+            403: {"description": "the token may not use the machine's namespace"},
+            406: {"description": "woody: the client does not accept application/x-thrift"},
+            415: {"description": "woody: the body is not application/x-thrift"},
+            500: {"description": "woody: the call failed inside Mainspring (Result Unexpected)"},
+            502: {"description": "woody: the user's processor failed (Result Unexpected)"},
+            503: {"description": "woody: unavailable, nothing was done (Resource Unavailable)"},
+            504: {"description": "woody: the processor or the deadline timed out (Result Unknown)"},
+        },
     )
     return [router]
