@@ -64,15 +64,20 @@ async def close_fixed_alerts(ctx: Context) -> None:
 
 
 async def sequence_events(ctx: Context) -> None:
+    sequencer = outbox.Sequencer(ctx.store)
+
     async def step() -> int | None:
         # Woken at each commit: a moment's pause lets one round number the events of many commits.
         await asyncio.sleep(SEQUENCER_PAUSE_S)
-        while await outbox.assign_positions(ctx.store) >= outbox.SEQUENCER_BATCH:
+        while await sequencer.round() >= outbox.SEQUENCER_BATCH:
             pass
         return None
 
     if ctx.store.is_postgres:
-        await run_loop(ctx, "events-sequencer", step, channel=outbox.SEQUENCER_CHANNEL, poll_ms=200)
+        try:
+            await run_loop(ctx, "events-sequencer", step, channel=outbox.SEQUENCER_CHANNEL, poll_ms=200)
+        finally:
+            await sequencer.close()
 
 
 SERVE_SETTINGS_ENV = "MAINSPRING_SERVE_SETTINGS"

@@ -113,6 +113,30 @@ async def number_events(tx: Executor, batch: int) -> int:
     return (await tx.execute(_NUMBER_EVENTS, {"batch": batch})).rowcount or 0
 
 
+_NUMBER_EVENTS_AND_NOTIFY = text(
+    """
+    WITH numbered AS (
+        UPDATE events SET position = numbered.pos
+        FROM (
+            SELECT id,
+                   (SELECT COALESCE(MAX(position), 0) FROM events) + row_number() OVER (ORDER BY id) AS pos
+            FROM events WHERE position IS NULL ORDER BY id LIMIT :batch
+        ) AS numbered
+        WHERE events.id = numbered.id
+        RETURNING 1
+    ), counted AS (SELECT count(*) AS n FROM numbered)
+    SELECT n, CASE WHEN n > 0 THEN pg_notify(:channel, :payload) END FROM counted
+    """
+)
+
+
+async def number_events_and_notify(session: Executor, batch: int, channel: str, payload: str) -> int:
+    """``number_events`` and, if it numbered any, ``pg_notify(channel, payload)`` — one autocommit statement,
+    for a session that holds the sequencer's lock across transactions (its snapshot is taken under the lock)."""
+    result = await session.execute(_NUMBER_EVENTS_AND_NOTIFY, {"batch": batch, "channel": channel, "payload": payload})
+    return int(result.scalar_one())
+
+
 async def head_position(conn: Executor) -> int:
     return int((await conn.execute(select(func.coalesce(func.max(events.c.position), 0)))).scalar_one())
 

@@ -50,6 +50,10 @@ class Backend(Protocol):
     async def try_advisory_xact_lock(self, session: Executor, key: str) -> bool:
         """Like ``advisory_xact_lock`` but answers False at once if another transaction holds it."""
 
+    def session_lock(self, key: str) -> contextlib.AbstractAsyncContextManager[Any]:
+        """Hold ``key`` across transactions on a connection of its own, yielding that connection (for
+        autocommit statements) or None if another session holds it (PostgreSQL only)."""
+
     def is_unique_violation(self, exc: BaseException) -> bool: ...
 
     def is_connection_error(self, exc: BaseException) -> bool: ...

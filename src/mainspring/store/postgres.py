@@ -130,6 +130,21 @@ class PostgresBackend:
     async def try_advisory_xact_lock(self, session: Any, key: str) -> bool:
         return bool((await session.execute(select(func.pg_try_advisory_xact_lock(lock_key(key))))).scalar())
 
+    @contextlib.asynccontextmanager
+    async def session_lock(self, key: str) -> AsyncIterator[PostgresSession | None]:
+        """Try to take the session-level advisory lock ``key`` on a connection of its own, and hold both
+        while the block runs: the session to run autocommit statements under the lock, or None (another
+        session holds it). A connection lost while holding it loses the lock with it, server-side."""
+        async with self._connection() as session:
+            self.round_trips += 1
+            if not await session.driver.fetchval("SELECT pg_try_advisory_lock($1)", lock_key(key)):
+                yield None
+                return
+            yield session
+            # Left by an error, the lock goes with the connection (``_connection`` discards a broken one).
+            with contextlib.suppress(Exception):
+                await session.driver.execute(f"SELECT pg_advisory_unlock({lock_key(key)})")
+
     def is_unique_violation(self, exc: BaseException) -> bool:
         orig = getattr(exc, "orig", exc)
         return getattr(orig, "sqlstate", None) == UNIQUE_VIOLATION or getattr(

@@ -100,6 +100,9 @@ class SqliteBackend:
     async def try_advisory_xact_lock(self, session: Any, key: str) -> bool:
         return True
 
+    def session_lock(self, key: str) -> contextlib.AbstractAsyncContextManager[Any]:
+        raise NotImplementedError("SQLite has one writer: nothing needs a lock held across transactions")
+
     def is_unique_violation(self, exc: BaseException) -> bool:
         orig = getattr(exc, "orig", exc)
         return isinstance(orig, sqlite3.IntegrityError) and "UNIQUE" in str(orig)
