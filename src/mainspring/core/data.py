@@ -95,8 +95,7 @@ async def insert_events(tx: Executor, store: Store, batch: Sequence[Event], at: 
     await tx.execute(_INSERT_EVENT if store.is_postgres else _INSERT_NUMBERED_EVENT, rows)
 
 
-_NUMBER_EVENTS = text(
-    """
+_NUMBER_SQL = """
     UPDATE events SET position = numbered.pos
     FROM (
         SELECT id,
@@ -104,8 +103,8 @@ _NUMBER_EVENTS = text(
         FROM events WHERE position IS NULL ORDER BY id LIMIT :batch
     ) AS numbered
     WHERE events.id = numbered.id
-    """
-)
+"""
+_NUMBER_EVENTS = text(_NUMBER_SQL)
 
 
 async def number_events(tx: Executor, batch: int) -> int:
@@ -114,19 +113,8 @@ async def number_events(tx: Executor, batch: int) -> int:
 
 
 _NUMBER_EVENTS_AND_NOTIFY = text(
-    """
-    WITH numbered AS (
-        UPDATE events SET position = numbered.pos
-        FROM (
-            SELECT id,
-                   (SELECT COALESCE(MAX(position), 0) FROM events) + row_number() OVER (ORDER BY id) AS pos
-            FROM events WHERE position IS NULL ORDER BY id LIMIT :batch
-        ) AS numbered
-        WHERE events.id = numbered.id
-        RETURNING 1
-    ), counted AS (SELECT count(*) AS n FROM numbered)
-    SELECT n, CASE WHEN n > 0 THEN pg_notify(:channel, :payload) END FROM counted
-    """
+    f"WITH numbered AS ({_NUMBER_SQL} RETURNING 1), counted AS (SELECT count(*) AS n FROM numbered) "
+    "SELECT n, CASE WHEN n > 0 THEN pg_notify(:channel, :payload) END FROM counted"
 )
 
 
