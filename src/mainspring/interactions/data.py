@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, bindparam, case, func, or_, select, text
+from sqlalchemy import ColumnElement, and_, bindparam, case, column, func, or_, select, text
 
 from mainspring.core import data as core_data
 from mainspring.core import leases, outbox
@@ -23,6 +23,7 @@ from mainspring.interactions.tables import interaction_schedules as schedules
 from mainspring.interactions.tables import interactions as items
 from mainspring.store import Store, Transaction, format_time
 from mainspring.store.dialect import Executor
+from mainspring.store.schema import Millis
 
 ACTIVE = ("queued", "processing")
 FINISHED = ("completed", "failed", "cancelled")
@@ -178,6 +179,23 @@ async def lock_queue(tx: Transaction, name: str, *, shared: bool = False) -> Que
     an exclusive holder)."""
     statement = tx.store.dialect.for_share(_QUEUE) if shared else tx.store.dialect.for_update(_QUEUE)
     return _queue((await tx.execute(statement, {"name": name})).one())
+
+
+def _has_expired_lease(now: int) -> ColumnElement[bool]:
+    return (
+        select(items.c.id)
+        .where(items.c.queue == queues.c.name, items.c.state == "processing", items.c.lease_expires_at <= now)
+        .exists()
+    )
+
+
+async def lock_queue_for_lease(tx: Transaction, name: str, now: int, *, shared: bool) -> tuple[QueueRow, bool]:
+    """``lock_queue``, and in the same statement whether any of the queue's leases has expired at ``now``
+    (a lease then reads the expired rows; most leases need not)."""
+    query = select(queues, _has_expired_lease(now).label("has_expired")).where(queues.c.name == name)
+    dialect = tx.store.dialect
+    row = (await tx.execute(dialect.for_share(query) if shared else dialect.for_update(query))).one()
+    return _queue(row[: len(queues.c)]), bool(row.has_expired)
 
 
 async def queues_by_name(conn: Executor, names: Iterable[str]) -> dict[str, QueueRow]:
@@ -522,7 +540,18 @@ async def count_processing(tx: Executor, queue: str) -> int:
     return int((await tx.execute(select(func.count()).select_from(items).where(items.c.queue == queue, items.c.state == "processing"))).scalar_one())
 
 
-# PostgreSQL: the lease and its ``interaction.changed`` events in one statement.
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """What a lease took, and when the queue next needs a lease: its earliest waiting item's due time and its
+    earliest lease expiry (the leases just taken included), both None when there is none."""
+
+    rows: list[InteractionRow]
+    next_due: int | None
+    next_expiry: int | None
+
+
+# PostgreSQL: the lease, its ``interaction.changed`` events and what is due next, in one statement (the
+# rows just taken are still 'queued' in the statement's snapshot, hence ``NOT IN taken``).
 _TAKE_DUE_WITH_EVENTS = text(
     "WITH taken AS (UPDATE interactions SET state = 'processing', lease_token = :token, lease_expires_at = :expires, "
     "leased_at = :now, worker = :worker, wake = false, attempts = attempts + 1, updated_at = :now "
@@ -531,26 +560,35 @@ _TAKE_DUE_WITH_EVENTS = text(
     "ev AS (INSERT INTO events (type, at, subject_kind, subject_id, data) "
     "SELECT 'interaction.changed', :now, 'interaction', taken.id::text, "
     "jsonb_build_object('queue', taken.queue, 'status', 'processing', 'worker', CAST(:worker AS text)) "
-    "FROM taken ORDER BY taken.next_processing, taken.id) "
-    "SELECT * FROM taken"
-).columns(*items.c)
+    "FROM taken ORDER BY taken.next_processing, taken.id), "
+    "upcoming AS (SELECT "
+    "(SELECT min(next_processing) FROM interactions WHERE queue = :queue AND state = 'queued' "
+    "AND id NOT IN (SELECT id FROM taken)) AS upcoming_due, "
+    "(SELECT min(lease_expires_at) FROM interactions WHERE queue = :queue AND state = 'processing') AS upcoming_expiry) "
+    "SELECT taken.*, upcoming.upcoming_due, upcoming.upcoming_expiry FROM upcoming LEFT JOIN taken ON true"
+).columns(*items.c, column("upcoming_due", Millis), column("upcoming_expiry", Millis))
 
 
-async def take_due_with_events(tx: Transaction, queue: str, now: int, room: int, token: str, expires: int, worker: str) -> list[InteractionRow]:
+async def take_due_with_events(tx: Transaction, queue: str, now: int, room: int, token: str, expires: int, worker: str) -> Taken:
     """Lease up to ``room`` due items (skipping rows other transactions hold), oldest due first, with their
-    ``interaction.changed`` events."""
+    ``interaction.changed`` events; and what is due next."""
     if tx.store.is_postgres:
         params = {"queue": queue, "now": now, "room": room, "token": token, "expires": expires, "worker": worker}
-        rows = [_item(r) for r in (await tx.execute(_TAKE_DUE_WITH_EVENTS, params)).all()]
+        result = (await tx.execute(_TAKE_DUE_WITH_EVENTS, params)).all()
+        rows = [_item(r[: len(items.c)]) for r in result if r.id is not None]
         rows.sort(key=lambda r: (r.next_processing or 0, r.id))
         if rows:
             tx.notify(SEQUENCER_CHANNEL)
-        return rows
+        expiry = result[0].upcoming_expiry
+        if rows:
+            expiry = expires if expiry is None else min(expiry, expires)
+        return Taken(rows, result[0].upcoming_due, expiry)
     rows = await take_due(tx, queue, now, room, token, expires, worker)
     await outbox.emit_many(tx, [
         outbox.Event("interaction.changed", "interaction", str(r.id), {"queue": queue, "status": "processing", "worker": worker}) for r in rows
     ])
-    return rows
+    due, expiry = await next_due_and_expiry(tx, queue)
+    return Taken(rows, due, expiry)
 
 
 async def take_due(tx: Transaction, queue: str, now: int, room: int, token: str, expires: int, worker: str) -> list[InteractionRow]:

@@ -51,21 +51,22 @@ async def _lock_queue(tx: Transaction, cfg: InteractionsSettings, queue: str) ->
     return await data.lock_queue(tx, queue)
 
 
-async def _queue_for_lease(tx: Transaction, cfg: InteractionsSettings, queue: str) -> QueueRow | None:
+async def _queue_for_lease(tx: Transaction, cfg: InteractionsSettings, queue: str, now: int) -> tuple[QueueRow, bool] | None:
     """The queue's settings, its row locked: exclusively when a concurrency or rate limit must be counted
     (leases of the queue are then serialized on every server); shared otherwise, so leases run side by side
-    (SKIP LOCKED keeps them apart) but never beside an expiry sweep, which holds it exclusively.
+    (SKIP LOCKED keeps them apart) but never beside an expiry sweep, which holds it exclusively. With it,
+    whether any of its leases has expired at ``now``.
 
     Which lock to take is remembered from the queue's last lease here; None when a limit appeared under a
     shared lock (upgrading it could deadlock with another sharer): the caller begins again."""
     await ensure_queue(tx, cfg, queue)
     limited: dict[str, bool] = tx.store.extras.setdefault("interactions:limited", {})
     exclusive = limited.get(queue, True)
-    q = await data.lock_queue(tx, queue, shared=not exclusive)
+    q, has_expired = await data.lock_queue_for_lease(tx, queue, now, shared=not exclusive)
     limited[queue] = q.concurrency is not None or q.rate_limit_count is not None
     if limited[queue] and not exclusive:
         return None
-    return q
+    return q, has_expired
 
 
 async def expire_leases(tx: Transaction, q: QueueRow, now: int) -> int:
@@ -111,11 +112,13 @@ async def lease(store: Store, cfg: InteractionsSettings, queue: str, worker: str
 
 async def _lease_once(store: Store, cfg: InteractionsSettings, queue: str, worker: str, max_items: int, lease_ms: int | None) -> Leased | None:
     async with store.transaction() as tx:
-        q = await _queue_for_lease(tx, cfg, queue)
-        if q is None:
-            return None
         now = store.now_ms()
-        await expire_leases(tx, q, now)
+        locked = await _queue_for_lease(tx, cfg, queue, now)
+        if locked is None:
+            return None
+        q, has_expired = locked
+        if has_expired:
+            await expire_leases(tx, q, now)
         if q.paused:
             # Nothing is due for a paused queue: resuming it wakes the waiters (NOTIFY on its channel).
             return Leased([], None, q.processing_timeout_ms, lease_ms or q.lease_ms)
@@ -136,9 +139,11 @@ async def _lease_once(store: Store, cfg: InteractionsSettings, queue: str, worke
                 limited_until = current + q.rate_limit_per_ms
             room = min(room, left)
         rows: list[InteractionRow] = []
+        upcoming: tuple[int | None, int | None] | None = None
         if room > 0:
             expires = _lease_end(q, now, now, lease_ms or q.lease_ms)
-            rows = await data.take_due_with_events(tx, queue, now, room, new_token(), expires, worker)
+            took = await data.take_due_with_events(tx, queue, now, room, new_token(), expires, worker)
+            rows, upcoming = took.rows, (took.next_due, took.next_expiry)
         taken: list[dict[str, Any]] = []
         if rows:
             if q.rate_limit_count is not None:
@@ -147,7 +152,7 @@ async def _lease_once(store: Store, cfg: InteractionsSettings, queue: str, worke
             taken = [to_api(r, now, with_lease=True) for r in rows]
         next_due = None
         if len(rows) < max_items:
-            due, expiry = await data.next_due_and_expiry(tx, queue)
+            due, expiry = upcoming if upcoming is not None else await data.next_due_and_expiry(tx, queue)
             if slots is not None and len(rows) >= slots:
                 # Every slot is taken: one frees by a release (which wakes waiters) or by an expiry.
                 next_due = expiry
