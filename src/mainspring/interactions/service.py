@@ -208,11 +208,11 @@ async def create(store: Store, cfg: InteractionsSettings, queue: str, spec: dict
     existing one is answered."""
     new = new_interaction(queue, spec)
 
-    async def work(tx: Transaction) -> tuple[InteractionRow, bool]:
-        (answer,) = await create_in(tx, cfg, [new])
-        return answer
+    async def create_all(tx: Transaction, batch: list[NewInteraction]) -> list[tuple[InteractionRow, bool]]:
+        return await create_in(tx, cfg, batch)
 
-    row, created = await store.grouped(work)
+    # Creates arriving together share one INSERT (a failure among them replays each alone).
+    row, created = await store.grouped_batch(("interactions.create", id(cfg)), create_all, new)
     return to_api(row, store.now_ms()), created
 
 

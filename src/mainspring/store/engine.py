@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Executable, Result, literal, select
@@ -18,6 +18,8 @@ from mainspring.store.urls import normalize_url, plain_dsn
 from mainspring.store.wakeups import UnixWakeups
 
 T = TypeVar("T")
+ItemT = TypeVar("ItemT")
+ResultT = TypeVar("ResultT")
 
 LISTEN_APPLICATION_NAME = "mainspring-listen"
 """How the LISTEN connection shows in ``pg_stat_activity``."""
@@ -50,7 +52,8 @@ class Store:
     """Engine, clock and wake-ups for one database.
 
     ``transaction()`` is the only way to write; ``grouped(work)`` writes too, sharing one commit with the
-    writes that arrive at the same moment. ``read()`` is a read-only view.
+    writes that arrive at the same moment, and ``grouped_batch`` shares one statement with the writes of its
+    kind among them. ``read()`` is a read-only view.
     """
 
     def __init__(
@@ -129,6 +132,11 @@ class Store:
         """Run ``work(tx)`` in a transaction shared with the writes that arrive while the previous one
         commits; answers what ``work`` answered, once it has committed."""
         return await self.group_commit.run(work)
+
+    async def grouped_batch(self, key: Hashable, write_all: Callable[[Transaction, list[ItemT]], Awaitable[Sequence[ResultT]]], item: ItemT) -> ResultT:
+        """Write ``item`` in a shared transaction (as ``grouped``), and in one call ``write_all(tx, items)`` with
+        the other items of ``key`` that arrived at the same moment; answers ``item``'s result, once committed."""
+        return await self.group_commit.run_joined(key, write_all, item)
 
     @contextlib.asynccontextmanager
     async def read(self) -> AsyncIterator[Session]:

@@ -1,22 +1,36 @@
 """Group commit: concurrent writes share one transaction, so eight requests cost about one commit.
 
 The first write commits at once; whatever arrives while that commit runs goes into the next transaction
-together. One shared transaction means one failure sinks them all, so a group that fails is run again one
-write at a time, each getting its own answer (a domain error, a unique violation, a deadlock victim).
+together. Writes of one kind can go further and share one statement: those given with the same ``key`` are
+handed together to one call that writes them all (eight creates, one INSERT). One shared transaction means
+one failure sinks them all, so a group that fails is run again one write at a time, each getting its own
+answer (a domain error, a unique violation, a deadlock victim).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from mainspring.store.engine import Store, Transaction
 
 T = TypeVar("T")
+ItemT = TypeVar("ItemT")
+ResultT = TypeVar("ResultT")
 Work = Callable[["Transaction"], Awaitable[Any]]
+WriteAll = Callable[["Transaction", list[Any]], Awaitable[Sequence[Any]]]
+
+
+class _Joined:
+    """One write of a kind that is written together with the others of its ``key`` in the group."""
+
+    __slots__ = ("item", "key", "write_all")
+
+    def __init__(self, key: Hashable, write_all: WriteAll, item: Any) -> None:
+        self.key, self.write_all, self.item = key, write_all, item
 
 log = logging.getLogger("mainspring.store")
 
@@ -27,11 +41,19 @@ class GroupCommit:
     def __init__(self, store: Store, max_group: int = MAX_GROUP) -> None:
         self.store = store
         self.max_group = max_group
-        self._queue: list[tuple[Work, asyncio.Future[Any]]] = []
+        self._queue: list[tuple[Work | _Joined, asyncio.Future[Any]]] = []
         self._task: asyncio.Task[None] | None = None
 
     async def run(self, work: Callable[[Transaction], Awaitable[T]]) -> T:
-        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        return await self._enqueue(work)  # type: ignore[no-any-return]
+
+    async def run_joined(self, key: Hashable, write_all: Callable[[Transaction, list[ItemT]], Awaitable[Sequence[ResultT]]], item: ItemT) -> ResultT:
+        """Write ``item`` in the next group, in one call ``write_all(tx, items)`` with the group's other items of
+        ``key``; ``write_all`` answers one result per item, in order."""
+        return await self._enqueue(_Joined(key, write_all, item))  # type: ignore[no-any-return]
+
+    async def _enqueue(self, work: Work | _Joined) -> Any:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._queue.append((work, future))
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._drain(), name="group-commit")
@@ -71,9 +93,22 @@ class GroupCommit:
             for (_work, future), result in zip(group, results, strict=True):
                 _settle(future, result)
 
-    async def _commit(self, group: list[tuple[Work, asyncio.Future[Any]]]) -> list[Any]:
+    async def _commit(self, group: list[tuple[Work | _Joined, asyncio.Future[Any]]]) -> list[Any]:
+        results: list[Any] = [None] * len(group)
+        joined: dict[Hashable, list[int]] = {}
         async with self.store.transaction() as tx:
-            return [await work(tx) for work, _future in group]
+            for i, (work, _future) in enumerate(group):
+                if isinstance(work, _Joined):
+                    joined.setdefault(work.key, []).append(i)
+                else:
+                    results[i] = await work(tx)
+            for indexes in joined.values():
+                first = group[indexes[0]][0]
+                assert isinstance(first, _Joined)
+                written = await first.write_all(tx, [group[i][0].item for i in indexes])  # type: ignore[union-attr]
+                for i, result in zip(indexes, written, strict=True):
+                    results[i] = result
+        return results
 
 
 def _settle(future: asyncio.Future[Any], outcome: Any) -> None:

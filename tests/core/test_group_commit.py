@@ -1,0 +1,85 @@
+"""Group commit: writes arriving together share a transaction, writes of one kind share one call, and a
+failure among them is answered to its own writer alone."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from sqlalchemy import func, select
+
+from mainspring.core import outbox
+from mainspring.core.tables import events
+from mainspring.store import Store, Transaction
+
+
+class Refused(Exception):
+    pass
+
+
+async def event_subjects(store: Store) -> list[str]:
+    async with store.read() as conn:
+        return sorted((await conn.execute(select(events.c.subject_id))).scalars())
+
+
+async def test_writes_of_one_kind_arriving_together_are_written_in_one_call(store: Store) -> None:
+    calls: list[list[int]] = []
+
+    async def write_all(tx: Transaction, items: list[int]) -> list[int]:
+        calls.append(items)
+        await outbox.emit_many(tx, [outbox.Event("test.n", "test", str(n), {}) for n in items])
+        return [n * 10 for n in items]
+
+    answers = await asyncio.gather(*(store.grouped_batch("kind", write_all, n) for n in range(6)))
+    assert answers == [0, 10, 20, 30, 40, 50]
+    assert sorted(n for call in calls for n in call) == list(range(6))
+    assert len(calls) < 6, calls  # the first commits at once, the rest arrive while it does
+    assert await event_subjects(store) == [str(n) for n in range(6)]
+
+
+async def test_a_refused_write_among_a_batch_is_answered_alone_and_the_others_commit(store: Store) -> None:
+    async def write_all(tx: Transaction, items: list[int]) -> list[int]:
+        if 3 in items:
+            raise Refused("three")
+        await outbox.emit_many(tx, [outbox.Event("test.n", "test", str(n), {}) for n in items])
+        return items
+
+    answers = await asyncio.gather(*(store.grouped_batch("kind", write_all, n) for n in range(6)), return_exceptions=True)
+    assert [a if not isinstance(a, Refused) else "refused" for a in answers] == [0, 1, 2, "refused", 4, 5]
+    assert await event_subjects(store) == ["0", "1", "2", "4", "5"]
+
+
+async def test_plain_writes_and_batches_of_two_kinds_share_one_group(store: Store) -> None:
+    seen: dict[str, list[list[str]]] = {"a": [], "b": []}
+
+    def writer(kind: str):  # type: ignore[no-untyped-def]
+        async def write_all(tx: Transaction, items: list[str]) -> list[str]:
+            seen[kind].append(items)
+            await outbox.emit_many(tx, [outbox.Event("test.n", "test", item, {}) for item in items])
+            return [kind + item for item in items]
+        return write_all
+
+    async def plain(tx: Transaction) -> str:
+        await outbox.emit(tx, "test.n", "test", "plain")
+        return "plain"
+
+    answers = await asyncio.gather(
+        store.grouped(plain),
+        *(store.grouped_batch("a", writer("a"), str(n)) for n in range(3)),
+        *(store.grouped_batch("b", writer("b"), str(n)) for n in range(3, 5)),
+    )
+    assert answers == ["plain", "a0", "a1", "a2", "b3", "b4"]
+    assert seen["a"] and seen["b"]
+    assert all(len(call) > 0 for calls in seen.values() for call in calls)
+    async with store.read() as conn:
+        assert (await conn.execute(select(func.count()).select_from(events))).scalar_one() == 6
+
+
+@pytest.mark.parametrize("size", [1, 2])
+async def test_a_batch_answers_each_writer_its_own_result(store: Store, size: int) -> None:
+    async def write_all(tx: Transaction, items: list[tuple[int, int]]) -> list[int]:
+        return [a + b for a, b in items]
+
+    pairs = [(n, n * size) for n in range(8)]
+    answers = await asyncio.gather(*(store.grouped_batch("sum", write_all, pair) for pair in pairs))
+    assert answers == [a + b for a, b in pairs]
