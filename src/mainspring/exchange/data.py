@@ -144,6 +144,8 @@ class FinishedProcess:
 
 @dataclass(frozen=True, slots=True)
 class MailboxCount:
+    """How many AVAILABLE messages wait in a mailbox."""
+
     addressee: str
     database: str
     count: int
@@ -179,6 +181,7 @@ def _insert_values(message: NewMessage) -> dict[str, Any]:
 
 
 async def insert_message(tx: Executor, message: NewMessage) -> None:
+    """Store a message; a second one under the mailbox's Message-Id is refused (a unique violation)."""
     await tx.execute(M.insert().values(**_insert_values(message)))
 
 
@@ -248,6 +251,7 @@ async def known_message_ids(conn: Executor, message_ids: Sequence[str]) -> set[s
 
 
 async def get_process(conn: Executor, process_id: str) -> ProcessRow | None:
+    """The process, unlocked (what reads and API_3's first look use)."""
     row = (await conn.execute(select(P).where(P.c.id == process_id))).first()
     return None if row is None else _process(row)
 
@@ -326,6 +330,7 @@ async def take_mailbox_messages(tx: Executor, message_ids: Sequence[str], proces
 
 
 async def extend_deadline(tx: Executor, process_id: str, deadline: int, now: int) -> None:
+    """A heartbeat: the live process's deadline moves to ``deadline``."""
     await tx.execute(update(P).where(P.c.id == process_id).values(deadline=deadline, updated_at=now))
 
 
