@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from mainspring.config import Settings
+from mainspring.exchange import files
 from mainspring.store import ManualClock
 from tests.conftest import eventually
 from tests.ui.conftest import MAILBOX, NS, OrdersProcessor, failed_machine, in_doubt_process
@@ -142,6 +143,24 @@ async def test_an_alert_links_to_its_subject_and_closes_itself_when_the_machine_
 
     page = await eventually(closed, what="the alert closed itself")
     assert "machine repaired" in page and "mainspring" in page
+
+
+async def test_a_file_move_the_disk_refuses_is_listed_with_its_error_on_the_exchange_and_message_pages(
+    client: httpx.AsyncClient, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pid, ids = await in_doubt_process(client, clock)
+
+    def refuse(*args: object) -> bool:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(files.Disk, "place", refuse)
+    await client.post(f"/ui/exchange/processes/{pid}/resolve", data={"committed": "false"})
+    failures = (await client.get("/ui/exchange")).text.split("Cleanup failures", 1)[1]
+    assert all(f"<code>{i}</code>" in failures for i in ids) and f"<code>{pid}</code>" in failures
+    assert "mobile-a/db-1" in failures and "No space left on device" in failures
+    page = await client.get(f"/ui/exchange/messages/{ids[0]}")
+    assert page.status_code == 200 and "AVAILABLE" in page.text and "No space left on device" in page.text
+    assert f"mailboxes/mobile-a/db-1/{ids[0]}" in page.text
 
 
 async def test_an_in_doubt_alert_links_to_its_process_page_which_resolves_it(client: httpx.AsyncClient, clock: ManualClock) -> None:

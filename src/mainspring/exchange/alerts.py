@@ -10,24 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
-from sqlalchemy import select
-
 from mainspring.core.alerts import FixedAlerts
 from mainspring.core.data import Alert
-from mainspring.exchange.tables import exchange_messages, exchange_processes
+from mainspring.exchange import data
 from mainspring.store.dialect import Executor
 
 T = TypeVar("T")
-
-
-async def _process_states(conn: Executor, ids: Sequence[str]) -> dict[str, str]:
-    query = select(exchange_processes.c.id, exchange_processes.c.state).where(exchange_processes.c.id.in_(list(ids)))
-    return {str(pid): str(state) for pid, state in (await conn.execute(query)).all()} if ids else {}
-
-
-async def _synced_messages(conn: Executor, ids: Sequence[str]) -> dict[str, bool]:
-    query = select(exchange_messages.c.id, exchange_messages.c.synced).where(exchange_messages.c.id.in_(list(ids)))
-    return {str(mid): bool(synced) for mid, synced in (await conn.execute(query)).all()} if ids else {}
 
 
 def _fixed(raised: Sequence[Alert], now_of: Mapping[str, T], gone: str, why_fixed: Callable[[T], str | None]) -> dict[str, str]:
@@ -42,17 +30,17 @@ def _fixed(raised: Sequence[Alert], now_of: Mapping[str, T], gone: str, why_fixe
 
 
 async def in_doubt_resolved(conn: Executor, raised: Sequence[Alert]) -> dict[str, str]:
-    states = await _process_states(conn, [a.subject_id for a in raised])
+    states = await data.process_states(conn, [a.subject_id for a in raised])
     return _fixed(raised, states, "process removed", lambda s: None if s == "IN_DOUBT" else f"IN_DOUBT resolved: the process is {s}")
 
 
 async def cleanup_done(conn: Executor, raised: Sequence[Alert]) -> dict[str, str]:
-    states = await _process_states(conn, [a.subject_id for a in raised])
+    states = await data.process_states(conn, [a.subject_id for a in raised])
     return _fixed(raised, states, "process removed", lambda s: None if s == "CLEANUP" else f"cleanup done: the process is {s}")
 
 
 async def file_move_done(conn: Executor, raised: Sequence[Alert]) -> dict[str, str]:
-    synced = await _synced_messages(conn, [a.subject_id for a in raised])
+    synced = await data.messages_synced(conn, [a.subject_id for a in raised])
     return _fixed(raised, synced, "message removed", lambda done: "file move done" if done else None)
 
 

@@ -1,21 +1,134 @@
-"""Statements of the exchange face, answering typed records: retention of finished processes and the
-counts ``/metrics`` shows.
+"""Every statement of the exchange face, answering typed records: messages and mailboxes, the processing
+protocol's transitions, the file moves that follow them, the watchdog and start-up recovery, the dashboard's
+views, retention of finished processes and the counts ``/metrics`` shows.
 
-(The protocol's own statements still live beside their services in ``service``, ``messages``, ``sync`` and
-``watchdog``; new ones go here.)
+Every transition locks the process row it changes (``lock_process``: ``FOR UPDATE`` on PostgreSQL) and
+checks its state; background steps take their batches with ``SKIP LOCKED``, so two servers never take the
+same rows. SQLite has one writer, so both are no-ops there (``mainspring.store.dialect``).
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import ColumnElement, and_, delete, func, or_, select
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    and_,
+    bindparam,
+    case,
+    delete,
+    func,
+    literal,
+    or_,
+    select,
+    update,
+)
 
-from mainspring.exchange.tables import FINISHED_STATES
+from mainspring.exchange.tables import ACTIVE_STATES, FINISHED_STATES
 from mainspring.exchange.tables import exchange_messages as M
 from mainspring.exchange.tables import exchange_processes as P
 from mainspring.store import Transaction
 from mainspring.store.dialect import Executor
+
+# --- records ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRow:
+    """A message (or a process's reply) as stored.
+
+    ``state``: PENDING (a reply not yet visible), AVAILABLE, TAKEN (by an active process), QUARANTINED
+    (IN_DOUBT), COMMITTED (file still to go), GONE (deleted or in backup/), DISCARDED (a reply of an aborted
+    process). ``path`` is where its file must be (None: deleted), ``prev_path`` where it may still be until
+    ``synced``; ``file_version`` counts the decisions about the file."""
+
+    id: str
+    addressee: str
+    database: str
+    message_key: str | None
+    size: int
+    sha256: str
+    content_type: str
+    sender: str | None
+    created_at: int
+    state: str
+    process_id: str | None
+    origin_process_id: str | None
+    path: str | None
+    prev_path: str | None
+    file_version: int
+    synced: bool
+    sync_attempts: int
+    next_sync_at: int | None
+    sync_error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessRow:
+    """A process as stored (``state`` STARTED | READY_TO_COMMIT | IN_DOUBT | CLEANUP | DONE | ABORTED |
+    CANCELLED); ``updated_at`` of a DONE or ABORTED one is when it finished."""
+
+    id: str
+    addressee: str
+    database: str
+    client_id: str
+    message_ids: list[str]
+    state: str
+    started_at: int
+    deadline: int | None
+    updated_at: int
+    error: str | None
+    cleanup_attempts: int
+    next_attempt_at: int | None
+
+
+assert [f.name for f in dataclasses.fields(MessageRow)] == [c.name for c in M.c], "MessageRow drifted from the table"
+assert [f.name for f in dataclasses.fields(ProcessRow)] == [c.name for c in P.c], "ProcessRow drifted from the table"
+
+
+@dataclass(frozen=True, slots=True)
+class NewMessage:
+    """What storing a message (or a process's reply, with ``origin_process_id`` and state PENDING) writes;
+    its file is already on disk at ``path``."""
+
+    id: str
+    addressee: str
+    database: str
+    message_key: str | None
+    size: int
+    sha256: str
+    content_type: str
+    sender: str | None
+    created_at: int
+    state: str
+    path: str
+    origin_process_id: str | None = None
+    synced: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class MessageState:
+    """Which mailbox a message is in, and its state (what API_2 checks before taking it)."""
+
+    id: str
+    addressee: str
+    database: str
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedReply:
+    """A reply that became visible when its process committed (what its ``exchange.message.stored`` says)."""
+
+    id: str
+    addressee: str
+    database: str
+    size: int
+    sha256: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,9 +144,422 @@ class FinishedProcess:
 
 @dataclass(frozen=True, slots=True)
 class MailboxCount:
+    """How many AVAILABLE messages wait in a mailbox."""
+
     addressee: str
     database: str
     count: int
+
+
+def _message(row: Any) -> MessageRow:
+    return MessageRow(*row)
+
+
+def _process(row: Any) -> ProcessRow:
+    return ProcessRow(*row)
+
+
+# --- messages and mailboxes ---------------------------------------------------------------------------
+
+
+async def message_by_key(conn: Executor, addressee: str, database: str, message_key: str) -> MessageRow | None:
+    """The message (or reply) stored in the mailbox under ``message_key`` (its Message-Id), if any."""
+    row = (
+        await conn.execute(
+            select(M).where(M.c.addressee == addressee, M.c.database == database, M.c.message_key == message_key)
+        )
+    ).first()
+    return None if row is None else _message(row)
+
+
+def _insert_values(message: NewMessage) -> dict[str, Any]:
+    values = dataclasses.asdict(message)
+    if values["origin_process_id"] is None:
+        # A message from a sender names no process: the column is left out, as it always was.
+        del values["origin_process_id"]
+    return values
+
+
+async def insert_message(tx: Executor, message: NewMessage) -> None:
+    """Store a message; a second one under the mailbox's Message-Id is refused (a unique violation)."""
+    await tx.execute(M.insert().values(**_insert_values(message)))
+
+
+async def insert_replies(tx: Executor, replies: Sequence[NewMessage]) -> None:
+    """Store a process's replies (PENDING: visible once it commits) in one statement."""
+    await tx.execute(M.insert(), [_insert_values(r) for r in replies])
+
+
+async def mailbox_message(conn: Executor, addressee: str, database: str, message_id: str) -> MessageRow | None:
+    """Message ``message_id`` if it is in this mailbox, in whatever state."""
+    query = select(M).where(M.c.id == message_id, M.c.addressee == addressee, M.c.database == database)
+    row = (await conn.execute(query)).first()
+    return None if row is None else _message(row)
+
+
+async def get_message(conn: Executor, message_id: str) -> MessageRow | None:
+    """Message ``message_id`` in whatever state and mailbox (the dashboard's look at it)."""
+    row = (await conn.execute(select(M).where(M.c.id == message_id))).first()
+    return None if row is None else _message(row)
+
+
+async def available_messages(
+    conn: Executor, addressee: str, database: str, limit: int, after: tuple[Any, Any] | None
+) -> list[MessageRow]:
+    """Up to ``limit`` AVAILABLE messages of the mailbox, oldest first, after ``(created_at, id)``."""
+    query = (
+        select(M)
+        .where(M.c.addressee == addressee, M.c.database == database, M.c.state == "AVAILABLE")
+        .order_by(M.c.created_at, M.c.id)
+        .limit(limit)
+    )
+    if after is not None:
+        at, last_id = after
+        query = query.where((M.c.created_at > at) | ((M.c.created_at == at) & (M.c.id > last_id)))
+    return [_message(r) for r in (await conn.execute(query)).all()]
+
+
+async def active_process_id(conn: Executor, addressee: str, database: str) -> str | None:
+    """The STARTED or READY_TO_COMMIT process that holds the mailbox, if one does."""
+    query = select(P.c.id).where(P.c.addressee == addressee, P.c.database == database, P.c.state.in_(ACTIVE_STATES))
+    value = (await conn.execute(query)).scalar()
+    return None if value is None else str(value)
+
+
+async def available_by_mailbox(conn: Executor) -> dict[tuple[str, str], int]:
+    """(addressee, database) → how many AVAILABLE messages, for every mailbox that has any."""
+    query = (
+        select(M.c.addressee, M.c.database, func.count().label("available"))
+        .where(M.c.state == "AVAILABLE")
+        .group_by(M.c.addressee, M.c.database)
+    )
+    return {(r.addressee, r.database): int(r.available) for r in (await conn.execute(query)).all()}
+
+
+async def active_process_by_mailbox(conn: Executor) -> dict[tuple[str, str], str]:
+    """(addressee, database) → the active process that holds it, for every mailbox held."""
+    query = select(P.c.addressee, P.c.database, P.c.id).where(P.c.state.in_(ACTIVE_STATES))
+    return {(r.addressee, r.database): r.id for r in (await conn.execute(query)).all()}
+
+
+async def known_message_ids(conn: Executor, message_ids: Sequence[str]) -> set[str]:
+    """Those of ``message_ids`` that have a row (in any state)."""
+    return set((await conn.execute(select(M.c.id).where(M.c.id.in_(message_ids)))).scalars())
+
+
+# --- processes: reads ---------------------------------------------------------------------------------
+
+
+async def get_process(conn: Executor, process_id: str) -> ProcessRow | None:
+    """The process, unlocked (what reads and API_3's first look use)."""
+    row = (await conn.execute(select(P).where(P.c.id == process_id))).first()
+    return None if row is None else _process(row)
+
+
+async def reload_process(tx: Executor, process_id: str) -> ProcessRow:
+    """The process as this transaction just wrote it (it is there)."""
+    return _process((await tx.execute(select(P).where(P.c.id == process_id))).one())
+
+
+async def lock_process(tx: Transaction, process_id: str) -> ProcessRow | None:
+    """The process, locked until commit: every transition takes this lock before it checks the state, so a
+    late call, the watchdog and another server wait for each other."""
+    query: Select[Any] = select(P).where(P.c.id == process_id)
+    row = (await tx.execute(tx.store.dialect.for_update(query))).first()
+    return None if row is None else _process(row)
+
+
+async def list_processes(
+    conn: Executor,
+    *,
+    state: str | None,
+    addressee: str | None,
+    database: str | None,
+    limit: int,
+    after: tuple[Any, Any] | None,
+) -> list[ProcessRow]:
+    """Up to ``limit`` processes matching the filters given, by start, after ``(started_at, id)``."""
+    query = select(P).order_by(P.c.started_at, P.c.id).limit(limit)
+    if state:
+        query = query.where(P.c.state == state)
+    if addressee:
+        query = query.where(P.c.addressee == addressee)
+    if database:
+        query = query.where(P.c.database == database)
+    if after is not None:
+        at, last = after
+        query = query.where((P.c.started_at > at) | ((P.c.started_at == at) & (P.c.id > last)))
+    return [_process(r) for r in (await conn.execute(query)).all()]
+
+
+async def messages_of_processes(conn: Executor, process_ids: Sequence[str]) -> list[MessageRow]:
+    """The messages that ``process_ids`` took (whatever their state now), oldest first."""
+    query = select(M).where(M.c.process_id.in_(process_ids)).order_by(M.c.created_at, M.c.id)
+    return [_message(r) for r in (await conn.execute(query)).all()]
+
+
+# --- processes: the protocol's transitions ------------------------------------------------------------
+
+
+async def message_states(tx: Executor, message_ids: Sequence[str]) -> dict[str, MessageState]:
+    """Message id → its mailbox and state, for those of ``message_ids`` that exist."""
+    query = select(M.c.id, M.c.addressee, M.c.database, M.c.state).where(M.c.id.in_(message_ids))
+    return {r.id: MessageState(r.id, r.addressee, r.database, r.state) for r in (await tx.execute(query)).all()}
+
+
+async def insert_process(
+    tx: Executor, process_id: str, addressee: str, database: str, client_id: str, message_ids: list[str],
+    now: int, deadline: int,
+) -> None:
+    """A new STARTED process. The partial unique index on active processes refuses a second one for the
+    mailbox (a unique violation): it decides between concurrent starts on any server."""
+    await tx.execute(
+        P.insert().values(
+            id=process_id, addressee=addressee, database=database, client_id=client_id,
+            message_ids=message_ids, state="STARTED", started_at=now, deadline=deadline, updated_at=now,
+        )
+    )
+
+
+async def take_mailbox_messages(tx: Executor, message_ids: Sequence[str], process_id: str) -> int:
+    """AVAILABLE → TAKEN by ``process_id`` for ``message_ids``; answers how many were still available."""
+    taken: Any = await tx.execute(
+        update(M).where(M.c.id.in_(message_ids), M.c.state == "AVAILABLE").values(state="TAKEN", process_id=process_id)
+    )
+    return int(taken.rowcount)
+
+
+async def extend_deadline(tx: Executor, process_id: str, deadline: int, now: int) -> None:
+    """A heartbeat: the live process's deadline moves to ``deadline``."""
+    await tx.execute(update(P).where(P.c.id == process_id).values(deadline=deadline, updated_at=now))
+
+
+async def mark_process_ready(tx: Executor, process_id: str, deadline: int, now: int) -> None:
+    """STARTED → READY_TO_COMMIT, with the commit deadline."""
+    await tx.execute(
+        update(P).where(P.c.id == process_id).values(state="READY_TO_COMMIT", deadline=deadline, updated_at=now)
+    )
+
+
+async def commit_process_messages(tx: Executor, process_id: str, backup: bool, now: int) -> list[PublishedReply]:
+    """The process's taken (or quarantined) messages are COMMITTED, their files to go to ``backup/`` (or be
+    deleted), and its PENDING replies become AVAILABLE; answers those replies."""
+    target = (literal("backup/") + M.c.addressee + "/" + M.c.database + "/" + M.c.id) if backup else None
+    await tx.execute(
+        update(M)
+        .where(M.c.process_id == process_id, M.c.state.in_(("TAKEN", "QUARANTINED")))
+        .values(state="COMMITTED", prev_path=M.c.path, path=target, file_version=M.c.file_version + 1,
+                synced=False, next_sync_at=now, sync_attempts=0)
+    )
+    replies = (
+        await tx.execute(select(M.c.id, M.c.addressee, M.c.database, M.c.size, M.c.sha256)
+                         .where(M.c.origin_process_id == process_id, M.c.state == "PENDING"))
+    ).all()
+    await tx.execute(
+        update(M).where(M.c.origin_process_id == process_id, M.c.state == "PENDING").values(state="AVAILABLE")
+    )
+    return [PublishedReply(r.id, r.addressee, r.database, r.size, r.sha256) for r in replies]
+
+
+async def mark_process_committed(tx: Executor, process_id: str, now: int) -> None:
+    """→ CLEANUP: the client's database committed; the process is DONE once its message files are gone."""
+    await tx.execute(update(P).where(P.c.id == process_id).values(state="CLEANUP", deadline=None, updated_at=now,
+                                                                   next_attempt_at=now))
+
+
+async def give_back_messages(tx: Executor, process_id: str, now: int) -> None:
+    """The process's messages are AVAILABLE again (a quarantined one's file goes back from ``unknown/`` to
+    its mailbox) and its PENDING replies are DISCARDED (their files to be deleted, their Message-Id freed)."""
+    home = literal("mailboxes/") + M.c.addressee + "/" + M.c.database + "/" + M.c.id
+    quarantined = M.c.state == "QUARANTINED"
+    await tx.execute(
+        update(M)
+        .where(M.c.process_id == process_id, M.c.state.in_(("TAKEN", "QUARANTINED")))
+        .values(
+            state="AVAILABLE",
+            prev_path=case((quarantined, M.c.path), else_=M.c.prev_path),
+            path=case((quarantined, home), else_=M.c.path),
+            file_version=case((quarantined, M.c.file_version + 1), else_=M.c.file_version),
+            synced=case((quarantined, False), else_=M.c.synced),
+            next_sync_at=case((quarantined, now), else_=M.c.next_sync_at),
+        )
+    )
+    await tx.execute(
+        update(M)
+        .where(and_(M.c.origin_process_id == process_id, M.c.state == "PENDING"))
+        .values(state="DISCARDED", message_key=None, prev_path=M.c.path, path=None,
+                file_version=M.c.file_version + 1, synced=False, next_sync_at=now)
+    )
+
+
+async def end_process(tx: Executor, process_id: str, state: str, error: str | None, now: int) -> None:
+    """→ ``state`` (ABORTED or CANCELLED), with no deadline and the reason."""
+    await tx.execute(update(P).where(P.c.id == process_id).values(state=state, deadline=None, updated_at=now,
+                                                                  error=error))
+
+
+# --- the watchdog and start-up recovery ---------------------------------------------------------------
+
+
+async def take_expired_started(tx: Transaction, now: int, limit: int) -> list[ProcessRow]:
+    """Up to ``limit`` STARTED processes past their deadline, earliest first, locked (another server skips
+    them)."""
+    query = select(P).where(P.c.state == "STARTED", P.c.deadline <= now).order_by(P.c.deadline).limit(limit)
+    return [_process(r) for r in (await tx.execute(tx.store.dialect.skip_locked(query))).all()]
+
+
+async def take_ready_processes(tx: Transaction, now: int, limit: int, *, expired_only: bool) -> list[ProcessRow]:
+    """Up to ``limit`` READY_TO_COMMIT processes (only those past their commit deadline if
+    ``expired_only``), by id, locked (another server skips them)."""
+    query = select(P).where(P.c.state == "READY_TO_COMMIT").order_by(P.c.id).limit(limit)
+    if expired_only:
+        query = query.where(P.c.deadline <= now)
+    return [_process(r) for r in (await tx.execute(tx.store.dialect.skip_locked(query))).all()]
+
+
+async def put_in_doubt(tx: Executor, process_ids: Sequence[str], now: int) -> None:
+    """The processes go IN_DOUBT: their TAKEN messages are QUARANTINED, files to ``unknown/<process_id>/``."""
+    await tx.execute(
+        update(M)
+        .where(M.c.process_id.in_(process_ids), M.c.state == "TAKEN")
+        .values(state="QUARANTINED", prev_path=M.c.path,
+                path=literal("unknown/") + M.c.process_id + "/" + M.c.id,
+                file_version=M.c.file_version + 1, synced=False, next_sync_at=now, sync_attempts=0)
+    )
+    await tx.execute(update(P).where(P.c.id.in_(process_ids)).values(state="IN_DOUBT", deadline=None, updated_at=now))
+
+
+async def next_process_deadline(conn: Executor) -> int | None:
+    """The earliest deadline of an active process (epoch ms), or None."""
+    value = (await conn.execute(select(func.min(P.c.deadline)).where(P.c.state.in_(ACTIVE_STATES)))).scalar()
+    return None if value is None else int(value)
+
+
+async def delete_cancelled_processes(tx: Executor) -> int:
+    """Start-up: CANCELLED processes are dropped (their messages went back when they were cancelled)."""
+    result: Any = await tx.execute(delete(P).where(P.c.state == "CANCELLED"))
+    return int(result.rowcount or 0)
+
+
+async def cleanup_process_ids(tx: Executor, after: str, limit: int) -> list[str]:
+    """Up to ``limit`` ids of processes in CLEANUP after ``after``, in order."""
+    query = select(P.c.id).where(P.c.state == "CLEANUP", P.c.id > after).order_by(P.c.id).limit(limit)
+    return [str(i) for i in (await tx.execute(query)).scalars()]
+
+
+# --- file moves: making the disk follow the store -----------------------------------------------------
+
+
+async def due_file_moves(conn: Executor, now: int, limit: int, process_id: str | None = None) -> list[MessageRow]:
+    """Up to ``limit`` messages whose file move is due at ``now``, earliest first; only those a process took
+    or wrote if ``process_id`` is given."""
+    query = select(M).where(M.c.synced.is_(False), M.c.next_sync_at <= now).order_by(M.c.next_sync_at).limit(limit)
+    if process_id is not None:
+        query = query.where(or_(M.c.process_id == process_id, M.c.origin_process_id == process_id))
+    return [_message(r) for r in (await conn.execute(query)).all()]
+
+
+async def pending_file_moves(conn: Executor, after: str, limit: int) -> list[MessageRow]:
+    """Up to ``limit`` messages with a file move not yet done, due or not, by id after ``after``."""
+    query = select(M).where(M.c.synced.is_(False), M.c.id > after).order_by(M.c.id).limit(limit)
+    return [_message(r) for r in (await conn.execute(query)).all()]
+
+
+_MARK_SYNCED = (
+    update(M)
+    .where(M.c.id == bindparam("b_id"), M.c.file_version == bindparam("b_version"))
+    .values(synced=True, sync_error=bindparam("b_error"), state=case((M.c.state == "COMMITTED", "GONE"), else_=M.c.state))
+)
+
+
+async def mark_files_synced(tx: Executor, moved: Sequence[tuple[str, int, str | None]]) -> None:
+    """Record done moves, given as (message id, the ``file_version`` moved to, a note such as "file missing"):
+    each is ``synced`` (a COMMITTED message is GONE) unless a newer decision about its file came meanwhile.
+    Callers pass them in id order: rows are locked in that order by whoever records, so none deadlock."""
+    await tx.execute(_MARK_SYNCED, [{"b_id": i, "b_version": v, "b_error": e} for i, v, e in moved])
+
+
+async def postpone_file_move(tx: Executor, message: MessageRow, attempts: int, next_at: int, error: str | None) -> None:
+    """A failed move is retried at ``next_at``, unless a newer decision about the file came meanwhile."""
+    await tx.execute(
+        update(M)
+        .where(M.c.id == message.id, M.c.file_version == message.file_version)
+        .values(sync_attempts=attempts, next_sync_at=next_at, sync_error=error)
+    )
+
+
+async def file_version_of(tx: Executor, message_id: str) -> int | None:
+    """The latest decision about the message's file (None: the message is gone)."""
+    value = (await tx.execute(select(M.c.file_version).where(M.c.id == message_id))).scalar()
+    return None if value is None else int(value)
+
+
+async def next_file_move_due(conn: Executor) -> int | None:
+    """When the earliest pending file move is due (epoch ms), or None."""
+    value = (await conn.execute(select(func.min(M.c.next_sync_at)).where(M.c.synced.is_(False)))).scalar()
+    return None if value is None else int(value)
+
+
+async def failing_file_moves(conn: Executor, limit: int) -> list[MessageRow]:
+    """Up to ``limit`` messages whose file move failed at least once and is still to do, next due first."""
+    query = (
+        select(M).where(M.c.synced.is_(False), M.c.sync_attempts > 0).order_by(M.c.next_sync_at).limit(limit)
+    )
+    return [_message(r) for r in (await conn.execute(query)).all()]
+
+
+async def cleanup_attempts(tx: Executor, process_id: str) -> int | None:
+    """How many times the process's cleanup failed, while it is in CLEANUP (None: it is not)."""
+    row = (await tx.execute(select(P.c.cleanup_attempts).where(P.c.id == process_id, P.c.state == "CLEANUP"))).first()
+    return None if row is None else int(row.cleanup_attempts)
+
+
+async def postpone_cleanup(tx: Executor, process_id: str, attempts: int, next_at: int, now: int) -> None:
+    """Count a failed cleanup round of a process still in CLEANUP; it is tried again at ``next_at``."""
+    await tx.execute(update(P).where(P.c.id == process_id, P.c.state == "CLEANUP").values(
+        cleanup_attempts=attempts, next_attempt_at=next_at, updated_at=now))
+
+
+async def mark_cleanups_done(tx: Transaction, process_ids: Sequence[str]) -> list[ProcessRow]:
+    """CLEANUP → DONE for those of ``process_ids`` none of whose messages is still COMMITTED (their files are
+    gone or in ``backup/``); answers them as they were before."""
+    pending = {
+        r.process_id
+        for r in (
+            await tx.execute(
+                select(M.c.process_id).where(M.c.process_id.in_(process_ids), M.c.state == "COMMITTED").distinct()
+            )
+        ).all()
+    }
+    rows = (
+        await tx.execute(select(P).where(P.c.id.in_([p for p in process_ids if p not in pending]),
+                                         P.c.state == "CLEANUP"))
+    ).all()
+    if not rows:
+        return []
+    now = tx.store.now_ms()
+    await tx.execute(update(P).where(P.c.id.in_([r.id for r in rows]), P.c.state == "CLEANUP")
+                     .values(state="DONE", updated_at=now, next_attempt_at=None))
+    return [_process(r) for r in rows]
+
+
+# --- alerts that fix themselves -----------------------------------------------------------------------
+
+
+async def process_states(conn: Executor, process_ids: Sequence[str]) -> dict[str, str]:
+    """Process id → state, for those of ``process_ids`` that still exist."""
+    if not process_ids:
+        return {}
+    query = select(P.c.id, P.c.state).where(P.c.id.in_(list(process_ids)))
+    return {str(r.id): str(r.state) for r in (await conn.execute(query)).all()}
+
+
+async def messages_synced(conn: Executor, message_ids: Sequence[str]) -> dict[str, bool]:
+    """Message id → whether its file is where the store says, for those of ``message_ids`` that still exist."""
+    if not message_ids:
+        return {}
+    query = select(M.c.id, M.c.synced).where(M.c.id.in_(list(message_ids)))
+    return {str(r.id): bool(r.synced) for r in (await conn.execute(query)).all()}
 
 
 # --- retention of finished processes ------------------------------------------------------------------

@@ -9,12 +9,9 @@ import asyncio
 import logging
 import re
 
-from sqlalchemy import select
-
 from mainspring.core.runtime import Context, run_loop
-from mainspring.exchange import files
+from mainspring.exchange import data, files
 from mainspring.exchange.messages import disk_of
-from mainspring.exchange.tables import exchange_messages as M
 
 log = logging.getLogger("mainspring.exchange")
 
@@ -46,7 +43,7 @@ async def sweep_orphan_files(ctx: Context) -> int:
     for start in range(0, len(ids), ctx.settings.exchange.batch_size):
         chunk = ids[start:start + ctx.settings.exchange.batch_size]
         async with ctx.store.read() as conn:
-            known = set((await conn.execute(select(M.c.id).where(M.c.id.in_(chunk)))).scalars())
+            known = await data.known_message_ids(conn, chunk)
         orphans = [relative for message_id in chunk if message_id not in known for relative in old[message_id]]
         removed += await asyncio.to_thread(_remove_all, disk, orphans)
     if removed:

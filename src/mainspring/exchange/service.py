@@ -13,14 +13,13 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import Select, and_, case, literal, select, update
-
 from mainspring.core import outbox
 from mainspring.core.alerts import raise_alert
 from mainspring.core.errors import MainspringError
 from mainspring.core.paging import decode_cursor, encode_cursor
 from mainspring.core.runtime import Context
-from mainspring.exchange import files, sync
+from mainspring.exchange import data, files, sync
+from mainspring.exchange.data import NewMessage, ProcessRow
 from mainspring.exchange.errors import (
     AlreadyCommitted,
     Busy,
@@ -34,14 +33,11 @@ from mainspring.exchange.errors import (
 from mainspring.exchange.messages import (
     CHANNEL,
     FINISHED_CHANNEL,
-    active_process_id,
     discard_body,
     new_id,
     write_body,
 )
 from mainspring.exchange.models import Reply
-from mainspring.exchange.tables import exchange_messages as M
-from mainspring.exchange.tables import exchange_processes as P
 from mainspring.store import Transaction, format_time
 
 log = logging.getLogger("mainspring.exchange")
@@ -54,7 +50,7 @@ def _allow_all(_addressee: str) -> None:
     return None
 
 
-def process_to_api(row: Any) -> dict[str, Any]:
+def process_to_api(row: ProcessRow) -> dict[str, Any]:
     return {
         "id": row.id,
         "addressee": row.addressee,
@@ -69,25 +65,16 @@ def process_to_api(row: Any) -> dict[str, Any]:
     }
 
 
-async def _locked(tx: Transaction, process_id: str) -> Any:
-    query: Select[Any] = select(P).where(P.c.id == process_id)
-    return (await tx.execute(tx.store.dialect.for_update(query))).first()
-
-
-async def _reload(tx: Transaction, process_id: str) -> Any:
-    return (await tx.execute(select(P).where(P.c.id == process_id))).one()
-
-
-async def _event(tx: Transaction, kind: str, row: Any, **data: Any) -> None:
+async def _event(tx: Transaction, kind: str, row: ProcessRow, **fields: Any) -> None:
     await outbox.emit(
         tx, f"exchange.process.{kind}", SUBJECT, row.id,
-        {"addressee": row.addressee, "database": row.database, "state": data.pop("state", row.state), **data},
+        {"addressee": row.addressee, "database": row.database, "state": fields.pop("state", row.state), **fields},
     )
 
 
 async def get_process(ctx: Context, process_id: str, check: Check = _allow_all) -> dict[str, Any]:
     async with ctx.store.read() as conn:
-        row = (await conn.execute(select(P).where(P.c.id == process_id))).first()
+        row = await data.get_process(conn, process_id)
     if row is None:
         raise ProcessNotFound(f"no process {process_id}")
     check(row.addressee)
@@ -97,18 +84,11 @@ async def get_process(ctx: Context, process_id: str, check: Check = _allow_all) 
 async def list_processes(
     ctx: Context, *, state: str | None, addressee: str | None, database: str | None, limit: int, cursor: str | None
 ) -> dict[str, Any]:
-    query = select(P).order_by(P.c.started_at, P.c.id).limit(limit + 1)
-    if state:
-        query = query.where(P.c.state == state)
-    if addressee:
-        query = query.where(P.c.addressee == addressee)
-    if database:
-        query = query.where(P.c.database == database)
-    if cursor:
-        at, last = decode_cursor(cursor, 2)
-        query = query.where((P.c.started_at > at) | ((P.c.started_at == at) & (P.c.id > last)))
+    after = tuple(decode_cursor(cursor, 2)) if cursor else None
     async with ctx.store.read() as conn:
-        rows = (await conn.execute(query)).all()
+        rows = await data.list_processes(
+            conn, state=state, addressee=addressee, database=database, limit=limit + 1, after=after
+        )
     next_cursor = encode_cursor(rows[limit - 1].started_at, rows[limit - 1].id) if len(rows) > limit else None
     return {"processes": [process_to_api(r) for r in rows[:limit]], "next_cursor": next_cursor}
 
@@ -123,15 +103,10 @@ async def start_process(
     process_id = new_id("p", now)
     try:
         async with store.transaction() as tx:
-            active = await active_process_id(tx, addressee, database)
+            active = await data.active_process_id(tx, addressee, database)
             if active is not None:
                 raise Busy(f"process {active} holds this mailbox", active_process_id=active)
-            rows = {
-                r.id: r
-                for r in (
-                    await tx.execute(select(M.c.id, M.c.addressee, M.c.database, M.c.state).where(M.c.id.in_(ids)))
-                ).all()
-            }
+            rows = await data.message_states(tx, ids)
             unavailable = [
                 i for i in ids
                 if i not in rows
@@ -143,21 +118,13 @@ async def start_process(
                     f"{len(unavailable)} of the messages cannot be processed", message_ids=unavailable
                 )
             # The partial unique index on active processes decides between concurrent starts.
-            await tx.execute(
-                P.insert().values(
-                    id=process_id, addressee=addressee, database=database, client_id=client_id,
-                    message_ids=ids, state="STARTED", started_at=now,
-                    deadline=now + ctx.settings.exchange.process_timeout_ms, updated_at=now,
-                )
+            await data.insert_process(
+                tx, process_id, addressee, database, client_id, ids,
+                now=now, deadline=now + ctx.settings.exchange.process_timeout_ms,
             )
-            taken = await tx.execute(
-                update(M)
-                .where(M.c.id.in_(ids), M.c.state == "AVAILABLE")
-                .values(state="TAKEN", process_id=process_id)
-            )
-            if taken.rowcount != len(ids):
+            if await data.take_mailbox_messages(tx, ids, process_id) != len(ids):
                 raise MessagesUnavailable("some messages were taken meanwhile", message_ids=ids)
-            row = await _reload(tx, process_id)
+            row = await data.reload_process(tx, process_id)
             await _event(tx, "started", row, client_id=client_id, message_ids=ids)
     except MainspringError:
         raise
@@ -165,7 +132,7 @@ async def start_process(
         if not store.dialect.is_unique_violation(exc):
             raise
         async with store.read() as conn:
-            active = await active_process_id(conn, addressee, database)
+            active = await data.active_process_id(conn, addressee, database)
         raise Busy(f"process {active} holds this mailbox", active_process_id=active) from None
     return process_to_api(row)
 
@@ -174,7 +141,7 @@ async def heartbeat(ctx: Context, process_id: str, check: Check = _allow_all) ->
     """Push the deadline of a live process forward; anything else is answered ``cancelled``."""
     settings = ctx.settings.exchange
     async with ctx.store.transaction() as tx:
-        row = await _locked(tx, process_id)
+        row = await data.lock_process(tx, process_id)
         if row is None:
             raise Cancelled(f"no process {process_id}")
         check(row.addressee)
@@ -185,26 +152,16 @@ async def heartbeat(ctx: Context, process_id: str, check: Check = _allow_all) ->
             deadline = now + settings.commit_timeout_ms
         else:
             raise Cancelled(f"process {process_id} is {row.state}", state=row.state)
-        await tx.execute(update(P).where(P.c.id == process_id).values(deadline=deadline, updated_at=now))
-        row = await _reload(tx, process_id)
+        await data.extend_deadline(tx, process_id, deadline, now)
+        row = await data.reload_process(tx, process_id)
     return process_to_api(row)
-
-
-async def _existing_reply(tx: Transaction, reply: Reply) -> Any:
-    return (
-        await tx.execute(
-            select(M).where(
-                M.c.addressee == reply.addressee, M.c.database == reply.database, M.c.message_key == reply.message_id
-            )
-        )
-    ).first()
 
 
 async def ready(ctx: Context, process_id: str, replies: list[Reply], check: Check = _allow_all) -> dict[str, Any]:
     """API_3: STARTED → READY_TO_COMMIT, storing the replies unpublished. Again OK when already there."""
     store = ctx.store
     async with store.read() as conn:
-        row = (await conn.execute(select(P).where(P.c.id == process_id))).first()
+        row = await data.get_process(conn, process_id)
     if row is None:
         raise Cancelled(f"no process {process_id}")
     check(row.addressee)
@@ -214,36 +171,35 @@ async def ready(ctx: Context, process_id: str, replies: list[Reply], check: Chec
         raise Cancelled(f"process {process_id} is {row.state}", state=row.state)
     limit = ctx.settings.exchange.max_message_bytes
     now = store.now_ms()
-    prepared: list[tuple[Reply, dict[str, Any]]] = []
+    prepared: list[tuple[Reply, NewMessage]] = []
     written: list[str] = []
     try:
         for reply in replies:
-            data = reply.data()
-            if len(data) > limit:
+            body = reply.data()
+            if len(body) > limit:
                 raise TooLarge(f"a reply is over {limit} bytes")
             reply_id = new_id("m", now)
             relative = files.mailbox_path(reply.addressee, reply.database, reply_id)
-            await write_body(ctx, relative, data)
+            await write_body(ctx, relative, body)
             written.append(relative)
-            prepared.append((reply, {
-                "id": reply_id, "addressee": reply.addressee, "database": reply.database,
-                "message_key": reply.message_id, "size": len(data), "sha256": hashlib.sha256(data).hexdigest(),
-                "content_type": reply.media_type(), "sender": row.client_id, "created_at": now,
-                "state": "PENDING", "origin_process_id": process_id, "path": relative, "synced": True,
-            }))
+            prepared.append((reply, NewMessage(
+                id=reply_id, addressee=reply.addressee, database=reply.database, message_key=reply.message_id,
+                size=len(body), sha256=hashlib.sha256(body).hexdigest(), content_type=reply.media_type(),
+                sender=row.client_id, created_at=now, state="PENDING", path=relative, origin_process_id=process_id,
+            )))
         outcome: MainspringError | None = None
         async with store.transaction() as tx:
-            row = await _locked(tx, process_id)
+            row = await data.lock_process(tx, process_id)
             if row is None or row.state not in ("STARTED", "READY_TO_COMMIT"):
                 outcome = Cancelled(f"process {process_id} is {row.state if row else 'gone'}")
             elif row.state == "STARTED":
                 keys: set[tuple[str, str, str]] = set()
-                fresh = []
+                fresh: list[NewMessage] = []
                 for reply, values in prepared:
                     if reply.message_id is not None:
                         key = (reply.addressee, reply.database, reply.message_id)
-                        existing = await _existing_reply(tx, reply)
-                        if existing is not None and existing.sha256 != values["sha256"]:
+                        existing = await data.message_by_key(tx, reply.addressee, reply.database, reply.message_id)
+                        if existing is not None and existing.sha256 != values.sha256:
                             raise MessageIdConflict(
                                 f"reply Message-Id {reply.message_id!r} is already stored with other bytes"
                             )
@@ -252,20 +208,16 @@ async def ready(ctx: Context, process_id: str, replies: list[Reply], check: Chec
                         keys.add(key)
                     fresh.append(values)
                 if fresh:
-                    await tx.execute(M.insert(), fresh)
-                kept = {v["path"] for v in fresh}
+                    await data.insert_replies(tx, fresh)
+                kept = {v.path for v in fresh}
                 written = [w for w in written if w not in kept]
-                await tx.execute(
-                    update(P).where(P.c.id == process_id).values(
-                        state="READY_TO_COMMIT", deadline=now + ctx.settings.exchange.commit_timeout_ms,
-                        updated_at=now,
-                    )
-                )
-                row = await _reload(tx, process_id)
-                await _event(tx, "ready", row, reply_ids=[v["id"] for v in fresh])
+                await data.mark_process_ready(tx, process_id, now + ctx.settings.exchange.commit_timeout_ms, now)
+                row = await data.reload_process(tx, process_id)
+                await _event(tx, "ready", row, reply_ids=[v.id for v in fresh])
                 tx.notify(CHANNEL)
         if outcome is not None:
             raise outcome
+        assert row is not None  # a process that is gone set ``outcome``
         return process_to_api(row)
     finally:
         # Files of replies that did not make it into the store (refused, raced, duplicates).
@@ -286,7 +238,7 @@ async def committed(
     backup = ctx.settings.exchange.backup
     outcome: MainspringError | None = None
     async with store.transaction() as tx:
-        row = await _locked(tx, process_id)
+        row = await data.lock_process(tx, process_id)
         if row is None:
             if resolving:
                 raise ProcessNotFound(f"no process {process_id}")
@@ -311,24 +263,10 @@ async def committed(
     return await get_process(ctx, process_id)
 
 
-async def _commit(tx: Transaction, row: Any, backup: bool, resolving: bool) -> None:
+async def _commit(tx: Transaction, row: ProcessRow, backup: bool, resolving: bool) -> None:
     now = tx.store.now_ms()
-    target = (literal("backup/") + M.c.addressee + "/" + M.c.database + "/" + M.c.id) if backup else None
-    await tx.execute(
-        update(M)
-        .where(M.c.process_id == row.id, M.c.state.in_(("TAKEN", "QUARANTINED")))
-        .values(state="COMMITTED", prev_path=M.c.path, path=target, file_version=M.c.file_version + 1,
-                synced=False, next_sync_at=now, sync_attempts=0)
-    )
-    replies = (
-        await tx.execute(select(M.c.id, M.c.addressee, M.c.database, M.c.size, M.c.sha256)
-                         .where(M.c.origin_process_id == row.id, M.c.state == "PENDING"))
-    ).all()
-    await tx.execute(
-        update(M).where(M.c.origin_process_id == row.id, M.c.state == "PENDING").values(state="AVAILABLE")
-    )
-    await tx.execute(update(P).where(P.c.id == row.id).values(state="CLEANUP", deadline=None, updated_at=now,
-                                                               next_attempt_at=now))
+    replies = await data.commit_process_messages(tx, row.id, backup, now)
+    await data.mark_process_committed(tx, row.id, now)
     await _event(tx, "committed", row, state="CLEANUP", previous=row.state)
     tx.after_commit(lambda: log.info("process %s of %s/%s committed (was %s); cleaning up",
                                      row.id, row.addressee, row.database, row.state))
@@ -349,7 +287,7 @@ async def commit_failed(
     """API_5: the client's database did not commit. → ABORTED, messages available again, replies dropped."""
     outcome: MainspringError | None = None
     async with ctx.store.transaction() as tx:
-        row = await _locked(tx, process_id)
+        row = await data.lock_process(tx, process_id)
         if row is None:
             raise ProcessNotFound(f"no process {process_id}")
         check(row.addressee)
@@ -368,33 +306,13 @@ async def commit_failed(
     return await get_process(ctx, process_id)
 
 
-async def abort(tx: Transaction, row: Any, error: str | None, *, resolving: bool = False,
+async def abort(tx: Transaction, row: ProcessRow, error: str | None, *, resolving: bool = False,
                 state: str = "ABORTED") -> None:
     """Give a process's messages back to its mailbox (from ``unknown/`` if quarantined) and drop its
     replies; used by API_5 and by the watchdog's cancel."""
     now = tx.store.now_ms()
-    home = literal("mailboxes/") + M.c.addressee + "/" + M.c.database + "/" + M.c.id
-    quarantined = M.c.state == "QUARANTINED"
-    await tx.execute(
-        update(M)
-        .where(M.c.process_id == row.id, M.c.state.in_(("TAKEN", "QUARANTINED")))
-        .values(
-            state="AVAILABLE",
-            prev_path=case((quarantined, M.c.path), else_=M.c.prev_path),
-            path=case((quarantined, home), else_=M.c.path),
-            file_version=case((quarantined, M.c.file_version + 1), else_=M.c.file_version),
-            synced=case((quarantined, False), else_=M.c.synced),
-            next_sync_at=case((quarantined, now), else_=M.c.next_sync_at),
-        )
-    )
-    await tx.execute(
-        update(M)
-        .where(and_(M.c.origin_process_id == row.id, M.c.state == "PENDING"))
-        .values(state="DISCARDED", message_key=None, prev_path=M.c.path, path=None,
-                file_version=M.c.file_version + 1, synced=False, next_sync_at=now)
-    )
-    await tx.execute(update(P).where(P.c.id == row.id).values(state=state, deadline=None, updated_at=now,
-                                                              error=error))
+    await data.give_back_messages(tx, row.id, now)
+    await data.end_process(tx, row.id, state, error, now)
     await _event(tx, state.lower(), row, state=state, previous=row.state, error=error)
     tx.after_commit(lambda: log.info("process %s of %s/%s %s (was %s): %s", row.id, row.addressee,
                                      row.database, state, row.state, error or "no reason given"))
@@ -410,3 +328,33 @@ async def resolve(ctx: Context, process_id: str, was_committed: bool) -> dict[st
     if was_committed:
         return await committed(ctx, process_id, resolving=True)
     return await commit_failed(ctx, process_id, "resolved by an administrator", resolving=True)
+
+
+# --- what the dashboard shows beside the API ----------------------------------------------------------
+
+
+async def held_messages(ctx: Context, process_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """Process id → the messages it took, oldest first, and where their files are now (an IN_DOUBT
+    process's wait in ``unknown/``)."""
+    if not process_ids:
+        return {}
+    found: dict[str, list[dict[str, Any]]] = {pid: [] for pid in process_ids}
+    async with ctx.store.read() as conn:
+        for row in await data.messages_of_processes(conn, process_ids):
+            found[str(row.process_id)].append(
+                {"id": row.id, "state": row.state, "path": row.path, "size": row.size, "sha256": row.sha256}
+            )
+    return found
+
+
+async def failing_file_moves(ctx: Context, limit: int = 50) -> list[dict[str, Any]]:
+    """Message files whose move or delete keeps failing (the watchdog retries them), next retry first."""
+    async with ctx.store.read() as conn:
+        rows = await data.failing_file_moves(conn, limit)
+    return [
+        {
+            "id": r.id, "mailbox": f"{r.addressee}/{r.database}", "process_id": r.process_id or r.origin_process_id,
+            "state": r.state, "attempts": r.sync_attempts, "error": r.sync_error, "next_at": format_time(r.next_sync_at),
+        }
+        for r in rows
+    ]

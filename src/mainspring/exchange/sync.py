@@ -12,17 +12,13 @@ import asyncio
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
-
-from sqlalchemy import bindparam, case, func, or_, select, update
 
 from mainspring.core import outbox
 from mainspring.core.alerts import raise_alert
 from mainspring.core.runtime import Context, log_failure
-from mainspring.exchange import files
+from mainspring.exchange import data, files
+from mainspring.exchange.data import MessageRow
 from mainspring.exchange.messages import FINISHED_CHANNEL, disk_of, file_candidates
-from mainspring.exchange.tables import exchange_messages as M
-from mainspring.exchange.tables import exchange_processes as P
 from mainspring.store import Transaction
 
 log = logging.getLogger("mainspring.exchange")
@@ -32,13 +28,13 @@ FILE_THREADS = 8
 
 @dataclass
 class Outcome:
-    row: Any
+    row: MessageRow
     done: bool
     missing: bool = False
     error: str | None = None
 
 
-def _apply(disk: files.Disk, row: Any) -> Outcome:
+def _apply(disk: files.Disk, row: MessageRow) -> Outcome:
     candidates = [c for c in file_candidates(row) if c != row.path]
     try:
         if row.path is None:
@@ -51,7 +47,7 @@ def _apply(disk: files.Disk, row: Any) -> Outcome:
         return Outcome(row, False, error=f"{type(exc).__name__}: {exc}")
 
 
-def _apply_all(disk: files.Disk, rows: list[Any]) -> list[Outcome]:
+def _apply_all(disk: files.Disk, rows: list[MessageRow]) -> list[Outcome]:
     """Apply a batch; file calls wait on the disk, not the CPU, so large batches run on a few threads."""
     if len(rows) < 32:
         return _apply_chunk(disk, rows)
@@ -61,7 +57,7 @@ def _apply_all(disk: files.Disk, rows: list[Any]) -> list[Outcome]:
         return [o for part in pool.map(lambda chunk: _apply_chunk(disk, chunk), chunks) for o in part]
 
 
-def _apply_chunk(disk: files.Disk, rows: list[Any]) -> list[Outcome]:
+def _apply_chunk(disk: files.Disk, rows: list[MessageRow]) -> list[Outcome]:
     outcomes: list[Outcome] = []
     try:
         with disk.deferred_fsync():
@@ -82,14 +78,9 @@ def retry_delay(ctx: Context, attempts: int) -> int:
 async def sync_files(ctx: Context, *, process_id: str | None = None) -> int:
     """Do one batch of the file moves that are due; answers how many rows it handled."""
     store = ctx.store
-    query = (
-        select(M).where(M.c.synced.is_(False), M.c.next_sync_at <= store.now_ms())
-        .order_by(M.c.next_sync_at).limit(ctx.settings.exchange.batch_size)
-    )
-    if process_id is not None:
-        query = query.where(or_(M.c.process_id == process_id, M.c.origin_process_id == process_id))
+    now = store.now_ms()
     async with store.read() as conn:
-        rows = (await conn.execute(query)).all()
+        rows = await data.due_file_moves(conn, now, ctx.settings.exchange.batch_size, process_id)
     if not rows:
         if process_id is not None:
             async with store.transaction() as tx:
@@ -105,12 +96,8 @@ async def sync_all_once(ctx: Context) -> int:
     after = ""
     total = 0
     while True:
-        query = (
-            select(M).where(M.c.synced.is_(False), M.c.id > after)
-            .order_by(M.c.id).limit(ctx.settings.exchange.batch_size)
-        )
         async with store.read() as conn:
-            rows = (await conn.execute(query)).all()
+            rows = await data.pending_file_moves(conn, after, ctx.settings.exchange.batch_size)
         if not rows:
             return total
         await _sync_rows(ctx, rows)
@@ -118,7 +105,7 @@ async def sync_all_once(ctx: Context) -> int:
         after = rows[-1].id
 
 
-async def _sync_rows(ctx: Context, rows: list[Any]) -> None:
+async def _sync_rows(ctx: Context, rows: list[MessageRow]) -> None:
     outcomes = await asyncio.to_thread(_apply_all, disk_of(ctx), rows)
     async with ctx.store.transaction() as tx:
         await record_file_moves(ctx, tx, outcomes)
@@ -132,18 +119,9 @@ async def record_file_moves(ctx: Context, tx: Transaction, outcomes: list[Outcom
     alert_after = ctx.settings.exchange.cleanup_alert_after
     cleanup_pids: set[str] = set()
     failed_pids: dict[str, str] = {}
-    synced = [
-        {"b_id": o.row.id, "b_version": o.row.file_version, "b_error": "file missing" if o.missing else None}
-        for o in outcomes if o.done
-    ]
+    synced = [(o.row.id, o.row.file_version, "file missing" if o.missing else None) for o in outcomes if o.done]
     if synced:
-        await tx.execute(
-            update(M)
-            .where(M.c.id == bindparam("b_id"), M.c.file_version == bindparam("b_version"))
-            .values(synced=True, sync_error=bindparam("b_error"),
-                    state=case((M.c.state == "COMMITTED", "GONE"), else_=M.c.state)),
-            synced,
-        )
+        await data.mark_files_synced(tx, synced)
         # The last move of an ABORTED process may be among them: it can be removed now.
         tx.notify(FINISHED_CHANNEL)
     for outcome in outcomes:
@@ -158,12 +136,7 @@ async def record_file_moves(ctx: Context, tx: Transaction, outcomes: list[Outcom
         attempts = row.sync_attempts + 1
         log.warning("moving the file of message %s to %s failed (attempt %d): %s",
                     row.id, row.path or "deletion", attempts, outcome.error)
-        await tx.execute(
-            update(M)
-            .where(M.c.id == row.id, M.c.file_version == row.file_version)
-            .values(sync_attempts=attempts, next_sync_at=now + retry_delay(ctx, attempts - 1),
-                    sync_error=outcome.error)
-        )
+        await data.postpone_file_move(tx, row, attempts, now + retry_delay(ctx, attempts - 1), outcome.error)
         if row.state == "COMMITTED" and row.process_id:
             failed_pids[row.process_id] = outcome.error or "error"
         elif attempts >= alert_after:
@@ -172,46 +145,30 @@ async def record_file_moves(ctx: Context, tx: Transaction, outcomes: list[Outcom
     for pid, error in sorted(failed_pids.items()):
         # Only while it is cleaning up: a failure another server's round met on a disk that has since healed
         # must not touch a process that finished meanwhile (its updated_at is when it finished: retention).
-        process = (await tx.execute(select(P.c.cleanup_attempts).where(P.c.id == pid, P.c.state == "CLEANUP"))).first()
-        if process is None:
+        failed_before = await data.cleanup_attempts(tx, pid)
+        if failed_before is None:
             continue
-        attempts = process.cleanup_attempts + 1
-        await tx.execute(update(P).where(P.c.id == pid, P.c.state == "CLEANUP").values(
-            cleanup_attempts=attempts, next_attempt_at=now + retry_delay(ctx, attempts - 1), updated_at=now))
+        attempts = failed_before + 1
+        await data.postpone_cleanup(tx, pid, attempts, now + retry_delay(ctx, attempts - 1), now)
         if attempts >= alert_after:
             await raise_alert(tx, "exchange_cleanup_failing", "exchange.process", pid,
                               f"cleanup of process {pid} has failed {attempts} times: {error}")
     await finish_cleanups(tx, sorted(cleanup_pids - set(failed_pids)))
 
 
-async def _decision_stands(tx: Transaction, row: Any) -> bool:
+async def _decision_stands(tx: Transaction, row: MessageRow) -> bool:
     """Whether the move ``row`` asked for is still the latest decision about its file: a newer one (another
     server's, recorded meanwhile) may have moved the file away while we looked, so a miss proves nothing."""
-    current = (await tx.execute(select(M.c.file_version).where(M.c.id == row.id))).scalar()
-    return current == row.file_version
+    return await data.file_version_of(tx, row.id) == row.file_version
 
 
 async def finish_cleanups(tx: Transaction, process_ids: list[str]) -> int:
     """CLEANUP → DONE for those of ``process_ids`` whose committed message files are all gone."""
     if not process_ids:
         return 0
-    pending = {
-        r.process_id
-        for r in (
-            await tx.execute(
-                select(M.c.process_id).where(M.c.process_id.in_(process_ids), M.c.state == "COMMITTED").distinct()
-            )
-        ).all()
-    }
-    rows = (
-        await tx.execute(select(P).where(P.c.id.in_([p for p in process_ids if p not in pending]),
-                                         P.c.state == "CLEANUP"))
-    ).all()
+    rows = await data.mark_cleanups_done(tx, process_ids)
     if not rows:
         return 0
-    now = tx.store.now_ms()
-    await tx.execute(update(P).where(P.c.id.in_([r.id for r in rows]), P.c.state == "CLEANUP")
-                     .values(state="DONE", updated_at=now, next_attempt_at=None))
     await outbox.emit_many(tx, [
         outbox.Event("exchange.process.done", "exchange.process", r.id,
                      {"addressee": r.addressee, "database": r.database, "state": "DONE"})
@@ -228,7 +185,3 @@ async def sync_process_files(ctx: Context, process_id: str) -> None:
             pass
     except Exception as exc:
         log_failure(log, exc, "file moves of process %s failed; the watchdog retries them", process_id)
-
-
-async def next_sync_due(conn: Any) -> int | None:
-    return (await conn.execute(select(func.min(M.c.next_sync_at)).where(M.c.synced.is_(False)))).scalar()

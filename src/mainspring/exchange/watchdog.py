@@ -11,16 +11,11 @@ from __future__ import annotations
 import logging
 import time
 
-from sqlalchemy import delete, func, literal, select, update
-
 from mainspring.core import outbox
 from mainspring.core.alerts import raise_alerts
 from mainspring.core.runtime import Context, run_loop
-from mainspring.exchange import sync
+from mainspring.exchange import data, sync
 from mainspring.exchange.service import SUBJECT, abort
-from mainspring.exchange.tables import ACTIVE_STATES
-from mainspring.exchange.tables import exchange_messages as M
-from mainspring.exchange.tables import exchange_processes as P
 
 log = logging.getLogger("mainspring.exchange")
 
@@ -32,11 +27,7 @@ async def cancel_expired(ctx: Context) -> int:
     store = ctx.store
     async with store.transaction() as tx:
         now = store.now_ms()
-        query = (
-            select(P).where(P.c.state == "STARTED", P.c.deadline <= now)
-            .order_by(P.c.deadline).limit(ctx.settings.exchange.batch_size)
-        )
-        rows = (await tx.execute(store.dialect.skip_locked(query))).all()
+        rows = await data.take_expired_started(tx, now, ctx.settings.exchange.batch_size)
         for row in rows:
             log.info("process %s of %s/%s passed its deadline: CANCELLED", row.id, row.addressee, row.database)
             await abort(tx, row, "the process deadline passed without API_3", state="CANCELLED")
@@ -48,21 +39,10 @@ async def doubt_ready(ctx: Context, *, expired_only: bool = True) -> int:
     store = ctx.store
     async with store.transaction() as tx:
         now = store.now_ms()
-        query = select(P).where(P.c.state == "READY_TO_COMMIT").order_by(P.c.id).limit(ctx.settings.exchange.batch_size)
-        if expired_only:
-            query = query.where(P.c.deadline <= now)
-        rows = (await tx.execute(store.dialect.skip_locked(query))).all()
+        rows = await data.take_ready_processes(tx, now, ctx.settings.exchange.batch_size, expired_only=expired_only)
         if not rows:
             return 0
-        ids = [r.id for r in rows]
-        await tx.execute(
-            update(M)
-            .where(M.c.process_id.in_(ids), M.c.state == "TAKEN")
-            .values(state="QUARANTINED", prev_path=M.c.path,
-                    path=literal("unknown/") + M.c.process_id + "/" + M.c.id,
-                    file_version=M.c.file_version + 1, synced=False, next_sync_at=now, sync_attempts=0)
-        )
-        await tx.execute(update(P).where(P.c.id.in_(ids)).values(state="IN_DOUBT", deadline=None, updated_at=now))
+        await data.put_in_doubt(tx, [r.id for r in rows], now)
         reason = "its commit deadline passed" if expired_only else "the server restarted"
         await outbox.emit_many(tx, [
             outbox.Event("exchange.process.in_doubt", SUBJECT, r.id,
@@ -90,10 +70,8 @@ async def _drain(step: object, *args: object, **kwargs: object) -> int:
 
 async def next_due(ctx: Context) -> int | None:
     async with ctx.store.read() as conn:
-        deadline = (
-            await conn.execute(select(func.min(P.c.deadline)).where(P.c.state.in_(ACTIVE_STATES)))
-        ).scalar()
-        files_due = await sync.next_sync_due(conn)
+        deadline = await data.next_process_deadline(conn)
+        files_due = await data.next_file_move_due(conn)
     due = [d for d in (deadline, files_due) if d is not None]
     return min(due) if due else None
 
@@ -115,8 +93,7 @@ async def watchdog(ctx: Context) -> None:
 
 async def drop_cancelled(ctx: Context) -> int:
     async with ctx.store.transaction() as tx:
-        result = await tx.execute(delete(P).where(P.c.state == "CANCELLED"))
-    return int(result.rowcount or 0)
+        return await data.delete_cancelled_processes(tx)
 
 
 async def finish_all_cleanups(ctx: Context) -> int:
@@ -124,10 +101,7 @@ async def finish_all_cleanups(ctx: Context) -> int:
     after = ""
     while True:
         async with ctx.store.transaction() as tx:
-            ids = list((await tx.execute(
-                select(P.c.id).where(P.c.state == "CLEANUP", P.c.id > after).order_by(P.c.id)
-                .limit(ctx.settings.exchange.batch_size)
-            )).scalars())
+            ids = await data.cleanup_process_ids(tx, after, ctx.settings.exchange.batch_size)
             if not ids:
                 return total
             total += await sync.finish_cleanups(tx, ids)

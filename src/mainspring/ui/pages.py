@@ -116,8 +116,8 @@ async def exchange_page(
         page_size=LIST_PAGE,
         in_doubt=in_doubt["processes"],
         more_in_doubt=in_doubt["next_cursor"] is not None,
-        quarantined=await queries.exchange_quarantined(ctx, ids),
-        cleanup=await queries.exchange_cleanup_failures(ctx),
+        quarantined=await exchange.held_messages(ctx, ids),
+        cleanup=await exchange.failing_file_moves(ctx),
         states=EXCHANGE_STATES,
         state=state,
     )
@@ -135,7 +135,7 @@ async def process_page(request: Request, principal: Viewer, process_id: PathName
     """A process with its messages (where their files are now), and the resolve buttons while IN_DOUBT."""
     ctx = request_context(request)
     process = await exchange.get_process(ctx, process_id)
-    messages = (await queries.exchange_quarantined(ctx, [process_id]))[process_id]
+    messages = (await exchange.held_messages(ctx, [process_id]))[process_id]
     return render(request, "process.html", page="exchange", p=process, messages=messages)
 
 
@@ -144,7 +144,7 @@ async def message_page(request: Request, principal: Viewer, message_id: PathName
     """A message with its body: the first ``BODY_SHOWN`` bytes, decoded as UTF-8 (a body that is not text
     shows its replacement characters: the page is for a look, the API gives the bytes)."""
     ctx = request_context(request)
-    message = await queries.exchange_message(ctx, message_id)
+    message = await exchange_messages.inspect_message(ctx, message_id)
     if message is None:
         raise MessageNotFound(f"no message {message_id}")
     body: str | None = None

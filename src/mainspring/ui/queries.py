@@ -99,56 +99,6 @@ async def latency(ctx: Context, minutes: int = 60) -> dict[str, list[int]]:
     return series
 
 
-async def exchange_quarantined(ctx: Context, process_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
-    """The message files of IN_DOUBT processes, where they wait in ``unknown/``."""
-    if not process_ids:
-        return {}
-    query = (
-        select(exchange_messages)
-        .where(exchange_messages.c.process_id.in_(process_ids))
-        .order_by(exchange_messages.c.created_at, exchange_messages.c.id)
-    )
-    found: dict[str, list[dict[str, Any]]] = {pid: [] for pid in process_ids}
-    async with ctx.store.read() as conn:
-        for row in (await conn.execute(query)).all():
-            found[row.process_id].append(
-                {"id": row.id, "state": row.state, "path": row.path, "size": row.size, "sha256": row.sha256}
-            )
-    return found
-
-
-async def exchange_message(ctx: Context, message_id: str) -> dict[str, Any] | None:
-    """One message's row as the dashboard shows it, in whatever state (the API shows only readable ones)."""
-    async with ctx.store.read() as conn:
-        row = (await conn.execute(select(exchange_messages).where(exchange_messages.c.id == message_id))).first()
-    if row is None:
-        return None
-    return {
-        "id": row.id, "addressee": row.addressee, "database": row.database, "state": row.state, "size": row.size,
-        "sha256": row.sha256, "content_type": row.content_type, "sender": row.sender, "path": row.path,
-        "process_id": row.process_id, "created_at": format_time(row.created_at), "sync_error": row.sync_error,
-    }
-
-
-async def exchange_cleanup_failures(ctx: Context, limit: int = 50) -> list[dict[str, Any]]:
-    """Message files whose move or delete keeps failing (the watchdog retries them)."""
-    query = (
-        select(exchange_messages)
-        .where(exchange_messages.c.synced.is_(False), exchange_messages.c.sync_attempts > 0)
-        .order_by(exchange_messages.c.next_sync_at)
-        .limit(limit)
-    )
-    async with ctx.store.read() as conn:
-        rows = (await conn.execute(query)).all()
-    return [
-        {
-            "id": r.id, "mailbox": f"{r.addressee}/{r.database}", "process_id": r.process_id or r.origin_process_id,
-            "state": r.state, "attempts": r.sync_attempts, "error": r.sync_error, "next_at": format_time(r.next_sync_at),
-        }
-        for r in rows
-    ]
-
-
 async def queue_names(ctx: Context) -> list[str]:
     return sorted(set(await interactions_service.queue_names(ctx.store)) | set(getattr(ctx.registry, "queues", {})))
 
