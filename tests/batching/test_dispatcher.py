@@ -147,3 +147,22 @@ async def test_a_groups_next_version_completed_by_reissue_in_the_same_round_goes
     assert [p.size for p in packages] == [2, 2]
     claimed = [await claim_once(store, "books", "w1", None) for _ in range(2)]
     assert [p["id"] for p in claimed if p] == [first, second]
+
+
+async def test_a_member_reissued_for_two_versions_in_one_round_repeats_its_stored_content_twice(store, clock) -> None:
+    # The pair went out at version 1; the English book then changed twice before the next timer ended.
+    # One round completes versions 2 and 3 by reissuing the Russian book twice, from its stored task.
+    await put_batcher_service(store, "books", BatcherSettingsIn(min_size=2, max_size=2, linger_ms=5000, max_wait_ms=30_000,
+                                                                group_size=2, incomplete_group="reject"))
+    for task_id, member, content in [("t0", "en", "a"), ("t1", "ru", "a"), ("t2", "en", "b"), ("t3", "en", "c")]:
+        await submit_task(store, "books", TaskIn(id=task_id, group="g", member=member, content=content))
+        await dispatch_batcher(store, "books")
+    clock.advance(5000)
+    await dispatch_batcher(store, "books")
+
+    async with store.read() as conn:
+        tasks = (await conn.execute(select(batch_tasks).where(batch_tasks.c.batcher == "books"))).all()
+        packages = [p.id for p in (await conn.execute(select(batch_packages).order_by(batch_packages.c.seq))).all()]
+    placed = {t.id: (t.version, packages.index(t.package_id), t.content) for t in tasks}
+    assert placed == {"t0": (1, 0, "a"), "t1": (1, 0, "a"), "t2": (2, 1, "b"), "g:ru:v2": (2, 1, "a"),
+                      "t3": (3, 2, "c"), "g:ru:v3": (3, 2, "a")}

@@ -152,11 +152,13 @@ def reissues_for(unit: Unit, group_size: int, log: GroupLog | None, now: int) ->
         PendingTask(0, reissue_id(first.group, line.member, version), first.group, line.member, version, now, line.task_id)
         for line in chosen
     ]
-    # A later unit of the group in this same plan sees these as the members' latest content.
-    for task in made:
+    # A later unit of the group in this same plan sees these as the members' latest content. Their lines
+    # name the stored task they repeat: a made task is only stored when the plan is written, so a later
+    # reissue must take its content from where this one does.
+    for task, line in zip(made, chosen, strict=True):
         log.taken.add((task.member, version))
         log.ids_taken.add(task.id)
-        log.accepted.append(LogLine(task.member, version, task.id))
+        log.accepted.append(LogLine(task.member, version, line.task_id))
     return made
 
 
