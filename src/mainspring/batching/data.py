@@ -56,8 +56,11 @@ class BatcherRow:
         return TimerState(self.linger_started_at, self.linger_ends_at, self.last_flush_at, self.carried_through_seq)
 
 
+assert [f.name for f in dataclasses.fields(BatcherRow)] == [c.name for c in batchers.c], "BatcherRow drifted from the table"
+
+
 def _batcher(row: Any) -> BatcherRow:
-    return BatcherRow(**row._mapping)
+    return BatcherRow(*row)
 
 
 async def get_batcher(conn: Executor, name: str) -> BatcherRow | None:
@@ -170,12 +173,17 @@ class TaskRow(NewTask):
     seq: int
 
 
+# A task's columns in TaskRow's order: what a submit stores, then the seq the database gives it.
+_TASK_COLUMNS = [*(c for c in batch_tasks.c if c.name != "seq"), batch_tasks.c.seq]
+assert [f.name for f in dataclasses.fields(TaskRow)] == [c.name for c in _TASK_COLUMNS], "TaskRow drifted from the table"
+
+
 def _task(row: Any) -> TaskRow:
-    return TaskRow(**row._mapping)
+    return TaskRow(*row)
 
 
 async def get_task(conn: Executor, batcher: str, task_id: str) -> TaskRow | None:
-    query = select(batch_tasks).where(batch_tasks.c.batcher == batcher, batch_tasks.c.id == task_id)
+    query = select(*_TASK_COLUMNS).where(batch_tasks.c.batcher == batcher, batch_tasks.c.id == task_id)
     row = (await conn.execute(query)).first()
     return None if row is None else _task(row)
 
@@ -229,7 +237,7 @@ async def reject_incomplete_tasks(tx: Executor, seqs: Sequence[int], now: int) -
 
 async def package_tasks(conn: Executor, package_id: str) -> list[TaskRow]:
     """The tasks of a package, in arrival order."""
-    query = select(batch_tasks).where(batch_tasks.c.package_id == package_id).order_by(batch_tasks.c.seq)
+    query = select(*_TASK_COLUMNS).where(batch_tasks.c.package_id == package_id).order_by(batch_tasks.c.seq)
     return [_task(row) for row in (await conn.execute(query)).all()]
 
 
@@ -456,8 +464,11 @@ class PackageLease:
     lease_ms: int | None
 
 
+assert [f.name for f in dataclasses.fields(PackageRow)] == [c.name for c in batch_packages.c], "PackageRow drifted from the table"
+
+
 def _package(row: Any) -> PackageRow:
-    return PackageRow(**row._mapping)
+    return PackageRow(*row)
 
 
 async def insert_package(tx: Executor, package_id: str, batcher: str, size: int, now: int) -> None:
