@@ -6,6 +6,7 @@ import asyncio
 
 from sqlalchemy import func, select
 
+from mainspring.batching.cafe import claim_once
 from mainspring.batching.dispatcher import dispatch_batcher
 from mainspring.batching.models import BatcherSettingsIn, TaskIn
 from mainspring.batching.service import put_batcher as put_batcher_service
@@ -118,3 +119,50 @@ async def test_concurrent_dispatcher_rounds_on_several_stores_flush_each_task_on
     finally:
         for s in others:
             await s.close()
+
+
+async def submit_one_by_one_then_end_the_timer(store: Store, clock, max_size: int, group: str,
+                                               books: list[tuple[str, str, str]]) -> tuple[list, list]:
+    """Submit ``(id, member, content)`` books of one group with a dispatcher round after each, let the linger
+    timer end, and answer the batcher's tasks and its packages (oldest first)."""
+    await put_batcher_service(store, "books", BatcherSettingsIn(min_size=2, max_size=max_size, linger_ms=5000,
+                                                                max_wait_ms=30_000, group_size=2, incomplete_group="reject"))
+    for task_id, member, content in books:
+        await submit_task(store, "books", TaskIn(id=task_id, group=group, member=member, content=content))
+        await dispatch_batcher(store, "books")
+    clock.advance(5000)
+    await dispatch_batcher(store, "books")
+    async with store.read() as conn:
+        tasks = (await conn.execute(select(batch_tasks).where(batch_tasks.c.batcher == "books"))).all()
+        packages = (await conn.execute(select(batch_packages).order_by(batch_packages.c.seq))).all()
+    return list(tasks), list(packages)
+
+
+async def test_a_groups_next_version_completed_by_reissue_in_the_same_round_goes_in_a_later_package(store, clock) -> None:
+    # The reissue property's found case: pair g1 at version 1, then only its English book changes. When
+    # the linger timer ends, version 1 and version 2 (completed by reissuing the Russian book) leave in one
+    # round: two packages, version 1 claimed first, each task in exactly one of them.
+    tasks, packages = await submit_one_by_one_then_end_the_timer(
+        store, clock, 6, "g1", [("t0", "en", "g1 en a"), ("t1", "ru", "g1 ru a"), ("t2", "en", "g1 en b")])
+    placed = {t.id: (t.status, t.version, t.package_id, t.reissued) for t in tasks}
+    first, second = (p.id for p in packages)
+    assert placed == {
+        "t0": ("packed", 1, first, False),
+        "t1": ("packed", 1, first, False),
+        "t2": ("packed", 2, second, False),
+        "g1:ru:v2": ("packed", 2, second, True),
+    }
+    assert [p.size for p in packages] == [2, 2]
+    claimed = [await claim_once(store, "books", "w1", None) for _ in range(2)]
+    assert [p["id"] for p in claimed if p] == [first, second]
+
+
+async def test_a_member_reissued_for_two_versions_in_one_round_repeats_its_stored_content_twice(store, clock) -> None:
+    # The pair went out at once (max_size 2); the English book then changed twice before the next timer
+    # ended. One round completes versions 2 and 3 by reissuing the Russian book twice, from its stored task.
+    tasks, packages = await submit_one_by_one_then_end_the_timer(
+        store, clock, 2, "g", [("t0", "en", "a"), ("t1", "ru", "a"), ("t2", "en", "b"), ("t3", "en", "c")])
+    order = [p.id for p in packages]
+    placed = {t.id: (t.version, order.index(t.package_id), t.content) for t in tasks}
+    assert placed == {"t0": (1, 0, "a"), "t1": (1, 0, "a"), "t2": (2, 1, "b"), "g:ru:v2": (2, 1, "a"),
+                      "t3": (3, 2, "c"), "g:ru:v3": (3, 2, "a")}

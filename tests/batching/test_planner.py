@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mainspring.batching.planner import PendingTask, Rules, TimerState, plan, units_of
+from mainspring.batching.planner import GroupLog, LogLine, PendingTask, Rules, TimerState, plan, units_of
 
 RULES = Rules(min_size=2, max_size=6, linger_ms=5000, max_wait_ms=30000, group_size=2, incomplete_group="reject")
 IDLE = TimerState(None, None, None, 0)
@@ -53,3 +53,39 @@ def test_carry_keeps_incomplete_groups_without_restarting_the_timer_for_them() -
     assert again.timer.linger_ends_at is None and again.next_due == 30000
     late = plan(tasks, rules, decided.timer, 30000)
     assert [t.id for t in late.rejected] == ["a", "b"]
+
+
+def test_a_groups_two_versions_leaving_together_go_in_two_packages_the_earlier_first() -> None:
+    # Both pairs of book g (version 1, then both books changed: version 2) leave in one flush, by each rule
+    # that makes packages; each package holds one version of the group, version 1 first.
+    tasks = [*pair(1, "g", at=0), PendingTask(3, "g-en-2", "g", "en", 2, 0), PendingTask(4, "g-ru-2", "g", "ru", 2, 0)]
+    by_rule = {
+        "max_size": plan(tasks, Rules(2, 4, 5000, 30000, 2, "reject"), IDLE, 0),
+        "linger": plan(tasks, RULES, IDLE, 5000),
+        "max_wait": plan(tasks, Rules(5, 6, 5000, 30000, 2, "reject"), IDLE, 30000),
+    }
+    for rule, decided in by_rule.items():
+        assert [[t.id for t in p] for p in decided.packages] == [["g-en", "g-ru"], ["g-en-2", "g-ru-2"]], rule
+        assert decided.flushes == [rule, rule]
+
+
+def test_one_version_per_group_does_not_split_other_groups_or_a_group_size_of_one() -> None:
+    tasks = [*pair(1, "a"), *pair(3, "b")]
+    assert [len(p) for p in plan(tasks, RULES, IDLE, 5000).packages] == [4]
+    singles = [PendingTask(1, "en", "g", "en", 1, 0), PendingTask(2, "ru", "g", "ru", 1, 0)]
+    assert [[t.id for t in p] for p in plan(singles, Rules(2, 6, 5000, 30000, 1, "reject"), IDLE, 5000).packages] == [["en", "ru"]]
+
+
+def test_two_versions_completed_by_reissue_in_one_round_both_repeat_the_stored_task() -> None:
+    # Book g went out as a pair; then its English book changed twice (versions 2 and 3) before the timer
+    # ended. Both versions are completed by reissuing the Russian book, each repeating the stored task
+    # (the reissue made for version 2 is not stored until the plan is written).
+    log = GroupLog(accepted=[LogLine("en", 1, "g-en"), LogLine("ru", 1, "g-ru"), LogLine("en", 2, "g-en-2"),
+                             LogLine("en", 3, "g-en-3")],
+                   taken={("en", 1), ("ru", 1), ("en", 2), ("en", 3)})
+    tasks = [PendingTask(3, "g-en-2", "g", "en", 2, 0), PendingTask(4, "g-en-3", "g", "en", 3, 0)]
+    decided = plan(tasks, RULES, IDLE, 5000, {"g": log})
+    assert [[(t.id, t.reissue_of) for t in p] for p in decided.packages] == [
+        [("g-en-2", None), ("g:ru:v2", "g-ru")],
+        [("g-en-3", None), ("g:ru:v3", "g-ru")],
+    ]

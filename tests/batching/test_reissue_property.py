@@ -7,7 +7,6 @@ from __future__ import annotations
 import itertools
 from collections import Counter, defaultdict
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select
@@ -24,11 +23,6 @@ submission = st.tuples(st.just("submit"), st.sampled_from(["g1", "g2"]), st.samp
 wait = st.tuples(st.just("wait"), st.integers(0, 12_000))
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "known bug, issue 16.1 left open: when a group's v1 pair and its v2 (one member changed, the other "
-    "reissued) are packed in the same round, one package holds both versions of the group "
-    "(found: t0 en v1, t1 ru v1, t2 en v2, g1:ru:v2 reissued). The planner must put a group's later "
-    "version in a later package."))
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=st.lists(st.one_of(submission, wait), max_size=24), mode=st.sampled_from(["reject", "carry"]),
        max_size=st.sampled_from([2, 4, 6]))

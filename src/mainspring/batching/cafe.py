@@ -12,13 +12,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import and_, or_, select
-
-from mainspring.batching import metrics
+from mainspring.batching import data, metrics
+from mainspring.batching.data import PackageLease, PackageRow, TaskRow
 from mainspring.batching.errors import PackageNotFound, UnknownTaskResult
 from mainspring.batching.models import DEFAULTS, TaskResult
 from mainspring.batching.service import cafe_channel, task_subject
-from mainspring.batching.tables import batch_packages, batch_tasks, batchers
 from mainspring.core import outbox
 from mainspring.core.errors import LeaseLost
 from mainspring.core.leases import new_token
@@ -28,7 +26,7 @@ from mainspring.store import Store, Transaction, format_time
 Authorize = Callable[[str], None]
 
 
-def package_to_api(row: Any, tasks: list[Any], *, with_lease: bool = True) -> dict[str, Any]:
+def package_to_api(row: PackageRow, tasks: list[TaskRow], *, with_lease: bool = True) -> dict[str, Any]:
     lease = None
     if with_lease and row.status == "claimed" and row.lease_token:
         lease = {"token": row.lease_token, "expires_at": format_time(row.lease_expires_at)}
@@ -60,20 +58,6 @@ def package_to_api(row: Any, tasks: list[Any], *, with_lease: bool = True) -> di
     }
 
 
-async def _tasks_of(conn: Any, package_id: str) -> list[Any]:
-    return list(
-        (await conn.execute(select(batch_tasks).where(batch_tasks.c.package_id == package_id).order_by(batch_tasks.c.seq))).all()
-    )
-
-
-async def _set_task_status(tx: Transaction, package_id: str, status: str, **values: Any) -> None:
-    await tx.execute(
-        batch_tasks.update()
-        .where(batch_tasks.c.package_id == package_id)
-        .values(status=status, updated_at=tx.store.now_ms(), **values)
-    )
-
-
 def count_claim(batcher: str, retaken_after_expiry: bool) -> None:
     metrics.CLAIMS.labels(batcher).inc()
     if retaken_after_expiry:  # the lease ran out before the dispatcher put the package back: still an expiry
@@ -84,47 +68,21 @@ async def claim_once(store: Store, name: str, worker: str, lease_ms: int | None)
     """Claim the oldest waiting package of ``name`` for ``worker``, or None."""
     async with store.transaction() as tx:
         now = store.now_ms()
-        query = (
-            select(batch_packages)
-            .where(
-                batch_packages.c.batcher == name,
-                or_(
-                    batch_packages.c.status == "ready",
-                    and_(batch_packages.c.status == "claimed", batch_packages.c.lease_expires_at <= now),
-                ),
-            )
-            .order_by(batch_packages.c.seq)
-            .limit(1)
-        )
-        row = (await tx.execute(store.dialect.skip_locked(query))).first()
+        row = await data.lock_oldest_claimable(tx, name, now)
         if row is None:
             return None
         if lease_ms is None:
-            configured = (await tx.execute(select(batchers.c.lease_ms).where(batchers.c.name == name))).scalar()
-            lease_ms = int(configured or DEFAULTS["lease_ms"])
+            lease_ms = await data.batcher_lease_ms(tx, name) or DEFAULTS["lease_ms"]
         token = new_token()
         retaken = row.status == "claimed"
-        await tx.execute(
-            batch_packages.update()
-            .where(batch_packages.c.seq == row.seq)
-            .values(
-                status="claimed",
-                worker=worker,
-                lease_token=token,
-                lease_expires_at=now + lease_ms,
-                lease_ms=lease_ms,
-                attempts=batch_packages.c.attempts + 1,
-                updated_at=now,
-            )
-        )
-        await _set_task_status(tx, row.id, "claimed")
+        await data.claim_package(tx, row.seq, worker, token, lease_ms, now)
+        await data.set_package_tasks_status(tx, row.id, "claimed", now)
         await outbox.emit(
             tx, "batch.package.claimed", "batch_package", row.id,
             {"batcher": name, "worker": worker, "attempt": row.attempts + 1, "retaken_after_expiry": retaken},
         )
         tx.after_commit(lambda: count_claim(name, retaken))
-        fresh = (await tx.execute(select(batch_packages).where(batch_packages.c.seq == row.seq))).one()
-        return package_to_api(fresh, await _tasks_of(tx, row.id))
+        return package_to_api(await data.package_by_seq(tx, row.seq), await data.package_tasks(tx, row.id))
 
 
 async def claim(
@@ -145,10 +103,8 @@ async def claim(
         await asyncio.sleep(0)
 
 
-async def _locked_package(tx: Transaction, package_id: str, authorize: Authorize | None) -> Any:
-    row = (
-        await tx.execute(tx.store.dialect.for_update(select(batch_packages).where(batch_packages.c.id == package_id)))
-    ).first()
+async def _locked_package(tx: Transaction, package_id: str, authorize: Authorize | None) -> PackageRow:
+    row = await data.lock_package(tx, package_id)
     if row is None:
         raise PackageNotFound(f"no package {package_id!r}")
     if authorize is not None:
@@ -186,7 +142,7 @@ async def complete_package(
     """Finish a claimed package with per-task outcomes (a task left out is done)."""
     async with store.transaction() as tx:
         row = await _locked_package(tx, package_id, authorize)
-        tasks = await _tasks_of(tx, package_id)
+        tasks = await data.package_tasks(tx, package_id)
         if row.status == "done" and row.lease_token == token:
             return package_to_api(row, tasks, with_lease=False)  # a repeat of the same completion
         if row.status != "claimed" or row.lease_token != token:
@@ -200,27 +156,18 @@ async def complete_package(
             error = outcome.error if status == "failed" else None
             if status == "failed" and error is None:
                 error = "failed by the worker"
-            await tx.execute(
-                batch_tasks.update()
-                .where(batch_tasks.c.seq == task.seq)
-                .values(status=status, result=outcome.result, error=error, updated_at=now)
-            )
-            data = {"batcher": row.batcher, "id": task.id, "package_id": package_id}
+            await data.finish_task(tx, task.seq, status, outcome.result, error, now)
+            told: dict[str, Any] = {"batcher": row.batcher, "id": task.id, "package_id": package_id}
             if status == "failed":
-                data["error"] = error
-            events.append(outbox.Event(f"batch.task.{status}", "batch_task", task_subject(row.batcher, task.id), data))
-        await tx.execute(
-            batch_packages.update()
-            .where(batch_packages.c.seq == row.seq)
-            .values(status="done", lease_expires_at=None, updated_at=now, error=None)
-        )
+                told["error"] = error
+            events.append(outbox.Event(f"batch.task.{status}", "batch_task", task_subject(row.batcher, task.id), told))
+        await data.finish_package(tx, row.seq, "done", None, now)
         events.append(
             outbox.Event("batch.package.done", "batch_package", package_id,
                          {"batcher": row.batcher, "worker": row.worker, "size": row.size})
         )
         await outbox.emit_many(tx, events)
-        fresh = (await tx.execute(select(batch_packages).where(batch_packages.c.seq == row.seq))).one()
-        return package_to_api(fresh, await _tasks_of(tx, package_id), with_lease=False)
+        return package_to_api(await data.package_by_seq(tx, row.seq), await data.package_tasks(tx, package_id), with_lease=False)
 
 
 async def fail_package(
@@ -230,27 +177,19 @@ async def fail_package(
     async with store.transaction() as tx:
         row = await _locked_package(tx, package_id, authorize)
         if row.status == "failed" and row.lease_token == token and not retry:
-            return package_to_api(row, await _tasks_of(tx, package_id), with_lease=False)
+            return package_to_api(row, await data.package_tasks(tx, package_id), with_lease=False)
         if row.status != "claimed" or row.lease_token != token:
             raise LeaseLost(f"package {package_id} is not held with this token")
         now = store.now_ms()
         events: list[outbox.Event] = []
         if retry:
-            await tx.execute(
-                batch_packages.update()
-                .where(batch_packages.c.seq == row.seq)
-                .values(status="ready", lease_token=None, lease_expires_at=None, error=error, updated_at=now)
-            )
-            await _set_task_status(tx, package_id, "packed")
+            await data.put_package_back(tx, row.seq, error, now)
+            await data.set_package_tasks_status(tx, package_id, "packed", now)
             tx.notify(cafe_channel(row.batcher))
         else:
-            await tx.execute(
-                batch_packages.update()
-                .where(batch_packages.c.seq == row.seq)
-                .values(status="failed", lease_expires_at=None, error=error, updated_at=now)
-            )
-            tasks = await _tasks_of(tx, package_id)
-            await _set_task_status(tx, package_id, "failed", error=error)
+            await data.finish_package(tx, row.seq, "failed", error, now)
+            tasks = await data.package_tasks(tx, package_id)
+            await data.set_package_tasks_status(tx, package_id, "failed", now, error=error)
             events.extend(
                 outbox.Event("batch.task.failed", "batch_task", task_subject(row.batcher, t.id),
                              {"batcher": row.batcher, "id": t.id, "package_id": package_id, "error": error})
@@ -261,8 +200,7 @@ async def fail_package(
                          {"batcher": row.batcher, "worker": row.worker, "error": error, "retry": retry})
         )
         await outbox.emit_many(tx, events)
-        fresh = (await tx.execute(select(batch_packages).where(batch_packages.c.seq == row.seq))).one()
-        return package_to_api(fresh, await _tasks_of(tx, package_id), with_lease=False)
+        return package_to_api(await data.package_by_seq(tx, row.seq), await data.package_tasks(tx, package_id), with_lease=False)
 
 
 async def heartbeat_package(
@@ -275,35 +213,16 @@ async def heartbeat_package(
             raise LeaseLost(f"package {package_id} is not held with this token")
         now = store.now_ms()
         span = lease_ms or row.lease_ms or DEFAULTS["lease_ms"]
-        await tx.execute(
-            batch_packages.update()
-            .where(batch_packages.c.seq == row.seq)
-            .values(lease_expires_at=now + span, lease_ms=span, updated_at=now)
-        )
-        fresh = (await tx.execute(select(batch_packages).where(batch_packages.c.seq == row.seq))).one()
-        return package_to_api(fresh, await _tasks_of(tx, package_id))
+        await data.extend_lease(tx, row.seq, span, now)
+        return package_to_api(await data.package_by_seq(tx, row.seq), await data.package_tasks(tx, package_id))
 
 
 async def expire_leases(tx: Transaction, name: str, now: int) -> None:
     """Put packages whose lease ran out back in the cafe (their tasks back to ``packed``)."""
-    rows = (
-        await tx.execute(
-            tx.store.dialect.skip_locked(
-                select(batch_packages).where(
-                    batch_packages.c.batcher == name,
-                    batch_packages.c.status == "claimed",
-                    batch_packages.c.lease_expires_at <= now,
-                )
-            )
-        )
-    ).all()
+    rows = await data.lock_expired_leases(tx, name, now)
     for row in rows:
-        await tx.execute(
-            batch_packages.update()
-            .where(batch_packages.c.seq == row.seq)
-            .values(status="ready", lease_token=None, lease_expires_at=None, error="lease expired", updated_at=now)
-        )
-        await _set_task_status(tx, row.id, "packed")
+        await data.put_package_back(tx, row.seq, "lease expired", now)
+        await data.set_package_tasks_status(tx, row.id, "packed", now)
         await outbox.emit(
             tx, "batch.package.failed", "batch_package", row.id,
             {"batcher": name, "worker": row.worker, "error": "lease expired", "retry": True, "lease_expired": True},
@@ -315,26 +234,28 @@ async def expire_leases(tx: Transaction, name: str, now: int) -> None:
 
 async def get_package(store: Store, package_id: str, authorize: Authorize | None = None) -> dict[str, Any]:
     async with store.read() as conn:
-        row = (await conn.execute(select(batch_packages).where(batch_packages.c.id == package_id))).first()
+        row = await data.get_package(conn, package_id)
         if row is None:
             raise PackageNotFound(f"no package {package_id!r}")
         if authorize is not None:
             authorize(row.batcher)
         # The token is the claimer's secret: reading a package never shows it.
-        return package_to_api(row, await _tasks_of(conn, package_id), with_lease=False)
+        return package_to_api(row, await data.package_tasks(conn, package_id), with_lease=False)
 
 
 async def list_packages(
     store: Store, name: str, status: str | None, limit: int, cursor: str | None
 ) -> tuple[list[dict[str, Any]], str | None]:
     after = int(decode_cursor(cursor, 1)[0]) if cursor else 0
-    query = select(batch_packages).where(batch_packages.c.batcher == name, batch_packages.c.seq > after)
-    if status:
-        query = query.where(batch_packages.c.status == status)
-    query = query.order_by(batch_packages.c.seq).limit(limit + 1)
     async with store.read() as conn:
-        rows = (await conn.execute(query)).all()
+        rows = await data.list_packages(conn, name, status, after, limit + 1)
         more = len(rows) > limit
         rows = rows[:limit]
-        items = [package_to_api(r, await _tasks_of(conn, r.id), with_lease=False) for r in rows]
+        items = [package_to_api(r, await data.package_tasks(conn, r.id), with_lease=False) for r in rows]
     return items, encode_cursor(rows[-1].seq) if more else None
+
+
+async def package_leases(store: Store, name: str) -> list[PackageLease]:
+    """Who holds each claimed package of ``name`` and until when (never the token)."""
+    async with store.read() as conn:
+        return await data.package_leases(conn, name)

@@ -1,19 +1,21 @@
-"""Statements of the batching face, answering typed records: the version log, reissued tasks, retention and
-the counts the metrics read.
+"""Every statement of the batching face, answering typed records: batchers and their timer, tasks and the
+version log, the dispatcher's packing, the package cafe's leases, retention and the counts the metrics and
+the dashboard read.
 
-(The older statements of ``service``, ``dispatcher`` and ``cafe`` still sit beside their callers; new ones
-go here.)
+The services (``service``, ``dispatcher``, ``cafe``) decide; this module only reads and writes, in the
+connection or transaction it is given, and says in each docstring what it locks.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, func, select
+from sqlalchemy import and_, case, func, or_, select
 
-from mainspring.batching.planner import GroupLog, LogLine, PendingTask
+from mainspring.batching.planner import GroupLog, LogLine, PendingTask, TimerState
 from mainspring.batching.tables import batch_packages, batch_tasks, batch_versions, batchers
 from mainspring.store import Transaction
 from mainspring.store.dialect import Executor
@@ -25,6 +27,235 @@ FINISHED_PACKAGE_STATUSES = ("done", "failed")
 def rowcount(result: Any) -> int:
     """Rows a DELETE or UPDATE changed (a CursorResult's count; typed loosely by ``execute``)."""
     return int(result.rowcount or 0)
+
+
+# --- batchers -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BatcherRow:
+    """A batcher's stored settings and the state of the batch it is forming (its linger timer)."""
+
+    name: str
+    min_size: int
+    max_size: int
+    linger_ms: int
+    max_wait_ms: int
+    group_size: int
+    incomplete_group: str
+    lease_ms: int
+    linger_started_at: int | None
+    linger_ends_at: int | None
+    last_flush_at: int | None
+    carried_through_seq: int
+    created_at: int
+    updated_at: int
+
+    @property
+    def timer(self) -> TimerState:
+        return TimerState(self.linger_started_at, self.linger_ends_at, self.last_flush_at, self.carried_through_seq)
+
+
+assert [f.name for f in dataclasses.fields(BatcherRow)] == [c.name for c in batchers.c], "BatcherRow drifted from the table"
+
+
+def _batcher(row: Any) -> BatcherRow:
+    return BatcherRow(*row)
+
+
+async def get_batcher(conn: Executor, name: str) -> BatcherRow | None:
+    row = (await conn.execute(select(batchers).where(batchers.c.name == name))).first()
+    return None if row is None else _batcher(row)
+
+
+async def lock_batcher(tx: Transaction, name: str) -> BatcherRow | None:
+    """The batcher's row, locked until commit (``FOR UPDATE`` on PostgreSQL): settings changes and deletes
+    of one batcher happen one at a time, and never during a dispatcher round."""
+    query = tx.store.dialect.for_update(select(batchers).where(batchers.c.name == name))
+    row = (await tx.execute(query)).first()
+    return None if row is None else _batcher(row)
+
+
+async def lock_batcher_for_round(tx: Transaction, name: str) -> BatcherRow | None:
+    """The batcher's row locked for a dispatcher round, or None when another transaction holds it
+    (``FOR UPDATE SKIP LOCKED`` on PostgreSQL: that server is running the round) or it does not exist."""
+    row = (await tx.execute(tx.store.dialect.skip_locked(select(batchers).where(batchers.c.name == name)))).first()
+    return None if row is None else _batcher(row)
+
+
+async def batcher_exists(conn: Executor, name: str) -> bool:
+    return (await conn.execute(select(batchers.c.name).where(batchers.c.name == name))).first() is not None
+
+
+async def batcher_names(conn: Executor) -> list[str]:
+    """Every batcher's name, in order."""
+    return [row[0] for row in (await conn.execute(select(batchers.c.name).order_by(batchers.c.name))).all()]
+
+
+async def insert_batcher_if_missing(tx: Transaction, name: str, settings: dict[str, Any], now: int) -> None:
+    """Create the batcher with ``settings`` and no timer; nothing happens if another transaction created it."""
+    await tx.execute(
+        tx.store.dialect.insert(batchers)
+        .values(name=name, **settings, carried_through_seq=0, created_at=now, updated_at=now)
+        .on_conflict_do_nothing(index_elements=["name"])
+    )
+
+
+async def update_batcher_settings(tx: Executor, name: str, settings: dict[str, Any], now: int) -> None:
+    await tx.execute(batchers.update().where(batchers.c.name == name).values(**settings, updated_at=now))
+
+
+async def save_timer(tx: Executor, name: str, timer: TimerState) -> None:
+    """Store the state of the batch being formed, as the dispatcher's plan left it."""
+    await tx.execute(
+        batchers.update()
+        .where(batchers.c.name == name)
+        .values(
+            linger_started_at=timer.linger_started_at,
+            linger_ends_at=timer.linger_ends_at,
+            last_flush_at=timer.last_flush_at,
+            carried_through_seq=timer.carried_through_seq,
+        )
+    )
+
+
+async def batcher_lease_ms(conn: Executor, name: str) -> int | None:
+    """The lease a claim of ``name`` gets when the claimer names none (None for a batcher that is gone)."""
+    value = (await conn.execute(select(batchers.c.lease_ms).where(batchers.c.name == name))).scalar()
+    return None if value is None else int(value)
+
+
+async def count_batcher_tasks(conn: Executor, name: str) -> dict[str, int]:
+    """The batcher's tasks counted by status (statuses it has none of are left out)."""
+    query = select(batch_tasks.c.status, func.count()).where(batch_tasks.c.batcher == name).group_by(batch_tasks.c.status)
+    return {str(status): int(n) for status, n in (await conn.execute(query)).all()}
+
+
+async def count_batcher_packages(conn: Executor, name: str) -> dict[str, int]:
+    """The batcher's packages counted by status (statuses it has none of are left out)."""
+    query = (
+        select(batch_packages.c.status, func.count())
+        .where(batch_packages.c.batcher == name)
+        .group_by(batch_packages.c.status)
+    )
+    return {str(status): int(n) for status, n in (await conn.execute(query)).all()}
+
+
+# --- tasks ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NewTask:
+    """A task as a submit stores it (``status`` pending, or rejected with ``reason`` duplicate)."""
+
+    batcher: str
+    id: str
+    group: str
+    member: str
+    sha256: str
+    version: int | None
+    status: str
+    reason: str | None
+    package_id: str | None
+    content: Any
+    data: Any
+    result: Any
+    error: str | None
+    created_at: int
+    updated_at: int
+    reissued: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRow(NewTask):
+    """A stored task; ``seq`` orders the batcher's tasks by arrival."""
+
+    seq: int
+
+
+# A task's columns in TaskRow's order: what a submit stores, then the seq the database gives it.
+_TASK_COLUMNS = [*(c for c in batch_tasks.c if c.name != "seq"), batch_tasks.c.seq]
+assert [f.name for f in dataclasses.fields(TaskRow)] == [c.name for c in _TASK_COLUMNS], "TaskRow drifted from the table"
+
+
+def _task(row: Any) -> TaskRow:
+    return TaskRow(*row)
+
+
+async def get_task(conn: Executor, batcher: str, task_id: str) -> TaskRow | None:
+    query = select(*_TASK_COLUMNS).where(batch_tasks.c.batcher == batcher, batch_tasks.c.id == task_id)
+    row = (await conn.execute(query)).first()
+    return None if row is None else _task(row)
+
+
+async def insert_task(tx: Executor, task: NewTask) -> None:
+    """Store a submitted task (the unique (batcher, id) makes a racing submit of the same id fail)."""
+    values = {field.name: getattr(task, field.name) for field in dataclasses.fields(NewTask)}
+    await tx.execute(batch_tasks.insert().values(**values))
+
+
+async def pending_tasks(conn: Executor, batcher: str, limit: int | None = None) -> list[PendingTask]:
+    """The tasks really pending in the batcher (the batch being formed), oldest first."""
+    query = (
+        select(
+            batch_tasks.c.seq, batch_tasks.c.id, batch_tasks.c.group, batch_tasks.c.member,
+            batch_tasks.c.version, batch_tasks.c.created_at,
+        )
+        .where(batch_tasks.c.batcher == batcher, batch_tasks.c.status == "pending")
+        .order_by(batch_tasks.c.seq)
+    )
+    if limit is not None:
+        query = query.limit(limit)
+    return [PendingTask(*row) for row in (await conn.execute(query)).all()]
+
+
+async def batchers_with_pending_tasks(conn: Executor) -> list[str]:
+    query = select(batch_tasks.c.batcher).where(batch_tasks.c.status == "pending").distinct()
+    return [row[0] for row in (await conn.execute(query)).all()]
+
+
+async def pack_pending_tasks(tx: Executor, seqs: Sequence[int], package_id: str, now: int) -> int:
+    """Put pending tasks in a package; answers how many moved. Guarded on ``status = 'pending'``, so a task
+    another round already took is not moved twice: the caller compares the count."""
+    moved = await tx.execute(
+        batch_tasks.update()
+        .where(batch_tasks.c.seq.in_(seqs), batch_tasks.c.status == "pending")
+        .values(status="packed", package_id=package_id, updated_at=now)
+    )
+    return rowcount(moved)
+
+
+async def reject_incomplete_tasks(tx: Executor, seqs: Sequence[int], now: int) -> int:
+    """Reject pending tasks with reason ``incomplete_group``; answers how many (guarded as ``pack_pending_tasks``)."""
+    moved = await tx.execute(
+        batch_tasks.update()
+        .where(batch_tasks.c.seq.in_(seqs), batch_tasks.c.status == "pending")
+        .values(status="rejected", reason="incomplete_group", updated_at=now)
+    )
+    return rowcount(moved)
+
+
+async def package_tasks(conn: Executor, package_id: str) -> list[TaskRow]:
+    """The tasks of a package, in arrival order."""
+    query = select(*_TASK_COLUMNS).where(batch_tasks.c.package_id == package_id).order_by(batch_tasks.c.seq)
+    return [_task(row) for row in (await conn.execute(query)).all()]
+
+
+async def set_package_tasks_status(tx: Executor, package_id: str, status: str, now: int, *, error: str | None = None) -> None:
+    """Move every task of a package to ``status`` (and set ``error``, when given, leaving it as is otherwise)."""
+    values: dict[str, Any] = {"status": status, "updated_at": now}
+    if error is not None:
+        values["error"] = error
+    await tx.execute(batch_tasks.update().where(batch_tasks.c.package_id == package_id).values(**values))
+
+
+async def finish_task(tx: Executor, seq: int, status: str, result: Any, error: str | None, now: int) -> None:
+    """A task's outcome (``done`` or ``failed``) as its package completes."""
+    await tx.execute(
+        batch_tasks.update()
+        .where(batch_tasks.c.seq == seq)
+        .values(status=status, result=result, error=error, updated_at=now)
+    )
 
 
 # --- the version log ------------------------------------------------------------------------------------
@@ -76,8 +307,54 @@ async def group_versions(conn: Executor, batcher: str, group: str) -> list[Versi
     return [VersionRow(*row) for row in (await conn.execute(query)).all()]
 
 
-async def batcher_exists(conn: Executor, name: str) -> bool:
-    return (await conn.execute(select(batchers.c.name).where(batchers.c.name == name))).first() is not None
+@dataclass(frozen=True, slots=True)
+class ContentInLog:
+    """What a submit needs of its group's log, read in one statement."""
+
+    same: int | None
+    """The version this member already holds this content at (withdrawn lines do not count)."""
+    own_latest: int | None
+    """This member's latest version."""
+    group_latest: int | None
+    """The highest version in the group."""
+
+
+async def content_in_log(tx: Executor, batcher: str, group: str, member: str, sha256: str) -> ContentInLog:
+    """Where ``sha256`` and the member stand in the group's log (the caller holds the group's numbering lock)."""
+    versions = batch_versions.c
+    query = select(
+        func.min(case((and_(versions.member == member, versions.sha256 == sha256,
+                            versions.withdrawn_at.is_(None)), versions.version))),
+        func.max(case((versions.member == member, versions.version))),
+        func.max(versions.version),
+    ).where(versions.batcher == batcher, versions.group == group)
+    same, own, top = (await tx.execute(query)).one()
+    return ContentInLog(same, own, top)
+
+
+async def insert_version_line(
+    tx: Executor, batcher: str, group: str, member: str, version: int, sha256: str, task_id: str, at: int
+) -> None:
+    """A line in the permanent log (the unique (batcher, group, member, version) refuses a number twice)."""
+    await tx.execute(
+        batch_versions.insert().values(
+            batcher=batcher, group=group, member=member, version=version, sha256=sha256, task_id=task_id, at=at
+        )
+    )
+
+
+async def withdraw_versions(tx: Executor, batcher: str, task_ids: Sequence[str], now: int) -> None:
+    """Mark the log lines of tasks rejected before they left the dispatcher as withdrawn: the number stays
+    taken, the content no longer counts as accepted (sent again, it is not a duplicate)."""
+    await tx.execute(
+        batch_versions.update()
+        .where(
+            batch_versions.c.batcher == batcher,
+            batch_versions.c.task_id.in_(task_ids),
+            batch_versions.c.withdrawn_at.is_(None),
+        )
+        .values(withdrawn_at=now)
+    )
 
 
 # --- reissue --------------------------------------------------------------------------------------------
@@ -121,6 +398,7 @@ class ReissueSource:
 
 
 async def reissue_sources(tx: Transaction, batcher: str, task_ids: Iterable[str]) -> dict[str, ReissueSource]:
+    """The stored tasks whose content reissues repeat, by id."""
     wanted = sorted(set(task_ids))
     query = select(batch_tasks.c.id, batch_tasks.c.sha256, batch_tasks.c.content, batch_tasks.c.data).where(
         batch_tasks.c.batcher == batcher, tx.store.dialect.any_of(batch_tasks.c.id, wanted)
@@ -151,6 +429,173 @@ async def insert_reissued(
         })
     await tx.execute(batch_tasks.insert(), rows)
     await tx.execute(batch_versions.insert(), lines)
+
+
+# --- packages and their leases -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PackageRow:
+    """A stored package (``status`` ready | claimed | done | failed); the lease columns hold the claimer's
+    token, a secret the API shows only to the claimer."""
+
+    seq: int
+    id: str
+    batcher: str
+    status: str
+    size: int
+    worker: str | None
+    lease_token: str | None
+    lease_expires_at: int | None
+    lease_ms: int | None
+    attempts: int
+    error: str | None
+    created_at: int
+    updated_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class PackageLease:
+    """Who holds a claimed package and until when (never the token)."""
+
+    package_id: str
+    worker: str | None
+    expires_at: int | None
+    lease_ms: int | None
+
+
+assert [f.name for f in dataclasses.fields(PackageRow)] == [c.name for c in batch_packages.c], "PackageRow drifted from the table"
+
+
+def _package(row: Any) -> PackageRow:
+    return PackageRow(*row)
+
+
+async def insert_package(tx: Executor, package_id: str, batcher: str, size: int, now: int) -> None:
+    """A new package, ``ready`` for the cafe."""
+    await tx.execute(
+        batch_packages.insert().values(
+            id=package_id, batcher=batcher, status="ready", size=size, attempts=0, created_at=now, updated_at=now
+        )
+    )
+
+
+async def get_package(conn: Executor, package_id: str) -> PackageRow | None:
+    row = (await conn.execute(select(batch_packages).where(batch_packages.c.id == package_id))).first()
+    return None if row is None else _package(row)
+
+
+async def package_by_seq(conn: Executor, seq: int) -> PackageRow:
+    """A package as it is now, after a change in this transaction."""
+    return _package((await conn.execute(select(batch_packages).where(batch_packages.c.seq == seq))).one())
+
+
+async def lock_package(tx: Transaction, package_id: str) -> PackageRow | None:
+    """A package locked until commit (``FOR UPDATE`` on PostgreSQL): its finishing writes happen one at a time."""
+    query = tx.store.dialect.for_update(select(batch_packages).where(batch_packages.c.id == package_id))
+    row = (await tx.execute(query)).first()
+    return None if row is None else _package(row)
+
+
+async def lock_oldest_claimable(tx: Transaction, batcher: str, now: int) -> PackageRow | None:
+    """The oldest package of ``batcher`` waiting in the cafe (``ready``, or claimed under a lease that has
+    expired), locked with ``SKIP LOCKED``: concurrent claimers never get the same one."""
+    query = (
+        select(batch_packages)
+        .where(
+            batch_packages.c.batcher == batcher,
+            or_(
+                batch_packages.c.status == "ready",
+                and_(batch_packages.c.status == "claimed", batch_packages.c.lease_expires_at <= now),
+            ),
+        )
+        .order_by(batch_packages.c.seq)
+        .limit(1)
+    )
+    row = (await tx.execute(tx.store.dialect.skip_locked(query))).first()
+    return None if row is None else _package(row)
+
+
+async def lock_expired_leases(tx: Transaction, batcher: str, now: int) -> list[PackageRow]:
+    """Claimed packages of ``batcher`` whose lease ran out, locked with ``SKIP LOCKED`` (a package a
+    finishing worker holds right now is left to it)."""
+    query = select(batch_packages).where(
+        batch_packages.c.batcher == batcher,
+        batch_packages.c.status == "claimed",
+        batch_packages.c.lease_expires_at <= now,
+    )
+    return [_package(row) for row in (await tx.execute(tx.store.dialect.skip_locked(query))).all()]
+
+
+async def claim_package(tx: Executor, seq: int, worker: str, token: str, lease_ms: int, now: int) -> None:
+    """Lease a package to ``worker`` with ``token`` for ``lease_ms``; counts the attempt."""
+    await tx.execute(
+        batch_packages.update()
+        .where(batch_packages.c.seq == seq)
+        .values(
+            status="claimed",
+            worker=worker,
+            lease_token=token,
+            lease_expires_at=now + lease_ms,
+            lease_ms=lease_ms,
+            attempts=batch_packages.c.attempts + 1,
+            updated_at=now,
+        )
+    )
+
+
+async def extend_lease(tx: Executor, seq: int, lease_ms: int, now: int) -> None:
+    await tx.execute(
+        batch_packages.update()
+        .where(batch_packages.c.seq == seq)
+        .values(lease_expires_at=now + lease_ms, lease_ms=lease_ms, updated_at=now)
+    )
+
+
+async def put_package_back(tx: Executor, seq: int, error: str, now: int) -> None:
+    """Back to the cafe (``ready``), lease ended, with why it came back."""
+    await tx.execute(
+        batch_packages.update()
+        .where(batch_packages.c.seq == seq)
+        .values(status="ready", lease_token=None, lease_expires_at=None, error=error, updated_at=now)
+    )
+
+
+async def finish_package(tx: Executor, seq: int, status: str, error: str | None, now: int) -> None:
+    """A package ``done`` or ``failed`` for good. The token stays in the row so a repeat of the same
+    finishing call is recognised; the expiry goes, so no lease expires on it."""
+    await tx.execute(
+        batch_packages.update()
+        .where(batch_packages.c.seq == seq)
+        .values(status=status, lease_expires_at=None, error=error, updated_at=now)
+    )
+
+
+async def list_packages(conn: Executor, batcher: str, status: str | None, after: int, limit: int) -> list[PackageRow]:
+    """Packages of ``batcher`` after position ``after``, oldest first, optionally of one ``status``."""
+    query = select(batch_packages).where(batch_packages.c.batcher == batcher, batch_packages.c.seq > after)
+    if status:
+        query = query.where(batch_packages.c.status == status)
+    query = query.order_by(batch_packages.c.seq).limit(limit)
+    return [_package(row) for row in (await conn.execute(query)).all()]
+
+
+async def package_leases(conn: Executor, batcher: str) -> list[PackageLease]:
+    """Who holds each claimed package of ``batcher``."""
+    query = select(
+        batch_packages.c.id, batch_packages.c.worker, batch_packages.c.lease_expires_at, batch_packages.c.lease_ms
+    ).where(batch_packages.c.batcher == batcher, batch_packages.c.status == "claimed")
+    return [PackageLease(*row) for row in (await conn.execute(query)).all()]
+
+
+async def earliest_lease_expiries(conn: Executor) -> list[tuple[str, int | None]]:
+    """(batcher, earliest lease expiry) of every batcher with claimed packages."""
+    query = (
+        select(batch_packages.c.batcher, func.min(batch_packages.c.lease_expires_at))
+        .where(batch_packages.c.status == "claimed")
+        .group_by(batch_packages.c.batcher)
+    )
+    return [(str(name), None if at is None else int(at)) for name, at in (await conn.execute(query)).all()]
 
 
 # --- retention ------------------------------------------------------------------------------------------

@@ -14,13 +14,10 @@ from __future__ import annotations
 import logging
 import uuid
 
-from sqlalchemy import func, select
-
 from mainspring.batching import data
 from mainspring.batching.cafe import expire_leases
-from mainspring.batching.planner import PendingTask, Plan, Rules, TimerState, plan
+from mainspring.batching.planner import Plan, Rules, TimerState, plan
 from mainspring.batching.service import cafe_channel, group_lock_key, task_subject
-from mainspring.batching.tables import batch_packages, batch_tasks, batch_versions, batchers
 from mainspring.core import outbox
 from mainspring.core.runtime import Context, run_loop
 from mainspring.store import Store, Transaction
@@ -32,9 +29,6 @@ class DoubleFlush(RuntimeError):
     """A task was not pending any more when it was being packed: the round is rolled back."""
 
 
-rowcount = data.rowcount
-
-
 def new_package_id() -> str:
     return "pkg_" + uuid.uuid4().hex
 
@@ -42,34 +36,20 @@ def new_package_id() -> str:
 async def dispatch_batcher(store: Store, name: str, leases_due: bool = True) -> int | None:
     """One dispatcher round for ``name``; answers when it must look again (epoch ms) or None."""
     async with store.transaction() as tx:
-        row = (
-            await tx.execute(store.dialect.skip_locked(select(batchers).where(batchers.c.name == name)))
-        ).first()
+        row = await data.lock_batcher_for_round(tx, name)
         if row is None:
             return None  # another server is running this round right now
         now = store.now_ms()
         if leases_due:
             await expire_leases(tx, name, now)
-        pending = await read_pending(tx, name)
+        pending = await data.pending_tasks(tx, name)
         rules = Rules(row.min_size, row.max_size, row.linger_ms, row.max_wait_ms, row.group_size, row.incomplete_group)
-        state = TimerState(row.linger_started_at, row.linger_ends_at, row.last_flush_at, row.carried_through_seq)
+        state = row.timer
         decided = plan(pending, rules, state, now)
         if decided.rejected:
             decided = await plan_with_reissues(tx, name, rules, state, now, decided)
         await apply_plan(tx, name, decided, state, now)
         return decided.next_due
-
-
-async def read_pending(tx: Transaction, name: str) -> list[PendingTask]:
-    query = (
-        select(
-            batch_tasks.c.seq, batch_tasks.c.id, batch_tasks.c.group, batch_tasks.c.member,
-            batch_tasks.c.version, batch_tasks.c.created_at,
-        )
-        .where(batch_tasks.c.batcher == name, batch_tasks.c.status == "pending")
-        .order_by(batch_tasks.c.seq)
-    )
-    return [PendingTask(*r) for r in (await tx.execute(query)).all()]
 
 
 async def plan_with_reissues(tx: Transaction, name: str, rules: Rules, state: TimerState, now: int, decided: Plan) -> Plan:
@@ -85,7 +65,7 @@ async def plan_with_reissues(tx: Transaction, name: str, rules: Rules, state: Ti
             await tx.store.dialect.advisory_xact_lock(tx, group_lock_key(name, group))
         locked |= wanted
         logs = await data.group_logs(tx, name, locked)
-        decided = plan(await read_pending(tx, name), rules, state, now, logs)
+        decided = plan(await data.pending_tasks(tx, name), rules, state, now, logs)
     return decided
 
 
@@ -94,19 +74,11 @@ async def apply_plan(tx: Transaction, name: str, decided: Plan, state: TimerStat
     sources = await data.reissue_sources(tx, name, [t.reissue_of for t in decided.reissued if t.reissue_of])
     for tasks, why in zip(decided.packages, decided.flushes, strict=True):
         package_id = new_package_id()
-        await tx.execute(
-            batch_packages.insert().values(
-                id=package_id, batcher=name, status="ready", size=len(tasks), attempts=0, created_at=now, updated_at=now
-            )
-        )
+        await data.insert_package(tx, package_id, name, len(tasks), now)
         waiting = [t for t in tasks if t.reissue_of is None]
-        moved = await tx.execute(
-            batch_tasks.update()
-            .where(batch_tasks.c.seq.in_([t.seq for t in waiting]), batch_tasks.c.status == "pending")
-            .values(status="packed", package_id=package_id, updated_at=now)
-        )
-        if rowcount(moved) != len(waiting):
-            raise DoubleFlush(f"batcher {name}: {len(waiting) - rowcount(moved)} task(s) were no longer pending")
+        moved = await data.pack_pending_tasks(tx, [t.seq for t in waiting], package_id, now)
+        if moved != len(waiting):
+            raise DoubleFlush(f"batcher {name}: {len(waiting) - moved} task(s) were no longer pending")
         reissued = [t for t in tasks if t.reissue_of is not None]
         await data.insert_reissued(tx, name, package_id, reissued, sources, now)
         events.extend(
@@ -126,24 +98,11 @@ async def apply_plan(tx: Transaction, name: str, decided: Plan, state: TimerStat
         )
     if decided.rejected:
         seqs = [t.seq for t in decided.rejected]
-        moved = await tx.execute(
-            batch_tasks.update()
-            .where(batch_tasks.c.seq.in_(seqs), batch_tasks.c.status == "pending")
-            .values(status="rejected", reason="incomplete_group", updated_at=now)
-        )
-        if rowcount(moved) != len(seqs):
+        if await data.reject_incomplete_tasks(tx, seqs, now) != len(seqs):
             raise DoubleFlush(f"batcher {name}: a rejected task was no longer pending")
         # The version number stays taken in the log; the content is marked as never delivered so the
         # sender may submit it again (it would otherwise count as a duplicate forever).
-        await tx.execute(
-            batch_versions.update()
-            .where(
-                batch_versions.c.batcher == name,
-                batch_versions.c.task_id.in_([t.id for t in decided.rejected]),
-                batch_versions.c.withdrawn_at.is_(None),
-            )
-            .values(withdrawn_at=now)
-        )
+        await data.withdraw_versions(tx, name, [t.id for t in decided.rejected], now)
         events.extend(
             outbox.Event("batch.task.rejected", "batch_task", task_subject(name, t.id),
                          {"batcher": name, "id": t.id, "group": t.group, "member": t.member,
@@ -152,17 +111,7 @@ async def apply_plan(tx: Transaction, name: str, decided: Plan, state: TimerStat
         )
     await outbox.emit_many(tx, events)
     if decided.timer != state:
-        timer = decided.timer
-        await tx.execute(
-            batchers.update()
-            .where(batchers.c.name == name)
-            .values(
-                linger_started_at=timer.linger_started_at,
-                linger_ends_at=timer.linger_ends_at,
-                last_flush_at=timer.last_flush_at,
-                carried_through_seq=timer.carried_through_seq,
-            )
-        )
+        await data.save_timer(tx, name, decided.timer)
     if decided.packages:
         tx.notify(cafe_channel(name))
 
@@ -171,17 +120,11 @@ async def batchers_needing_a_round(store: Store) -> tuple[list[str], set[str], i
     """(batchers with pending tasks or expired leases, those with expired leases, the next lease expiry)."""
     now = store.now_ms()
     async with store.read() as conn:
-        pending = (await conn.execute(select(batch_tasks.c.batcher).where(batch_tasks.c.status == "pending").distinct())).all()
-        leases = (
-            await conn.execute(
-                select(batch_packages.c.batcher, func.min(batch_packages.c.lease_expires_at))
-                .where(batch_packages.c.status == "claimed")
-                .group_by(batch_packages.c.batcher)
-            )
-        ).all()
+        pending = await data.batchers_with_pending_tasks(conn)
+        leases = await data.earliest_lease_expiries(conn)
     expired = {name for name, at in leases if at is not None and at <= now}
     upcoming = [at for _, at in leases if at is not None and at > now]
-    names = sorted({r[0] for r in pending} | expired)
+    names = sorted(set(pending) | expired)
     return names, expired, min(upcoming) if upcoming else None
 
 

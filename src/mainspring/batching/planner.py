@@ -5,7 +5,9 @@ asks ``plan`` and writes the answer in the same transaction, so the rules live h
 
 A *unit* is what may travel only whole: ``group_size`` tasks of one ``group`` and one version (members
 are distinct because a member holds each version once). Grouping by version keeps the two books of a pair
-that changed together in one unit, and never pairs an old revision with a new one.
+that changed together in one unit, and never pairs an old revision with a new one. A package holds one
+version of a group too: when a group's earlier and later versions leave in the same round, the earlier one
+goes in an earlier package.
 
 A unit that would be packed or rejected while incomplete is completed, when it can be, by *reissuing* each
 missing member's latest accepted content at the unit's version (API.md §4, "one member changed alone"): the
@@ -150,11 +152,13 @@ def reissues_for(unit: Unit, group_size: int, log: GroupLog | None, now: int) ->
         PendingTask(0, reissue_id(first.group, line.member, version), first.group, line.member, version, now, line.task_id)
         for line in chosen
     ]
-    # A later unit of the group in this same plan sees these as the members' latest content.
-    for task in made:
+    # A later unit of the group in this same plan sees these as the members' latest content. Their lines
+    # name the stored task they repeat: a made task is only stored when the plan is written, so a later
+    # reissue must take its content from where this one does.
+    for task, line in zip(made, chosen, strict=True):
         log.taken.add((task.member, version))
         log.ids_taken.add(task.id)
-        log.accepted.append(LogLine(task.member, version, task.id))
+        log.accepted.append(LogLine(task.member, version, line.task_id))
     return made
 
 
@@ -185,14 +189,22 @@ def decide_units(
 
 
 def _chunk(units: list[Unit], max_size: int) -> list[list[PendingTask]]:
-    """Whole units into packages of at most ``max_size`` tasks, keeping their order."""
+    """Whole units into packages of at most ``max_size`` tasks, keeping their order, with one version of a
+    group per package: a unit of a group the package already holds at another version starts the next
+    package, so a group's later version goes in a later package than its earlier one (units come oldest
+    first, and a group's later version is always submitted after its earlier one)."""
     packages: list[list[PendingTask]] = []
     current: list[PendingTask] = []
+    versions: dict[str, int | None] = {}
     for unit in units:
-        if current and len(current) + len(unit.tasks) > max_size:
+        first = unit.tasks[0]
+        other_version = first.group in versions and versions[first.group] != first.version
+        if current and (len(current) + len(unit.tasks) > max_size or other_version):
             packages.append(current)
             current = []
+            versions = {}
         current = current + unit.tasks
+        versions[first.group] = first.version
     if current:
         packages.append(current)
     return packages
@@ -220,15 +232,19 @@ def plan(
 
     # 1. The upper threshold packs the oldest complete units at once and stops the timer.
     while len(remaining) >= rules.max_size:
-        package: list[PendingTask] = []
+        chosen: list[Unit] = []
+        size = 0
         for unit in units_of(remaining, rules.group_size):
-            if unit.complete and len(package) + len(unit.tasks) <= rules.max_size:
-                package.extend(unit.tasks)
-        if not package:
+            if unit.complete and size + len(unit.tasks) <= rules.max_size:
+                chosen.append(unit)
+                size += len(unit.tasks)
+        if not chosen:
             break
-        result.packages.append(package)
-        result.flushes.append("max_size")
-        take(package)
+        # The same tasks leave now as ever; two versions of one group among them go in two packages.
+        for package in _chunk(chosen, rules.max_size):
+            result.packages.append(package)
+            result.flushes.append("max_size")
+            take(package)
         started = ends = None
         last_flush = now
 

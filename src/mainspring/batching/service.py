@@ -10,13 +10,10 @@ import hashlib
 import json
 import weakref
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import and_, case, func, select
-from sqlalchemy.exc import IntegrityError
-
 from mainspring.batching import data
+from mainspring.batching.data import BatcherRow, NewTask, VersionRow
 from mainspring.batching.errors import (
     BatcherBusy,
     BatcherNotFound,
@@ -25,7 +22,7 @@ from mainspring.batching.errors import (
     TaskNotFound,
 )
 from mainspring.batching.models import DEFAULTS, SETTING_KEYS, BatcherSettingsIn, TaskIn
-from mainspring.batching.tables import batch_packages, batch_tasks, batch_versions, batchers
+from mainspring.batching.planner import PendingTask
 from mainspring.core import outbox
 from mainspring.core.paging import decode_cursor, encode_cursor
 from mainspring.store import Store, Transaction, format_time
@@ -76,7 +73,7 @@ def check_rules(values: dict[str, Any]) -> None:
         raise InvalidBatcherSettings("inconsistent batcher settings", errors=errors)
 
 
-def batcher_to_api(row: Any, counts: dict[str, int] | None = None, package_counts: dict[str, int] | None = None) -> dict[str, Any]:
+def batcher_to_api(row: BatcherRow, counts: dict[str, int] | None = None, package_counts: dict[str, int] | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {"name": row.name, **{k: getattr(row, k) for k in SETTING_KEYS}}
     out["linger_started_at"] = format_time(row.linger_started_at)
     out["linger_ends_at"] = format_time(row.linger_ends_at)
@@ -117,18 +114,12 @@ async def ensure_batcher(tx: Transaction, name: str, defaults: dict[str, Any] | 
     known = known_batchers(tx.store)
     if name in known:
         return
-    row = (await tx.execute(select(batchers.c.name).where(batchers.c.name == name))).first()
-    if row is not None:
+    if await data.batcher_exists(tx, name):
         tx.after_commit(lambda: known.add(name))
         return
     values = {**DEFAULTS, **{k: v for k, v in (defaults or {}).items() if k in SETTING_KEYS}}
     check_rules(values)
-    now = tx.store.now_ms()
-    await tx.execute(
-        tx.store.dialect.insert(batchers)
-        .values(name=name, **values, carried_through_seq=0, created_at=now, updated_at=now)
-        .on_conflict_do_nothing(index_elements=["name"])
-    )
+    await data.insert_batcher_if_missing(tx, name, values, tx.store.now_ms())
     tx.after_commit(lambda: known.add(name))
 
 
@@ -137,10 +128,12 @@ async def put_batcher(store: Store, name: str, body: BatcherSettingsIn) -> dict[
     changes = body.model_dump(exclude_none=True)
     async with store.transaction() as tx:
         await ensure_batcher(tx, name)
-        row = (await tx.execute(store.dialect.for_update(select(batchers).where(batchers.c.name == name)))).one()
+        row = await data.lock_batcher(tx, name)
+        if row is None:  # deleted by another server between the two statements
+            raise BatcherNotFound(f"no batcher {name!r}")
         values = {**{k: getattr(row, k) for k in SETTING_KEYS}, **changes}
         check_rules(values)
-        await tx.execute(batchers.update().where(batchers.c.name == name).values(**values, updated_at=store.now_ms()))
+        await data.update_batcher_settings(tx, name, values, store.now_ms())
         tx.notify(dispatcher_channel(name))
     return await get_batcher(store, name)
 
@@ -151,8 +144,7 @@ async def delete_batcher(store: Store, name: str, force: bool = False) -> None:
     that has not expired, unless ``force``: that worker's complete/fail then answers ``package_not_found``.
     A later submit (or a server's ``@app.batcher`` registration) creates it afresh, versions from 1."""
     async with store.transaction() as tx:
-        row = (await tx.execute(store.dialect.for_update(select(batchers.c.name).where(batchers.c.name == name)))).first()
-        if row is None:
+        if await data.lock_batcher(tx, name) is None:
             raise BatcherNotFound(f"no batcher {name!r}")
         if not force:
             held = await data.held_packages(tx, name, store.now_ms())
@@ -175,28 +167,24 @@ async def delete_batcher(store: Store, name: str, force: bool = False) -> None:
 
 async def get_batcher(store: Store, name: str) -> dict[str, Any]:
     async with store.read() as conn:
-        row = (await conn.execute(select(batchers).where(batchers.c.name == name))).first()
+        row = await data.get_batcher(conn, name)
         if row is None:
             raise BatcherNotFound(f"no batcher {name!r}")
-        counts: dict[str, int] = dict(
-            (await conn.execute(
-                select(batch_tasks.c.status, func.count()).where(batch_tasks.c.batcher == name).group_by(batch_tasks.c.status)
-            )).tuples().all()
-        )
-        package_counts: dict[str, int] = dict(
-            (await conn.execute(
-                select(batch_packages.c.status, func.count())
-                .where(batch_packages.c.batcher == name)
-                .group_by(batch_packages.c.status)
-            )).tuples().all()
-        )
+        counts = await data.count_batcher_tasks(conn, name)
+        package_counts = await data.count_batcher_packages(conn, name)
     return batcher_to_api(row, counts, package_counts)
+
+
+async def batcher_names(store: Store) -> list[str]:
+    """Every batcher's name, in order."""
+    async with store.read() as conn:
+        return await data.batcher_names(conn)
 
 
 # --- tasks ----------------------------------------------------------------------------------------------
 
 
-def task_to_api(row: Any) -> dict[str, Any]:
+def task_to_api(row: NewTask) -> dict[str, Any]:
     return {
         "id": row.id,
         "batcher": row.batcher,
@@ -229,7 +217,7 @@ async def submit_task(store: Store, name: str, body: TaskIn, defaults: dict[str,
     for attempt in range(3):
         try:
             return await _submit_once(store, name, body, sha, defaults)
-        except IntegrityError as exc:
+        except Exception as exc:
             # Two submits of one id (or two servers creating one batcher) raced; the retry reads the winner.
             if not store.dialect.is_unique_violation(exc) or attempt == 2:
                 raise
@@ -243,9 +231,7 @@ async def _submit_once(
         await ensure_batcher(tx, name, defaults)
         # One group's versions are numbered one submit at a time, on every server.
         await store.dialect.advisory_xact_lock(tx, group_lock_key(name, body.group))
-        known = (
-            await tx.execute(select(batch_tasks).where(batch_tasks.c.batcher == name, batch_tasks.c.id == body.id))
-        ).first()
+        known = await data.get_task(tx, name, body.id)
         if known is not None:
             if (known.sha256, known.group, known.member) != (sha, body.group, body.member):
                 raise TaskIdConflict(
@@ -253,64 +239,40 @@ async def _submit_once(
                 )
             return task_to_api(known), False
         now = store.now_ms()
-        row: dict[str, Any] = {
-            "batcher": name,
-            "id": body.id,
-            "group": body.group,
-            "member": body.member,
-            "sha256": sha,
-            "content": body.content,
-            "data": body.data,
-            "package_id": None,
-            "result": None,
-            "error": None,
-            "created_at": now,
-            "updated_at": now,
-            "reissued": False,
-        }
         # One look at the group's log: the version this content already has, this member's latest, the group's.
-        versions = batch_versions.c
-        found: Any = (
-            await tx.execute(
-                select(
-                    func.min(case((and_(versions.member == body.member, versions.sha256 == sha,
-                                        versions.withdrawn_at.is_(None)), versions.version))),
-                    func.max(case((versions.member == body.member, versions.version))),
-                    func.max(versions.version),
-                ).where(versions.batcher == name, versions.group == body.group)
-            )
-        ).one()
-        same, own, top = found[0], found[1], found[2]
-        if same is not None:
-            row.update(status="rejected", reason="duplicate", version=same)
-            await tx.execute(batch_tasks.insert().values(**row))
+        found = await data.content_in_log(tx, name, body.group, body.member, sha)
+        if found.same is not None:
+            task = _new_task(name, body, sha, now, "rejected", "duplicate", found.same)
+            await data.insert_task(tx, task)
             await outbox.emit(
                 tx, "batch.task.rejected", "batch_task", task_subject(name, body.id),
                 {"batcher": name, "id": body.id, "group": body.group, "member": body.member,
-                 "reason": "duplicate", "version": same, "sha256": sha},
+                 "reason": "duplicate", "version": found.same, "sha256": sha},
             )
-            return task_to_api(SimpleNamespace(**row)), False
-        version = max((own or 0) + 1, top or 0)
-        await tx.execute(
-            batch_versions.insert().values(
-                batcher=name, group=body.group, member=body.member, version=version, sha256=sha, task_id=body.id, at=now
-            )
-        )
-        row.update(status="pending", reason=None, version=version)
-        await tx.execute(batch_tasks.insert().values(**row))
+            return task_to_api(task), False
+        version = max((found.own_latest or 0) + 1, found.group_latest or 0)
+        await data.insert_version_line(tx, name, body.group, body.member, version, sha, body.id, now)
+        task = _new_task(name, body, sha, now, "pending", None, version)
+        await data.insert_task(tx, task)
         await outbox.emit(
             tx, "batch.task.accepted", "batch_task", task_subject(name, body.id),
             {"batcher": name, "id": body.id, "group": body.group, "member": body.member, "version": version, "sha256": sha},
         )
         tx.notify(dispatcher_channel(name))
-        return task_to_api(SimpleNamespace(**row)), True
+        return task_to_api(task), True
+
+
+def _new_task(name: str, body: TaskIn, sha: str, now: int, status: str, reason: str | None, version: int) -> NewTask:
+    return NewTask(
+        batcher=name, id=body.id, group=body.group, member=body.member, sha256=sha, version=version, status=status,
+        reason=reason, package_id=None, content=body.content, data=body.data, result=None, error=None,
+        created_at=now, updated_at=now, reissued=False,
+    )
 
 
 async def get_task(store: Store, name: str, task_id: str) -> dict[str, Any]:
     async with store.read() as conn:
-        row = (
-            await conn.execute(select(batch_tasks).where(batch_tasks.c.batcher == name, batch_tasks.c.id == task_id))
-        ).first()
+        row = await data.get_task(conn, name, task_id)
     if row is None:
         raise TaskNotFound(f"no task {task_id!r} in batcher {name!r}")
     return task_to_api(row)
@@ -319,7 +281,7 @@ async def get_task(store: Store, name: str, task_id: str) -> dict[str, Any]:
 # --- the version log ------------------------------------------------------------------------------------
 
 
-def version_to_api(row: data.VersionRow) -> dict[str, Any]:
+def version_to_api(row: VersionRow) -> dict[str, Any]:
     return {
         "version": row.version,
         "sha256": row.sha256,
@@ -352,6 +314,19 @@ async def group_versions(store: Store, name: str, group: str) -> dict[str, list[
     for row in rows:
         members.setdefault(row.member, []).append(version_to_api(row))
     return members
+
+
+async def group_log(store: Store, name: str, group: str) -> list[VersionRow]:
+    """Every line of one group's version log (withdrawn ones too), by version then member."""
+    async with store.read() as conn:
+        rows = await data.group_versions(conn, name, group)
+    return sorted(rows, key=lambda row: (row.version, row.member))
+
+
+async def forming_batch(store: Store, name: str, limit: int) -> list[PendingTask]:
+    """The batch being formed: the batcher's pending tasks, oldest first, at most ``limit``."""
+    async with store.read() as conn:
+        return await data.pending_tasks(conn, name, limit)
 
 
 # --- retention ------------------------------------------------------------------------------------------

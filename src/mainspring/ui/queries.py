@@ -7,7 +7,9 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from mainspring.batching.tables import batch_packages, batch_tasks, batch_versions, batchers
+from mainspring.batching import cafe as batching_cafe
+from mainspring.batching import service as batching_service
+from mainspring.batching.tables import batch_packages, batch_tasks
 from mainspring.core.runtime import Context
 from mainspring.core.tables import events
 from mainspring.exchange.tables import exchange_messages, exchange_processes
@@ -109,49 +111,29 @@ async def interaction_ancestors(ctx: Context, parent_id: Any, depth: int = 20) -
 
 
 async def batcher_names(ctx: Context) -> list[str]:
-    async with ctx.store.read() as conn:
-        return [r.name for r in (await conn.execute(select(batchers.c.name).order_by(batchers.c.name))).all()]
+    return await batching_service.batcher_names(ctx.store)
 
 
 async def forming_batch(ctx: Context, name: str, limit: int = 100) -> list[dict[str, Any]]:
     """The pending tasks of a batcher: the batch being formed, oldest first."""
-    query = (
-        select(batch_tasks)
-        .where(batch_tasks.c.batcher == name, batch_tasks.c.status == "pending")
-        .order_by(batch_tasks.c.seq)
-        .limit(limit)
-    )
-    async with ctx.store.read() as conn:
-        rows = (await conn.execute(query)).all()
     return [
-        {"id": r.id, "group": r.group, "member": r.member, "version": r.version, "created_at": format_time(r.created_at)}
-        for r in rows
+        {"id": t.id, "group": t.group, "member": t.member, "version": t.version, "created_at": format_time(t.created_at)}
+        for t in await batching_service.forming_batch(ctx.store, name, limit)
     ]
 
 
 async def group_versions(ctx: Context, name: str, group: str, limit: int = 200) -> list[dict[str, Any]]:
     """The version log of every member of one group, oldest first."""
-    query = (
-        select(batch_versions)
-        .where(batch_versions.c.batcher == name, batch_versions.c.group == group)
-        .order_by(batch_versions.c.version, batch_versions.c.member)
-        .limit(limit)
-    )
-    async with ctx.store.read() as conn:
-        rows = (await conn.execute(query)).all()
     return [
         {"member": r.member, "version": r.version, "sha256": r.sha256, "task_id": r.task_id, "at": format_time(r.at),
          "withdrawn_at": format_time(r.withdrawn_at)}
-        for r in rows
+        for r in (await batching_service.group_log(ctx.store, name, group))[:limit]
     ]
 
 
 async def package_leases(ctx: Context, name: str) -> dict[str, dict[str, Any]]:
     """Who holds each claimed package and until when (never the lease token)."""
-    query = select(batch_packages).where(batch_packages.c.batcher == name, batch_packages.c.status == "claimed")
-    async with ctx.store.read() as conn:
-        rows = (await conn.execute(query)).all()
     return {
-        r.id: {"worker": r.worker, "expires_at": format_time(r.lease_expires_at), "lease_ms": r.lease_ms}
-        for r in rows
+        lease.package_id: {"worker": lease.worker, "expires_at": format_time(lease.expires_at), "lease_ms": lease.lease_ms}
+        for lease in await batching_cafe.package_leases(ctx.store, name)
     }
