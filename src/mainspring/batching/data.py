@@ -17,6 +17,7 @@ from sqlalchemy import and_, case, func, or_, select
 
 from mainspring.batching.planner import GroupLog, LogLine, PendingTask, TimerState
 from mainspring.batching.tables import batch_packages, batch_tasks, batch_versions, batchers
+from mainspring.core import data as core_data
 from mainspring.store import Transaction
 from mainspring.store.dialect import Executor
 
@@ -723,3 +724,19 @@ async def delete_batcher_rows(tx: Transaction, batcher: str) -> Removed:
     versions = rowcount(await tx.execute(batch_versions.delete().where(batch_versions.c.batcher == batcher)))
     await tx.execute(batchers.delete().where(batchers.c.name == batcher))
     return Removed(tasks, packages, versions)
+
+
+# --- the dashboard --------------------------------------------------------------------------------------
+
+
+async def count_by_status(conn: Executor) -> dict[str, dict[str, int]]:
+    """Tasks and packages counted by status."""
+    return {"tasks": await core_data.count_by(conn, batch_tasks.c.status),
+            "packages": await core_data.count_by(conn, batch_packages.c.status)}
+
+
+async def mean_package_time_by_bucket(conn: Executor, since: int, until: int, bucket_ms: int) -> dict[int, float]:
+    """Mean time from created to done (ms) of the packages done in each ``bucket_ms`` after ``since``."""
+    return await core_data.mean_duration_by_bucket(
+        conn, batch_packages.c.created_at, batch_packages.c.updated_at, batch_packages.c.status == "done", since, until, bucket_ms
+    )

@@ -356,3 +356,18 @@ async def prune_finished(store: Store, before: int, batch: int) -> Pruned:
     async with store.transaction() as tx:
         deleted_rejected = await data.delete_rejected_tasks(tx, rejected)
     return Pruned(deleted_packages, deleted_tasks, deleted_rejected)
+
+
+# --- the dashboard --------------------------------------------------------------------------------------
+
+
+async def count_by_status(store: Store) -> dict[str, dict[str, int]]:
+    """Tasks and packages of every batcher counted by status."""
+    async with store.read() as conn:
+        return await data.count_by_status(conn)
+
+
+async def mean_package_time_by_bucket(store: Store, since: int, until: int, bucket_ms: int) -> dict[int, float]:
+    """Mean time from created to done (ms) of the packages done in each ``bucket_ms`` after ``since``."""
+    async with store.read() as conn:
+        return await data.mean_package_time_by_bucket(conn, since, until, bucket_ms)

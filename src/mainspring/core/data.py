@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import bindparam, func, or_, select, text
+from sqlalchemy import ColumnElement, bindparam, func, or_, select, text
 
 from mainspring.core import leases
 from mainspring.core.tables import alerts, api_tokens, events, publisher_cursors
@@ -316,3 +316,33 @@ async def advance_cursor(tx: Executor, name: str, token: str, position: int, now
 async def cursor_position(conn: Executor, name: str) -> int | None:
     value = (await conn.execute(_CURSOR_POSITION, {"name": name})).scalar()
     return None if value is None else int(value)
+
+
+# --- dashboard views over any face's table --------------------------------------------------------------
+
+
+async def count_by(conn: Executor, column: ColumnElement[Any]) -> dict[str, int]:
+    """Rows of ``column``'s table counted by its values."""
+    query = select(column, func.count()).group_by(column)
+    return {str(k): int(n) for k, n in (await conn.execute(query)).all()}
+
+
+async def mean_duration_by_bucket(
+    conn: Executor, start: ColumnElement[Any], end: ColumnElement[Any], finished: ColumnElement[bool],
+    since: int, until: int, bucket_ms: int,
+) -> dict[int, float]:
+    """Mean ``end - start`` (ms) of the ``finished`` rows whose ``end`` falls in each ``bucket_ms`` after ``since``."""
+    bucket = ((end - since) // bucket_ms).label("bucket")
+    query = select(bucket, func.avg(end - start)).where(finished, end > since, end <= until).group_by(bucket)
+    return {int(index): float(mean or 0) for index, mean in (await conn.execute(query)).all()}
+
+
+async def events_by_bucket(conn: Executor, type_prefix: str, since: int, until: int, bucket_ms: int) -> dict[int, int]:
+    """Events whose type starts with ``type_prefix``, counted per ``bucket_ms`` after ``since``."""
+    bucket = ((events.c.at - since) // bucket_ms).label("bucket")
+    query = (
+        select(bucket, func.count())
+        .where(events.c.at > since, events.c.at <= until, events.c.type.startswith(type_prefix))
+        .group_by(bucket)
+    )
+    return {int(index): int(count) for index, count in (await conn.execute(query)).all()}

@@ -117,6 +117,18 @@ async def wait_numbered(store: Store, timeout_s: float = 10) -> None:
         await asyncio.sleep(0.01)
 
 
+async def head_position(store: Store) -> int:
+    """The position of the latest numbered event (0 when there is none)."""
+    async with store.read() as conn:
+        return await data.head_position(conn)
+
+
+async def count_by_bucket(store: Store, type_prefix: str, since: int, until: int, bucket_ms: int) -> dict[int, int]:
+    """Events whose type starts with ``type_prefix``, counted per ``bucket_ms`` after ``since``."""
+    async with store.read() as conn:
+        return await data.events_by_bucket(conn, type_prefix, since, until, bucket_ms)
+
+
 def event_to_api(event: StoredEvent) -> dict[str, Any]:
     return {
         "id": str(event.position),

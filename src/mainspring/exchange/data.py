@@ -28,6 +28,7 @@ from sqlalchemy import (
     update,
 )
 
+from mainspring.core import data as core_data
 from mainspring.exchange.tables import ACTIVE_STATES, FINISHED_STATES
 from mainspring.exchange.tables import exchange_messages as M
 from mainspring.exchange.tables import exchange_processes as P
@@ -629,3 +630,16 @@ async def most_waiting_mailboxes(conn: Executor, limit: int) -> tuple[list[Mailb
     rows = (await conn.execute(query)).all()
     total = int(rows[0][3]) if rows else 0
     return [MailboxCount(str(a), str(d), int(n)) for a, d, n, _ in rows], total
+
+
+# --- the dashboard --------------------------------------------------------------------------------------
+
+
+async def count_by_state(conn: Executor) -> dict[str, dict[str, int]]:
+    """Processes and messages counted by state."""
+    return {"processes": await core_data.count_by(conn, P.c.state), "messages": await core_data.count_by(conn, M.c.state)}
+
+
+async def mean_cycle_by_bucket(conn: Executor, since: int, until: int, bucket_ms: int) -> dict[int, float]:
+    """Mean time from started to DONE (ms) of the processes done in each ``bucket_ms`` after ``since``."""
+    return await core_data.mean_duration_by_bucket(conn, P.c.started_at, P.c.updated_at, P.c.state == "DONE", since, until, bucket_ms)

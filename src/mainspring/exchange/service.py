@@ -358,3 +358,18 @@ async def failing_file_moves(ctx: Context, limit: int = 50) -> list[dict[str, An
         }
         for r in rows
     ]
+
+
+# --- the dashboard --------------------------------------------------------------------------------------
+
+
+async def count_by_state(ctx: Context) -> dict[str, dict[str, int]]:
+    """Processes and messages counted by state."""
+    async with ctx.store.read() as conn:
+        return await data.count_by_state(conn)
+
+
+async def mean_cycle_by_bucket(ctx: Context, since: int, until: int, bucket_ms: int) -> dict[int, float]:
+    """Mean time from started to DONE (ms) of the processes done in each ``bucket_ms`` after ``since``."""
+    async with ctx.store.read() as conn:
+        return await data.mean_cycle_by_bucket(conn, since, until, bucket_ms)

@@ -638,13 +638,9 @@ async def earliest_lease_expiry(conn: Executor) -> int | None:
 
 async def mean_latency_by_bucket(conn: Executor, since: int, until: int, bucket_ms: int) -> dict[int, float]:
     """Mean time from created to finished (ms) of the items that finished in each ``bucket_ms`` after ``since``."""
-    bucket = ((items.c.finished_at - since) // bucket_ms).label("bucket")
-    query = (
-        select(bucket, func.avg(items.c.finished_at - items.c.created_at))
-        .where(items.c.finished_at.is_not(None), items.c.finished_at > since, items.c.finished_at <= until)
-        .group_by(bucket)
+    return await core_data.mean_duration_by_bucket(
+        conn, items.c.created_at, items.c.finished_at, items.c.finished_at.is_not(None), since, until, bucket_ms
     )
-    return {int(index): float(mean or 0) for index, mean in (await conn.execute(query)).all()}
 
 
 # --- retention ------------------------------------------------------------------------------------------

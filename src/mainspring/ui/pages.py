@@ -8,7 +8,6 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from sqlalchemy import func, select
 from sse_starlette import ServerSentEvent
 
 from mainspring.batching import cafe
@@ -17,7 +16,6 @@ from mainspring.core import alerts, outbox
 from mainspring.core.auth import Principal
 from mainspring.core.errors import MainspringError
 from mainspring.core.routes import stream_events
-from mainspring.core.tables import events
 from mainspring.core.types import NAME_PATTERN
 from mainspring.exchange import messages as exchange_messages
 from mainspring.exchange import service as exchange
@@ -310,8 +308,7 @@ async def events_page(
 ) -> Response:
     """The latest events, then a live tail over Server-Sent Events from where the page left off."""
     ctx = request_context(request)
-    async with ctx.store.read() as conn:
-        top = int((await conn.execute(select(func.coalesce(func.max(events.c.position), 0)))).scalar_one())
+    top = await outbox.head_position(ctx.store)
     wanted = [t.strip() for t in (types or "").split(",") if t.strip()]
     recent, _ = await outbox.read_events(ctx.store, max(0, top - 50), 50, wanted)
     return render(request, "events.html", page="events", recent=list(reversed(recent)), cursor=str(top), types=types or "")

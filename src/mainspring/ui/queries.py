@@ -5,14 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import func, select
-
 from mainspring.batching import cafe as batching_cafe
 from mainspring.batching import service as batching_service
-from mainspring.batching.tables import batch_packages, batch_tasks
+from mainspring.core import outbox
 from mainspring.core.runtime import Context
-from mainspring.core.tables import events
-from mainspring.exchange.tables import exchange_messages, exchange_processes
+from mainspring.exchange import service as exchange_service
 from mainspring.interactions import service as interactions_service
 from mainspring.machines import service as machines_service
 from mainspring.store import format_time
@@ -27,48 +24,31 @@ FACE_EVENTS = {
 }
 
 
-async def _grouped(conn: Any, column: Any, where: Any = None) -> dict[str, int]:
-    query = select(column, func.count()).group_by(column)
-    if where is not None:
-        query = query.where(where)
-    return {str(k): int(n) for k, n in (await conn.execute(query)).all()}
-
-
 async def face_counts(ctx: Context) -> dict[str, dict[str, dict[str, int]]]:
     """Per face, the things it holds counted by state."""
-    async with ctx.store.read() as conn:
-        return {
-            "exchange": {
-                "processes": await _grouped(conn, exchange_processes.c.state),
-                "messages": await _grouped(conn, exchange_messages.c.state),
-            },
-            "machines": {"machines": await machines_service.count_by_status(ctx)},
-            "interactions": {"interactions": await interactions_service.count_by_status(ctx.store)},
-            "batching": {
-                "tasks": await _grouped(conn, batch_tasks.c.status),
-                "packages": await _grouped(conn, batch_packages.c.status),
-            },
-        }
+    return {
+        "exchange": await exchange_service.count_by_state(ctx),
+        "machines": {"machines": await machines_service.count_by_status(ctx)},
+        "interactions": {"interactions": await interactions_service.count_by_status(ctx.store)},
+        "batching": await batching_service.count_by_status(ctx.store),
+    }
+
+
+def _series(minutes: int, by_bucket: dict[int, float] | dict[int, int]) -> list[int]:
+    values = [0] * minutes
+    for index, value in by_bucket.items():
+        values[min(minutes - 1, max(0, index))] += round(value)
+    return values
 
 
 async def throughput(ctx: Context, minutes: int = 60) -> dict[str, list[int]]:
     """Per face, events per minute over the last ``minutes`` (oldest first), from the event log."""
     now = ctx.store.now_ms()
     since = now - minutes * MINUTE_MS
-    bucket = ((events.c.at - since) // MINUTE_MS).label("bucket")
-    series = {face: [0] * minutes for face in FACE_EVENTS}
-    async with ctx.store.read() as conn:
-        for face, prefix in FACE_EVENTS.items():
-            rows = (
-                await conn.execute(
-                    select(bucket, func.count())
-                    .where(events.c.at > since, events.c.at <= now, events.c.type.startswith(prefix))
-                    .group_by(bucket)
-                )
-            ).all()
-            for index, count in rows:
-                series[face][min(minutes - 1, max(0, int(index)))] += int(count)
-    return series
+    return {
+        face: _series(minutes, await outbox.count_by_bucket(ctx.store, prefix, since, now, MINUTE_MS))
+        for face, prefix in FACE_EVENTS.items()
+    }
 
 
 async def latency(ctx: Context, minutes: int = 60) -> dict[str, list[int]]:
@@ -77,28 +57,11 @@ async def latency(ctx: Context, minutes: int = 60) -> dict[str, list[int]]:
     packages (created → done). Machines have no end to measure."""
     now = ctx.store.now_ms()
     since = now - minutes * MINUTE_MS
-    measures = {
-        "exchange": (exchange_processes.c.updated_at, exchange_processes.c.started_at, exchange_processes.c.state == "DONE"),
-        "batching": (batch_packages.c.updated_at, batch_packages.c.created_at, batch_packages.c.status == "done"),
+    return {
+        "exchange": _series(minutes, await exchange_service.mean_cycle_by_bucket(ctx, since, now, MINUTE_MS)),
+        "batching": _series(minutes, await batching_service.mean_package_time_by_bucket(ctx.store, since, now, MINUTE_MS)),
+        "interactions": _series(minutes, await interactions_service.mean_latency_by_bucket(ctx.store, since, now, MINUTE_MS)),
     }
-    series: dict[str, list[int]] = {}
-    async with ctx.store.read() as conn:
-        for face, (end, start, finished) in measures.items():
-            bucket = ((end - since) // MINUTE_MS).label("bucket")
-            rows = (
-                await conn.execute(
-                    select(bucket, func.avg(end - start)).where(finished, end > since, end <= now).group_by(bucket)
-                )
-            ).all()
-            values = [0] * minutes
-            for index, mean in rows:
-                values[min(minutes - 1, max(0, int(index)))] = round(float(mean or 0))
-            series[face] = values
-    values = [0] * minutes
-    for index, mean in (await interactions_service.mean_latency_by_bucket(ctx.store, since, now, MINUTE_MS)).items():
-        values[min(minutes - 1, max(0, index))] = round(mean)
-    series["interactions"] = values
-    return series
 
 
 async def queue_names(ctx: Context) -> list[str]:
