@@ -76,3 +76,15 @@ async def test_concurrent_stores_with_one_message_id_store_one_message(client, e
     assert sum(r.status_code == 201 for r in responses) == 1
     assert len({r.json()["id"] for r in responses}) == 1
     assert len(files_under(exchange_dir)) == 1
+
+
+async def test_a_conflicting_put_among_concurrent_puts_is_refused_alone(client, exchange_dir):
+    assert (await client.post(f"{MAILBOX}/messages", content=b"first", headers={"Message-Id": "taken"})).status_code == 201
+    responses = await asyncio.gather(
+        *[client.post(f"{MAILBOX}/messages", content=f"m{i}".encode(), headers={"Message-Id": f"k{i}"}) for i in range(10)],
+        client.post(f"{MAILBOX}/messages", content=b"other bytes", headers={"Message-Id": "taken"}),
+    )
+    assert [r.status_code for r in responses] == [201] * 10 + [409]
+    listed_ids = {m["id"] for m in (await listed(client))["messages"]}
+    assert {r.json()["id"] for r in responses[:10]} <= listed_ids
+    assert len(files_under(exchange_dir)) == 11

@@ -181,14 +181,11 @@ def _insert_values(message: NewMessage) -> dict[str, Any]:
     return values
 
 
-async def insert_message(tx: Executor, message: NewMessage) -> None:
-    """Store a message; a second one under the mailbox's Message-Id is refused (a unique violation)."""
-    await tx.execute(M.insert().values(**_insert_values(message)))
-
-
-async def insert_replies(tx: Executor, replies: Sequence[NewMessage]) -> None:
-    """Store a process's replies (PENDING: visible once it commits) in one statement."""
-    await tx.execute(M.insert(), [_insert_values(r) for r in replies])
+async def insert_messages(tx: Executor, messages: Sequence[NewMessage]) -> None:
+    """Store messages in one statement: producers' puts that arrived together, or a process's replies
+    (PENDING: visible once it commits). A second message under a mailbox's Message-Id is refused (a unique
+    violation), and with it the statement."""
+    await tx.execute(M.insert(), [_insert_values(m) for m in messages])
 
 
 async def mailbox_message(conn: Executor, addressee: str, database: str, message_id: str) -> MessageRow | None:

@@ -20,7 +20,7 @@ from mainspring.exchange.errors import (
     StorageUnavailable,
     TooLarge,
 )
-from mainspring.store import format_time
+from mainspring.store import Transaction, format_time
 
 log = logging.getLogger("mainspring.exchange")
 
@@ -123,13 +123,8 @@ async def store_message(
         state="AVAILABLE", path=relative,
     )
     try:
-        async with store.transaction() as tx:
-            await data.insert_message(tx, row)
-            await outbox.emit(
-                tx, "exchange.message.stored", "exchange.message", message_id,
-                {"addressee": addressee, "database": database, "size": len(body), "sha256": digest},
-            )
-            tx.notify(CHANNEL)
+        # Puts arriving together share one INSERT and one commit (a refused one is replayed alone).
+        await store.grouped_batch("exchange.put", _insert_stored, row)
     except Exception as exc:
         await discard_body(ctx, relative)
         if message_key is not None and store.dialect.is_unique_violation(exc):
@@ -138,6 +133,17 @@ async def store_message(
                 return _same_or_conflict(existing, digest, message_key), False
         raise
     return message_to_api(row), True
+
+
+async def _insert_stored(tx: Transaction, rows: list[NewMessage]) -> list[None]:
+    await data.insert_messages(tx, rows)
+    await outbox.emit_many(tx, [
+        outbox.Event("exchange.message.stored", "exchange.message", row.id,
+                     {"addressee": row.addressee, "database": row.database, "size": row.size, "sha256": row.sha256})
+        for row in rows
+    ])
+    tx.notify(CHANNEL)
+    return [None] * len(rows)
 
 
 async def list_available(

@@ -208,7 +208,7 @@ async def ready(ctx: Context, process_id: str, replies: list[Reply], check: Chec
                         keys.add(key)
                     fresh.append(values)
                 if fresh:
-                    await data.insert_replies(tx, fresh)
+                    await data.insert_messages(tx, fresh)
                 kept = {v.path for v in fresh}
                 written = [w for w in written if w not in kept]
                 await data.mark_process_ready(tx, process_id, now + ctx.settings.exchange.commit_timeout_ms, now)
