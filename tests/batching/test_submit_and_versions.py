@@ -156,3 +156,18 @@ async def test_an_unknown_batcher_is_404_and_a_submit_creates_it_with_defaults(c
     await submit(client, "t1", "g", "m", name="newbie")
     got = (await client.get("/v1/batchers/newbie")).json()
     assert (got["min_size"], got["max_size"], got["linger_ms"], got["group_size"]) == (2, 6, 5000, 2)
+
+
+async def test_concurrent_submits_share_commits_yet_number_versions_and_refuse_conflicts_alone(client) -> None:
+    import asyncio
+
+    await put_batcher(client)
+    await submit(client, "taken", "9", "en", "first")
+    bodies = [{"id": f"e{i}", "group": "7", "member": "en", "content": f"english {i}"} for i in range(5)]
+    bodies += [{"id": f"g{i}", "group": f"g{i}", "member": "ru", "content": "книга"} for i in range(5)]
+    bodies.append({"id": "taken", "group": "9", "member": "en", "content": "other bytes"})
+    answers = await asyncio.gather(*(client.post("/v1/batchers/books/tasks", json=b) for b in bodies))
+    assert [a.status_code for a in answers] == [202] * 10 + [409]
+    # One member's five new contents got five distinct, consecutive versions, whatever the commits shared.
+    assert sorted(a.json()["version"] for a in answers[:5]) == [1, 2, 3, 4, 5]
+    assert all(a.json()["version"] == 1 for a in answers[5:10])

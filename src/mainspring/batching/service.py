@@ -227,7 +227,8 @@ async def submit_task(store: Store, name: str, body: TaskIn, defaults: dict[str,
 async def _submit_once(
     store: Store, name: str, body: TaskIn, sha: str, defaults: dict[str, Any] | None
 ) -> tuple[dict[str, Any], bool]:
-    async with store.transaction() as tx:
+    # Submits arriving together share one commit (a refused one is replayed alone).
+    async def work(tx: Transaction) -> tuple[dict[str, Any], bool]:
         await ensure_batcher(tx, name, defaults)
         # One group's versions are numbered one submit at a time, on every server.
         await store.dialect.advisory_xact_lock(tx, group_lock_key(name, body.group))
@@ -260,6 +261,8 @@ async def _submit_once(
         )
         tx.notify(dispatcher_channel(name))
         return task_to_api(task), True
+
+    return await store.grouped(work)
 
 
 def _new_task(name: str, body: TaskIn, sha: str, now: int, status: str, reason: str | None, version: int) -> NewTask:
