@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, case, func, or_, select
+from sqlalchemy import and_, bindparam, case, func, or_, select
 
 from mainspring.batching.planner import GroupLog, LogLine, PendingTask, TimerState
 from mainspring.batching.tables import batch_packages, batch_tasks, batch_versions, batchers
@@ -183,16 +183,20 @@ def _task(row: Any) -> TaskRow:
     return TaskRow(*row)
 
 
+# Statements of every submit, built once (building one costs more than running it).
+_GET_TASK = select(*_TASK_COLUMNS).where(batch_tasks.c.batcher == bindparam("batcher"), batch_tasks.c.id == bindparam("task_id"))
+_INSERT_TASK = batch_tasks.insert()
+_NEW_TASK_FIELDS = [field.name for field in dataclasses.fields(NewTask)]
+
+
 async def get_task(conn: Executor, batcher: str, task_id: str) -> TaskRow | None:
-    query = select(*_TASK_COLUMNS).where(batch_tasks.c.batcher == batcher, batch_tasks.c.id == task_id)
-    row = (await conn.execute(query)).first()
+    row = (await conn.execute(_GET_TASK, {"batcher": batcher, "task_id": task_id})).first()
     return None if row is None else _task(row)
 
 
 async def insert_task(tx: Executor, task: NewTask) -> None:
     """Store a submitted task (the unique (batcher, id) makes a racing submit of the same id fail)."""
-    values = {field.name: getattr(task, field.name) for field in dataclasses.fields(NewTask)}
-    await tx.execute(batch_tasks.insert().values(**values))
+    await tx.execute(_INSERT_TASK, {name: getattr(task, name) for name in _NEW_TASK_FIELDS})
 
 
 async def pending_tasks(conn: Executor, batcher: str, limit: int | None = None) -> list[PendingTask]:
@@ -320,16 +324,19 @@ class ContentInLog:
     """The highest version in the group."""
 
 
+_V = batch_versions.c
+_CONTENT_IN_LOG = select(
+    func.min(case((and_(_V.member == bindparam("member"), _V.sha256 == bindparam("sha256"), _V.withdrawn_at.is_(None)), _V.version))),
+    func.max(case((_V.member == bindparam("member"), _V.version))),
+    func.max(_V.version),
+).where(_V.batcher == bindparam("batcher"), _V.group == bindparam("group"))
+_INSERT_VERSION_LINE = batch_versions.insert()
+
+
 async def content_in_log(tx: Executor, batcher: str, group: str, member: str, sha256: str) -> ContentInLog:
     """Where ``sha256`` and the member stand in the group's log (the caller holds the group's numbering lock)."""
-    versions = batch_versions.c
-    query = select(
-        func.min(case((and_(versions.member == member, versions.sha256 == sha256,
-                            versions.withdrawn_at.is_(None)), versions.version))),
-        func.max(case((versions.member == member, versions.version))),
-        func.max(versions.version),
-    ).where(versions.batcher == batcher, versions.group == group)
-    same, own, top = (await tx.execute(query)).one()
+    params = {"batcher": batcher, "group": group, "member": member, "sha256": sha256}
+    same, own, top = (await tx.execute(_CONTENT_IN_LOG, params)).one()
     return ContentInLog(same, own, top)
 
 
@@ -337,11 +344,9 @@ async def insert_version_line(
     tx: Executor, batcher: str, group: str, member: str, version: int, sha256: str, task_id: str, at: int
 ) -> None:
     """A line in the permanent log (the unique (batcher, group, member, version) refuses a number twice)."""
-    await tx.execute(
-        batch_versions.insert().values(
-            batcher=batcher, group=group, member=member, version=version, sha256=sha256, task_id=task_id, at=at
-        )
-    )
+    await tx.execute(_INSERT_VERSION_LINE, {
+        "batcher": batcher, "group": group, "member": member, "version": version, "sha256": sha256, "task_id": task_id, "at": at,
+    })
 
 
 async def withdraw_versions(tx: Executor, batcher: str, task_ids: Sequence[str], now: int) -> None:

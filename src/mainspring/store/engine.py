@@ -21,6 +21,9 @@ T = TypeVar("T")
 ItemT = TypeVar("ItemT")
 ResultT = TypeVar("ResultT")
 
+GROUP_COMMITS_PARALLEL = 4
+"""Shared transactions a PostgreSQL store runs at once (of its pool's connections)."""
+
 LISTEN_APPLICATION_NAME = "mainspring-listen"
 """How the LISTEN connection shows in ``pg_stat_activity``."""
 
@@ -80,7 +83,7 @@ class Store:
                 self._wakeups = UnixWakeups(parsed.database, self.notifier)
         else:
             self.backend = postgres.PostgresBackend(self.url, pool_size)
-        self.group_commit = GroupCommit(self)
+        self.group_commit = GroupCommit(self, parallel=GROUP_COMMITS_PARALLEL if self.is_postgres else 1)
         self.extras: dict[str, Any] = {}
         """Per-store caches of the faces (settings seen, names known to exist)."""
 

@@ -38,11 +38,16 @@ MAX_GROUP = 256
 
 
 class GroupCommit:
-    def __init__(self, store: Store, max_group: int = MAX_GROUP) -> None:
+    """Up to ``parallel`` shared transactions at a time (one on SQLite, whose writers queue anyway; a few on
+    PostgreSQL, where a group of many-statement writes would otherwise run them one after another on one
+    connection while the others sit idle)."""
+
+    def __init__(self, store: Store, max_group: int = MAX_GROUP, parallel: int = 1) -> None:
         self.store = store
         self.max_group = max_group
+        self.parallel = parallel
         self._queue: list[tuple[Work | _Joined, asyncio.Future[Any]]] = []
-        self._task: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
 
     async def run(self, work: Callable[[Transaction], Awaitable[T]]) -> T:
         return await self._enqueue(work)  # type: ignore[no-any-return]
@@ -55,8 +60,10 @@ class GroupCommit:
     async def _enqueue(self, work: Work | _Joined) -> Any:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._queue.append((work, future))
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._drain(), name="group-commit")
+        if sum(not task.done() for task in self._tasks) < self.parallel:
+            task = asyncio.create_task(self._drain(), name="group-commit")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         return await future
 
     async def _drain(self) -> None:

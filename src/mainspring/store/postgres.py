@@ -21,10 +21,12 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Executable,
+    Integer,
     Result,
     Select,
     Table,
     any_,
+    bindparam,
     event,
     func,
     literal,
@@ -57,6 +59,10 @@ def notify_and_commit(channels: list[str]) -> str:
     """One simple-protocol query: the wake-ups (delivered only if the commit succeeds), then COMMIT."""
     notifies = "".join(f"SELECT pg_notify({quote_literal(PG_CHANNEL)}, {quote_literal(c)});" for c in channels)
     return notifies + "COMMIT"
+
+
+_XACT_LOCK = select(func.pg_advisory_xact_lock(bindparam("key", type_=Integer)))
+_TRY_XACT_LOCK = select(func.pg_try_advisory_xact_lock(bindparam("key", type_=Integer)))
 
 
 class PostgresSession:
@@ -125,10 +131,10 @@ class PostgresBackend:
         return query.with_for_update(read=True)
 
     async def advisory_xact_lock(self, session: Any, key: str) -> None:
-        await session.execute(select(func.pg_advisory_xact_lock(lock_key(key))))
+        await session.execute(_XACT_LOCK, {"key": lock_key(key)})
 
     async def try_advisory_xact_lock(self, session: Any, key: str) -> bool:
-        return bool((await session.execute(select(func.pg_try_advisory_xact_lock(lock_key(key))))).scalar())
+        return bool((await session.execute(_TRY_XACT_LOCK, {"key": lock_key(key)})).scalar())
 
     @contextlib.asynccontextmanager
     async def session_lock(self, key: str) -> AsyncIterator[PostgresSession | None]:
