@@ -22,7 +22,8 @@ ItemT = TypeVar("ItemT")
 ResultT = TypeVar("ResultT")
 
 GROUP_COMMITS_PARALLEL = 4
-"""Shared transactions a PostgreSQL store runs at once (of its pool's connections)."""
+"""Shared transactions of many-statement writes a PostgreSQL store runs at once (of its pool's connections):
+measured, four beat one for batching submits (+8–19 %), while joined writes (creates, puts) do best in one."""
 
 LISTEN_APPLICATION_NAME = "mainspring-listen"
 """How the LISTEN connection shows in ``pg_stat_activity``."""
@@ -84,6 +85,9 @@ class Store:
         else:
             self.backend = postgres.PostgresBackend(self.url, pool_size)
         self.group_commit = GroupCommit(self, parallel=GROUP_COMMITS_PARALLEL if self.is_postgres else 1)
+        # Writes joined into one statement batch best in one transaction at a time; on SQLite (one writer)
+        # every group shares one lane.
+        self.joined_commit = GroupCommit(self) if self.is_postgres else self.group_commit
         self.extras: dict[str, Any] = {}
         """Per-store caches of the faces (settings seen, names known to exist)."""
 
@@ -139,7 +143,7 @@ class Store:
     async def grouped_batch(self, key: Hashable, write_all: Callable[[Transaction, list[ItemT]], Awaitable[Sequence[ResultT]]], item: ItemT) -> ResultT:
         """Write ``item`` in a shared transaction (as ``grouped``), and in one call ``write_all(tx, items)`` with
         the other items of ``key`` that arrived at the same moment; answers ``item``'s result, once committed."""
-        return await self.group_commit.run_joined(key, write_all, item)
+        return await self.joined_commit.run_joined(key, write_all, item)
 
     @contextlib.asynccontextmanager
     async def read(self) -> AsyncIterator[Session]:
