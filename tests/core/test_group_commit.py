@@ -83,3 +83,21 @@ async def test_a_batch_answers_each_writer_its_own_result(store: Store, size: in
     pairs = [(n, n * size) for n in range(8)]
     answers = await asyncio.gather(*(store.grouped_batch("sum", write_all, pair) for pair in pairs))
     assert answers == [a + b for a, b in pairs]
+
+
+async def test_a_create_committed_alone_wakes_other_servers(store: Store, database_url: str, settings) -> None:  # type: ignore[no-untyped-def]
+    from mainspring.interactions import service
+
+    other = Store(database_url, pool_size=2, sqlite_synchronous="NORMAL")
+    await other.start()
+    try:
+        await other.listening()
+        await service.create(store, settings.interactions, "wq", {"data": {}})  # the queue row exists from now on
+        channel = service.queue_channel("wq")
+        while await other.notifier.waiter(channel).wait(0.3):
+            pass  # wake-ups of the listener's start and of the first create: let them pass
+        waiter = other.notifier.waiter(channel)
+        await service.create(store, settings.interactions, "wq", {"data": {"n": 1}})
+        assert await waiter.wait(5), "the other server was not woken"
+    finally:
+        await other.close()

@@ -69,3 +69,16 @@ async def test_a_lease_of_an_unlimited_queue_is_four_round_trips_on_postgresql(s
     # PostgreSQL: BEGIN, the queue's row (with whether a lease has expired), one statement taking the item
     # with its event and reading what is due next, NOTIFY + COMMIT.
     assert per_lease <= (4 if store.is_postgres else 6), per_lease
+
+
+async def test_a_create_alone_in_its_commit_is_one_round_trip_on_postgresql(store: Store, settings: Settings) -> None:
+    from mainspring.interactions import service
+
+    cfg = settings.interactions
+    await service.create(store, cfg, "q", {"data": {}})  # warm: the queue row, prepared statements
+    before = store.backend.round_trips
+    for i in range(CREATES):
+        await service.create(store, cfg, "q", {"data": {"n": i}})
+    per_create = (store.backend.round_trips - before) / CREATES
+    # PostgreSQL: the item, its event and its wake-ups in one autocommit statement.
+    assert per_create <= (1 if store.is_postgres else 4), per_create

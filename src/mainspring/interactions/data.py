@@ -23,6 +23,7 @@ from mainspring.interactions.tables import interaction_schedules as schedules
 from mainspring.interactions.tables import interactions as items
 from mainspring.store import Store, Transaction, format_time
 from mainspring.store.dialect import Executor
+from mainspring.store.notify import PG_CHANNEL
 from mainspring.store.schema import Millis
 
 ACTIVE = ("queued", "processing")
@@ -287,6 +288,15 @@ _CREATE_WITH_EVENTS = text(
     "SELECT * FROM ins ORDER BY id"
 ).columns(*items.c)
 
+# The same as a whole transaction of its own (autocommit, one round trip): it also sends the wake-ups to
+# other servers, delivered when it commits, if it inserted anything.
+_CREATE_WITH_EVENTS_ALONE = text(
+    str(_CREATE_WITH_EVENTS).removesuffix("SELECT * FROM ins ORDER BY id")
+    + ", wake AS (SELECT pg_notify(:pg_channel, channel) FROM unnest(CAST(:channels AS text[])) AS channel "
+    "WHERE EXISTS (SELECT 1 FROM ins)) "
+    "SELECT * FROM ins WHERE (SELECT count(*) FROM wake) >= 0 ORDER BY id"
+).columns(*items.c)
+
 _INSERT_ONE = items.insert().returning(*items.c)
 _INSERT_KEYED: dict[str, Any] = {}
 """Per engine (ON CONFLICT is engine syntax): an insert that does nothing when the message_id is used."""
@@ -315,9 +325,13 @@ def _values(new: NewInteraction, now: int) -> dict[str, Any]:
     }
 
 
-async def insert_queued_with_events(tx: Transaction, batch: Sequence[NewInteraction], now: int) -> list[InteractionRow | None]:
+async def insert_queued_with_events(
+    tx: Transaction, batch: Sequence[NewInteraction], now: int, wake: Sequence[str] = ()
+) -> list[InteractionRow | None]:
     """Insert not-completed interactions with their ``interaction.created`` events; answers, per item, the
-    new row, or None where its ``message_id`` was already used in its queue."""
+    new row, or None where its ``message_id`` was already used in its queue. ``wake``: the channels the
+    caller notifies once it inserted; on PostgreSQL, a transaction that may run this statement alone does
+    (one round trip), and the statement then sends them itself."""
     if not tx.store.is_postgres:
         inserted = [await _insert_one(tx, _values(new, now)) for new in batch]
         await outbox.emit_many(tx, [created_event(row, now) for row in inserted if row is not None])
@@ -326,7 +340,11 @@ async def insert_queued_with_events(tx: Transaction, batch: Sequence[NewInteract
     params: dict[str, Any] = {c: [v[c] for v in values] for c, _ in _UNNEST_COLUMNS}
     params["data"] = [None if d is None else json.dumps(d) for d in params["data"]]
     params["now"] = now
-    rows = [_item(r) for r in (await tx.execute(_CREATE_WITH_EVENTS, params)).all()]
+    if tx.may_run_alone:
+        params.update(pg_channel=PG_CHANNEL, channels=[SEQUENCER_CHANNEL, *wake])
+        rows = [_item(r) for r in (await tx.execute_alone(_CREATE_WITH_EVENTS_ALONE, params)).all()]
+    else:
+        rows = [_item(r) for r in (await tx.execute(_CREATE_WITH_EVENTS, params)).all()]
     if rows:
         tx.notify(SEQUENCER_CHANNEL)
     # Rows come in array order minus the skipped ones, so a skipped item is one whose message_id is not next.

@@ -241,7 +241,8 @@ async def create_in(tx: Transaction, cfg: InteractionsSettings, batch: Sequence[
     answers: list[tuple[InteractionRow, bool] | None] = [None] * len(batch)
     queued = [i for i, new in enumerate(batch) if not new.completed]
     if queued:
-        inserted = await data.insert_queued_with_events(tx, [batch[i] for i in queued], now)
+        wake = sorted({queue_channel(batch[i].queue) for i in queued})
+        inserted = await data.insert_queued_with_events(tx, [batch[i] for i in queued], now, wake)
         for i, row in zip(queued, inserted, strict=True):
             answers[i] = (row, True) if row is not None else (await _existing(tx, batch[i]), False)
         for queue in {batch[i].queue for i, row in zip(queued, inserted, strict=True) if row is not None}:
@@ -254,7 +255,12 @@ async def create_in(tx: Transaction, cfg: InteractionsSettings, batch: Sequence[
 
 async def _existing(tx: Transaction, new: NewInteraction) -> InteractionRow:
     assert new.message_id is not None
-    row = await data.by_message_id(tx, new.queue, new.message_id)
+    if tx.committed_alone:
+        # The insert was the whole transaction and has committed: read what it found there.
+        async with tx.store.read() as conn:
+            row = await data.by_message_id(conn, new.queue, new.message_id)
+    else:
+        row = await data.by_message_id(tx, new.queue, new.message_id)
     assert row is not None, "a message_id conflict names an existing row"
     return row
 

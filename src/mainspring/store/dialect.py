@@ -58,8 +58,9 @@ class Backend(Protocol):
 
     def is_connection_error(self, exc: BaseException) -> bool: ...
 
-    def transaction(self) -> contextlib.AbstractAsyncContextManager[Any]:
-        """Begin a write transaction; the caller ends it with ``commit`` (leaving by an error rolls back)."""
+    def transaction(self, lazy: bool = False) -> contextlib.AbstractAsyncContextManager[Any]:
+        """Begin a write transaction; the caller ends it with ``commit`` (leaving by an error rolls back).
+        ``lazy``: PostgreSQL sends BEGIN with the first statement, or none if that statement is run alone."""
 
     async def commit(self, session: Any, channels: list[str]) -> None:
         """Commit, sending the wake-ups on ``channels`` to other servers (PostgreSQL) with it."""

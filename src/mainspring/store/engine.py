@@ -32,16 +32,39 @@ LISTEN_APPLICATION_NAME = "mainspring-listen"
 class Transaction:
     """A write transaction: its statements, the wake-ups it sends and what runs once it has committed."""
 
-    __slots__ = ("_after_commit", "channels", "session", "store")
+    __slots__ = ("_after_commit", "alone", "channels", "session", "statements", "store")
 
-    def __init__(self, session: Session, store: Store) -> None:
+    def __init__(self, session: Session, store: Store, alone: bool = False) -> None:
         self.session = session
         self.store = store
+        self.alone = alone
+        """The transaction's only writer (group commit says so): it may run its one statement alone."""
+        self.statements = 0
         self.channels: list[str] = []
         self._after_commit: list[Callable[[], Any]] = []
 
     async def execute(self, statement: Executable, params: Any = None) -> Result[Any]:
+        self.statements += 1
         return await self.session.execute(statement, params)
+
+    @property
+    def committed_alone(self) -> bool:
+        """Its one statement ran alone and has committed (PostgreSQL): later reads go through ``store.read``."""
+        return bool(getattr(self.session, "done_alone", False))
+
+    @property
+    def may_run_alone(self) -> bool:
+        """Whether the next statement may be the whole transaction (``execute_alone``)."""
+        return self.alone and self.statements == 0
+
+    async def execute_alone(self, statement: Executable, params: Any = None) -> Result[Any]:
+        """Run ``statement`` as the whole transaction (only when ``may_run_alone``): on PostgreSQL it commits
+        by itself in one round trip, so it must send its own wake-ups to other servers (``pg_notify`` inside
+        it); ``notify`` still wakes this server. Nothing may be executed after it."""
+        if not self.may_run_alone:
+            raise RuntimeError("execute_alone needs a transaction of one writer, before any statement")
+        self.statements += 1
+        return await self.session.execute_alone(statement, params)  # type: ignore[attr-defined, no-any-return]
 
     def notify(self, channel: str) -> None:
         """Wake whoever waits on ``channel``, here and on other servers, once this commits."""
@@ -124,9 +147,10 @@ class Store:
         await self.backend.close()
 
     @contextlib.asynccontextmanager
-    async def transaction(self) -> AsyncIterator[Transaction]:
-        async with self.backend.transaction() as session:
-            tx = Transaction(session, self)
+    async def transaction(self, *, alone: bool = False) -> AsyncIterator[Transaction]:
+        """A write transaction. ``alone``: its one writer may run a single statement as the whole of it."""
+        async with self.backend.transaction(lazy=alone) as session:
+            tx = Transaction(session, self, alone)
             yield tx
             await self.backend.commit(session, tx.channels)
         self.notifier.signal_many(tx.channels)

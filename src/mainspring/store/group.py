@@ -103,12 +103,16 @@ class GroupCommit:
     async def _commit(self, group: list[tuple[Work | _Joined, asyncio.Future[Any]]]) -> list[Any]:
         results: list[Any] = [None] * len(group)
         joined: dict[Hashable, list[int]] = {}
-        async with self.store.transaction() as tx:
-            for i, (work, _future) in enumerate(group):
-                if isinstance(work, _Joined):
-                    joined.setdefault(work.key, []).append(i)
-                else:
-                    results[i] = await work(tx)
+        plain: list[int] = []
+        for i, (work, _future) in enumerate(group):
+            if isinstance(work, _Joined):
+                joined.setdefault(work.key, []).append(i)
+            else:
+                plain.append(i)
+        # One kind of joined write and nothing else: its one call is the transaction's only writer.
+        async with self.store.transaction(alone=not plain and len(joined) == 1) as tx:
+            for i in plain:
+                results[i] = await group[i][0](tx)  # type: ignore[operator]
             for indexes in joined.values():
                 first = group[indexes[0]][0]
                 assert isinstance(first, _Joined)

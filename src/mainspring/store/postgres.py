@@ -66,14 +66,38 @@ _TRY_XACT_LOCK = select(func.pg_try_advisory_xact_lock(bindparam("key", type_=In
 
 
 class PostgresSession:
-    """One pooled connection, inside a transaction (writes) or not (reads)."""
+    """One pooled connection, inside a transaction (writes) or not (reads).
 
-    def __init__(self, conn: AsyncConnection, driver: Any) -> None:
+    A write transaction opened ``lazy`` sends its BEGIN with its first statement, unless that statement is
+    the whole transaction (``execute_alone``): then it runs in autocommit, one round trip.
+    """
+
+    def __init__(self, conn: AsyncConnection, driver: Any, backend: PostgresBackend | None = None, begun: bool = True) -> None:
         self.conn = conn
         self.driver = driver
+        self.backend = backend
+        self.begun = begun
+        self.done_alone = False
 
     async def execute(self, statement: Executable, params: Any = None) -> Result[Any]:
+        if not self.begun:
+            self._refuse_after_alone()
+            assert self.backend is not None
+            self.backend.round_trips += 1
+            await self.driver.execute("BEGIN")
+            self.begun = True
         return await self.conn.execute(statement, params)
+
+    async def execute_alone(self, statement: Executable, params: Any = None) -> Result[Any]:
+        if self.begun:
+            raise RuntimeError("execute_alone after another statement of the transaction")
+        self._refuse_after_alone()
+        self.done_alone = True
+        return await self.conn.execute(statement, params)
+
+    def _refuse_after_alone(self) -> None:
+        if self.done_alone:
+            raise RuntimeError("a statement after execute_alone: that transaction has committed")
 
 
 PREPARED_STATEMENTS = 2000
@@ -163,7 +187,16 @@ class PostgresBackend:
     # --- transactions ---------------------------------------------------------------------------------
 
     @contextlib.asynccontextmanager
-    async def transaction(self) -> AsyncIterator[PostgresSession]:
+    async def transaction(self, lazy: bool = False) -> AsyncIterator[PostgresSession]:
+        if lazy:
+            async with self._connection() as session:
+                session.backend, session.begun = self, False
+                try:
+                    yield session
+                except BaseException:
+                    await _rollback_or_discard(session)
+                    raise
+            return
         async with contextlib.AsyncExitStack() as stack:
             session = await stack.enter_async_context(self._connection())
             self.round_trips += 1
@@ -187,6 +220,12 @@ class PostgresBackend:
                 raise
 
     async def commit(self, session: PostgresSession, channels: list[str]) -> None:
+        if not session.begun:
+            # Nothing sent yet, or one statement that was the whole transaction (and carried its wake-ups).
+            if channels and not session.done_alone:
+                self.round_trips += 1
+                await session.driver.execute(notify_and_commit(channels).removesuffix("COMMIT"))
+            return
         self.round_trips += 1
         try:
             status = await session.driver.execute(notify_and_commit(channels))
@@ -206,7 +245,7 @@ class PostgresBackend:
     async def _connection(self) -> AsyncIterator[PostgresSession]:
         async with self.engine.connect() as conn:
             driver = (await conn.get_raw_connection()).driver_connection
-            session = PostgresSession(conn, driver)
+            session = PostgresSession(conn, driver, self)
             try:
                 yield session
             except BaseException as exc:

@@ -40,6 +40,10 @@ class SqliteSession:
     async def execute(self, statement: Executable, params: Any = None) -> Result[Any]:
         return self.conn.execute(statement, params)
 
+    async def execute_alone(self, statement: Executable, params: Any = None) -> Result[Any]:
+        """SQLite's transaction is already open (one writer): the statement is simply part of it."""
+        return self.conn.execute(statement, params)
+
 
 class SqliteBackend:
     name = "sqlite"
@@ -137,7 +141,7 @@ class SqliteBackend:
             pause = min(pause * 2, 0.02)
 
     @contextlib.asynccontextmanager
-    async def transaction(self) -> AsyncIterator[SqliteSession]:
+    async def transaction(self, lazy: bool = False) -> AsyncIterator[SqliteSession]:
         """The writer, under this process's write lock and SQLite's; committed by ``commit``."""
         async with self._write_lock:
             conn = self._writer_connection()
