@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import random
+
 from mainspring import App, Fail, HandlerContext, Interaction, Repeat, Wait
 
 app = App()
