@@ -68,21 +68,25 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def worker(url: str, mailbox: int, stop_at: float, counts: list[int]) -> None:
+async def worker(url: str, mailbox: int, stop_at: float, counts: list[int], timings: dict[str, list[float]]) -> None:
     # One connection per worker, never idle in a shared pool (where the server's keep-alive timeout would
     # close it under the next request).
     async with httpx.AsyncClient(base_url=url, timeout=300) as client:
-        await cycles_of(client, mailbox, stop_at, counts)
+        await cycles_of(client, mailbox, stop_at, counts, timings)
 
 
-async def cycles_of(client: httpx.AsyncClient, mailbox: int, stop_at: float, counts: list[int]) -> None:
+async def cycles_of(
+    client: httpx.AsyncClient, mailbox: int, stop_at: float, counts: list[int], timings: dict[str, list[float]]
+) -> None:
     base = f"/v1/exchange/mailboxes/mobile-{mailbox}/erp"
     while time.monotonic() < stop_at:
+        began = time.perf_counter()
         ids = []
         for i in range(10):
             response = await client.post(f"{base}/messages", content=b"x" * 512 + str(i).encode())
             response.raise_for_status()
             ids.append(response.json()["id"])
+        stored = time.perf_counter()
         started = await client.post(f"{base}/processes", json={"client_id": f"g{mailbox}", "message_ids": ids})
         started.raise_for_status()
         pid = started.json()["id"]
@@ -91,6 +95,8 @@ async def cycles_of(client: httpx.AsyncClient, mailbox: int, stop_at: float, cou
         done.raise_for_status()
         assert done.json()["state"] == "DONE"
         counts[0] += 1
+        timings["puts"].append(stored - began)
+        timings["protocol"].append(time.perf_counter() - stored)
 
 
 async def bench_cycles(engine: str, mailboxes: int, seconds: float) -> None:
@@ -113,12 +119,15 @@ async def bench_cycles(engine: str, mailboxes: int, seconds: float) -> None:
                     pass
                 await asyncio.sleep(0.1)
             counts = [0]
+            timings: dict[str, list[float]] = {"puts": [], "protocol": []}
             started = time.monotonic()
-            await asyncio.gather(*[worker(url, m, started + seconds, counts) for m in range(mailboxes)])
+            await asyncio.gather(*[worker(url, m, started + seconds, counts, timings) for m in range(mailboxes)])
             elapsed = time.monotonic() - started
         print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
+        p50 = {k: sorted(v)[len(v) // 2] * 1000 if v else 0.0 for k, v in timings.items()}
         print(f"cycles engine={engine} mailboxes={mailboxes} seconds={elapsed:.1f} cycles={counts[0]} "
-              f"cycles/s={counts[0] / elapsed:.1f} messages/s={10 * counts[0] / elapsed:.1f}", flush=True)
+              f"cycles/s={counts[0] / elapsed:.1f} messages/s={10 * counts[0] / elapsed:.1f} "
+              f"p50: 10 puts {p50['puts']:.1f} ms, start+ready+commit {p50['protocol']:.1f} ms", flush=True)
     finally:
         server.terminate()
         server.wait(30)
