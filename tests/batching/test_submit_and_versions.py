@@ -171,3 +171,19 @@ async def test_concurrent_submits_share_commits_yet_number_versions_and_refuse_c
     # One member's five new contents got five distinct, consecutive versions, whatever the commits shared.
     assert sorted(a.json()["version"] for a in answers[:5]) == [1, 2, 3, 4, 5]
     assert all(a.json()["version"] == 1 for a in answers[5:10])
+
+
+async def test_concurrent_submits_of_pairs_in_any_order_number_each_group_in_step(client) -> None:
+    import asyncio
+    import random
+
+    await put_batcher(client)
+    bodies = [{"id": f"{g}-{m}-{v}", "group": g, "member": m, "content": f"{g} {m} {v}"}
+              for v in range(3) for g in ("a", "b", "c", "d") for m in ("en", "ru")]
+    random.Random(7).shuffle(bodies)
+    answers = await asyncio.gather(*(client.post("/v1/batchers/books/tasks", json=b) for b in bodies))
+    assert {a.status_code for a in answers} == {202}
+    for group in ("a", "b", "c", "d"):
+        versions = (await client.get(f"/v1/batchers/books/versions/{group}")).json()["members"]
+        # Each member's three contents got three distinct numbers, and the pair's numbers stayed aligned.
+        assert len({v["version"] for v in versions["en"]}) == 3 and len({v["version"] for v in versions["ru"]}) == 3

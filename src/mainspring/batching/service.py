@@ -230,8 +230,13 @@ async def _submit_once(
     # Submits arriving together share one commit (a refused one is replayed alone).
     async def work(tx: Transaction) -> tuple[dict[str, Any], bool]:
         await ensure_batcher(tx, name, defaults)
-        # One group's versions are numbered one submit at a time, on every server.
-        await store.dialect.advisory_xact_lock(tx, group_lock_key(name, body.group))
+        # One group's versions are numbered one submit at a time, on every server. Sharing a commit, a submit
+        # does not wait for a group another transaction numbers: the group is run again one submit at a time.
+        key = group_lock_key(name, body.group)
+        if not tx.shared:
+            await store.dialect.advisory_xact_lock(tx, key)
+        elif not await store.dialect.try_advisory_xact_lock(tx, key):
+            raise GroupBusy(f"group {body.group!r} is being numbered by another transaction")
         known = await data.get_task(tx, name, body.id)
         if known is not None:
             if (known.sha256, known.group, known.member) != (sha, body.group, body.member):
@@ -263,6 +268,10 @@ async def _submit_once(
         return task_to_api(task), True
 
     return await store.grouped(work)
+
+
+class GroupBusy(Exception):
+    """A submit sharing a commit found its group locked (the shared commit is then run one submit at a time)."""
 
 
 def _new_task(name: str, body: TaskIn, sha: str, now: int, status: str, reason: str | None, version: int) -> NewTask:

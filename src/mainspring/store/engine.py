@@ -32,13 +32,16 @@ LISTEN_APPLICATION_NAME = "mainspring-listen"
 class Transaction:
     """A write transaction: its statements, the wake-ups it sends and what runs once it has committed."""
 
-    __slots__ = ("_after_commit", "alone", "channels", "session", "statements", "store")
+    __slots__ = ("_after_commit", "alone", "channels", "session", "shared", "statements", "store")
 
-    def __init__(self, session: Session, store: Store, alone: bool = False) -> None:
+    def __init__(self, session: Session, store: Store, alone: bool = False, shared: bool = False) -> None:
         self.session = session
         self.store = store
         self.alone = alone
         """The transaction's only writer (group commit says so): it may run its one statement alone."""
+        self.shared = shared
+        """Other writes share this transaction (group commit): a write that would wait for a lock while they
+        hold theirs should rather fail, and be run again alone (two groups waiting on each other deadlock)."""
         self.statements = 0
         self.channels: list[str] = []
         self._after_commit: list[Callable[[], Any]] = []
@@ -147,10 +150,11 @@ class Store:
         await self.backend.close()
 
     @contextlib.asynccontextmanager
-    async def transaction(self, *, alone: bool = False) -> AsyncIterator[Transaction]:
-        """A write transaction. ``alone``: its one writer may run a single statement as the whole of it."""
+    async def transaction(self, *, alone: bool = False, shared: bool = False) -> AsyncIterator[Transaction]:
+        """A write transaction. ``alone``: its one writer may run a single statement as the whole of it;
+        ``shared``: several writes share it (see ``Transaction.shared``)."""
         async with self.backend.transaction(lazy=alone) as session:
-            tx = Transaction(session, self, alone)
+            tx = Transaction(session, self, alone, shared)
             yield tx
             await self.backend.commit(session, tx.channels)
         self.notifier.signal_many(tx.channels)

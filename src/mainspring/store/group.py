@@ -110,7 +110,7 @@ class GroupCommit:
             else:
                 plain.append(i)
         # One kind of joined write and nothing else: its one call is the transaction's only writer.
-        async with self.store.transaction(alone=not plain and len(joined) == 1) as tx:
+        async with self.store.transaction(alone=not plain and len(joined) == 1, shared=len(group) > 1) as tx:
             for i in plain:
                 results[i] = await group[i][0](tx)  # type: ignore[operator]
             for indexes in joined.values():
