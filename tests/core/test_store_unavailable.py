@@ -203,3 +203,26 @@ async def test_an_event_stream_rides_out_a_lost_store_and_goes_on(
         await asyncio.wait_for(reader, 15)
     assert received == [0, 1]
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+
+
+async def test_a_commit_cut_off_in_the_driver_itself_is_503_without_a_traceback(
+    app: Any, client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store drives BEGIN and NOTIFY + COMMIT on asyncpg directly: a primary killed during the COMMIT
+    raises asyncpg's own error, not SQLAlchemy's, and that too is a 503 handled where the store's errors are
+    (Starlette re-raises what reaches the catch-all handler, and uvicorn logs it as a crash)."""
+    from asyncpg.exceptions import ConnectionDoesNotExistError
+
+    store = app.state.context.store
+
+    @contextlib.asynccontextmanager
+    async def cut_off(*_args: Any, **_kwargs: Any) -> AsyncIterator[Any]:
+        raise ConnectionDoesNotExistError("connection was closed in the middle of operation")
+        yield  # pragma: no cover
+
+    monkeypatch.setattr(store, "transaction", cut_off)
+    with caplog.at_level(logging.WARNING):
+        answer = await client.post("/v1/interactions/1/release", json={"token": "t", "outcome": {"complete": {}}})
+    assert answer.status_code == 503, answer.text
+    assert answer.json()["code"] == "unavailable"
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]

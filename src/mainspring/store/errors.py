@@ -14,16 +14,20 @@ from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 try:
     from asyncpg.exceptions import InterfaceError as PgInterfaceError
     from asyncpg.exceptions import InternalClientError as PgInternalClientError
+    from asyncpg.exceptions import PostgresError as PgError
 except ImportError:  # installed without mainspring[postgres]: no asyncpg error can happen
-    PgInterfaceError = PgInternalClientError = ()  # type: ignore[assignment,misc]
+    PgInterfaceError = PgInternalClientError = PgError = ()  # type: ignore[assignment,misc]
 
 # SQLSTATE class 08 (connection exception), 57P01-57P03 (shutdown, crash, starting up), 53300 (too many
 # connections), 40001/40P01 (serialization failure, deadlock victim): all pass by themselves.
 _TRANSIENT_SQLSTATES = ("57P01", "57P02", "57P03", "53300", "40001", "40P01")
 
 
-STORE_ERRORS: tuple[type[Exception], ...] = (DBAPIError, OSError, TimeoutError)
-"""What the store raises when a statement or a connection fails (for handlers registered by class)."""
+STORE_ERRORS: tuple[type[Exception], ...] = tuple(
+    c for c in (DBAPIError, OSError, TimeoutError, PgError, PgInterfaceError, PgInternalClientError) if isinstance(c, type)
+)
+"""What the store raises when a statement or a connection fails (for handlers registered by class): through
+SQLAlchemy, or straight from asyncpg where the store drives the connection itself (BEGIN, NOTIFY + COMMIT)."""
 
 
 def is_unavailable(exc: BaseException) -> bool:
