@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from mainspring.cli import cli
 from mainspring.core import cli as common
+from tests.batching.conftest import wait_status
 from tests.conftest import free_port
 
 
@@ -145,6 +146,8 @@ async def test_the_batching_commands_show_settings_tasks_and_packages(live_url: 
     assert changed.exit_code == 0 and json.loads(changed.output)["max_size"] == 2
     for member in ("en", "ru"):
         await client.post("/v1/batchers/books/tasks", json={"id": f"7-{member}", "group": "7", "member": member, "content": member})
+    # The dispatcher packs the pair as soon as it is complete, after the submit has answered.
+    await wait_status(client, ["7-en", "7-ru"], "packed")
     tasks = await invoke("batching", "tasks", "books", "7-en", "7-ru", "--json", "--url", live_url)
     assert {t["status"] for t in json.loads(tasks.output)} == {"packed"}
     packages = await invoke("batching", "packages", "books", "--status", "ready", "--json", "--url", live_url)
