@@ -70,9 +70,11 @@ async def settle(app: Any) -> None:
         await watchdog_step(ctx)
         now = ctx.store.now_ms()
         async with ctx.store.read() as conn:
-            due_files = (await conn.execute(select(func.count()).where(M.c.synced.is_(False), M.c.next_sync_at <= now))).scalar()
+            # Processes first: each statement reads its own snapshot on PostgreSQL, and a process the loop
+            # turns IN_DOUBT between the two reads must not look settled with its file moves not yet seen.
             due_processes = (await conn.execute(select(func.count()).where(
                 P.c.state.in_(("STARTED", "READY_TO_COMMIT")), P.c.deadline <= now))).scalar()
+            due_files = (await conn.execute(select(func.count()).where(M.c.synced.is_(False), M.c.next_sync_at <= now))).scalar()
         if not due_files and not due_processes:
             return
         await asyncio.sleep(0.02)
