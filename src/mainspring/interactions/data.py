@@ -443,6 +443,44 @@ async def complete_with_results(tx: Executor, results: Sequence[tuple[int, Any]]
     await tx.execute(stmt, [{"b_id": i, "b_result": r} for i, r in results])
 
 
+# PostgreSQL: complete held, parentless, childless items with their results and ``interaction.completed``
+# events, as a whole transaction of its own (autocommit, one round trip, with its wake-ups). The fence is in
+# the UPDATE, so it is checked again on the row's newest version if another transaction changed it first;
+# items it leaves alone (a lost lease, a parent to wake, children to cancel) are the caller's to release.
+_COMPLETE_HELD_ALONE = text(
+    "WITH fence AS (SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS text[]), CAST(:results AS text[])) "
+    "AS f(id, token, result)), "
+    "done AS (UPDATE interactions AS i SET state = 'completed', result = CAST(fence.result AS jsonb), next_processing = NULL, "
+    "lease_token = NULL, lease_expires_at = NULL, finished_at = :now, updated_at = :now FROM fence "
+    "WHERE i.id = fence.id AND i.state = 'processing' AND i.lease_token = fence.token AND i.lease_expires_at > :now "
+    "AND i.parent_id IS NULL "
+    "AND NOT EXISTS (SELECT 1 FROM interactions AS c WHERE c.parent_id = i.id AND c.state IN ('queued', 'processing')) "
+    "RETURNING i.id, i.queue), "
+    "ev AS (INSERT INTO events (type, at, subject_kind, subject_id, data) "
+    "SELECT 'interaction.completed', :now, 'interaction', done.id::text, "
+    "jsonb_build_object('queue', done.queue, 'status', 'completed', 'failed', false) FROM done ORDER BY done.id), "
+    "wake AS (SELECT pg_notify(:pg_channel, channel) FROM unnest(CAST(:channels AS text[])) AS channel "
+    "WHERE EXISTS (SELECT 1 FROM done)) "
+    "SELECT done.id FROM done WHERE (SELECT count(*) FROM wake) >= 0"
+)
+
+
+async def complete_held_alone(tx: Transaction, held: Sequence[tuple[int, str, str]], now: int, channels: Sequence[str]) -> set[int]:
+    """Complete each (id, token, result as JSON text) whose lease ``token`` still holds, if the item has no
+    parent and no unfinished children, as the whole of ``tx`` (PostgreSQL, ``tx.may_run_alone``); answers the
+    ids completed. ``channels`` are woken if any was."""
+    params = {
+        "ids": [i for i, _, _ in held], "tokens": [t for _, t, _ in held], "results": [r for _, _, r in held], "now": now,
+        "pg_channel": PG_CHANNEL, "channels": [SEQUENCER_CHANNEL, *channels],
+    }
+    done = {int(r.id) for r in (await tx.execute_alone(_COMPLETE_HELD_ALONE, params)).all()}
+    if done:
+        tx.notify(SEQUENCER_CHANNEL)
+        for channel in channels:
+            tx.notify(channel)
+    return done
+
+
 async def extend_leases(tx: Executor, leases: Sequence[tuple[int, str, int]]) -> None:
     """Set the expiry of each (id, token, expires) lease still held with that token."""
     if not leases:

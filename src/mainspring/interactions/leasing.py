@@ -8,6 +8,7 @@ a lease is fenced by its token: a late worker gets ``409 lease_lost`` and change
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -234,11 +235,41 @@ async def release(store: Store, interaction_id: str | int, token: str, outcome: 
     return to_api(row, store.now_ms())
 
 
-async def release_many(store: Store, releases: Sequence[tuple[int, str, outcomes.Outcome]]) -> list[bool]:
-    """Release many leases in one transaction (workers finishing a batch); answers, per release, whether
-    the lease was still held (a lost one changes nothing)."""
+async def release_many(store: Store, queue: str, releases: Sequence[tuple[int, str, outcomes.Outcome]]) -> list[bool]:
+    """Release many leases of ``queue`` (workers finishing a batch); answers, per release, whether the lease
+    was still held (a lost one changes nothing)."""
     if not releases:
         return []
+    completed: set[int] = set()
+    if store.is_postgres:
+        completed = await _complete_held_alone(store, queue, releases)
+    rest = [r for r in releases if r[0] not in completed]
+    held = dict.fromkeys(completed, True)
+    if rest:
+        held.update(zip((i for i, _, _ in rest), await _release_in_transaction(store, rest), strict=True))
+    return [held[i] for i, _, _ in releases]
+
+
+async def _complete_held_alone(store: Store, queue: str, releases: Sequence[tuple[int, str, outcomes.Outcome]]) -> set[int]:
+    """The hot path of a busy queue on PostgreSQL: plain completions in one statement that is its own
+    transaction. What it leaves (anything else, or an item with a parent or children) is released as before."""
+    plain = []
+    for item_id, token, outcome in releases:
+        if isinstance(outcome, outcomes.Complete):
+            try:
+                plain.append((item_id, token, json.dumps(outcome.result, allow_nan=False)))
+            except (TypeError, ValueError):
+                continue  # released the slow way, which reports what cannot be stored
+    if not plain:
+        return set()
+    async with store.transaction(alone=True) as tx:
+        done = await data.complete_held_alone(tx, plain, store.now_ms(), [finished_channel(queue), queue_channel(queue)])
+    if done:
+        metrics.PROCESSED.labels(queue, "completed").inc(len(done))
+    return done
+
+
+async def _release_in_transaction(store: Store, releases: Sequence[tuple[int, str, outcomes.Outcome]]) -> list[bool]:
     async with store.transaction() as tx:
         rows = await data.lock_many(tx, (i for i, _, _ in releases))
         now = store.now_ms()

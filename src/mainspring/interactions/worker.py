@@ -281,7 +281,7 @@ class QueueRunner:
                 batch.append(self._releases.get_nowait())
             for attempt in range(1, 1_000_000):
                 try:
-                    answers = await leasing.release_many(self.store, [(r.item_id, r.token, r.outcome) for r in batch])
+                    answers = await leasing.release_many(self.store, self.name, [(r.item_id, r.token, r.outcome) for r in batch])
                     break
                 except asyncio.CancelledError:
                     raise
