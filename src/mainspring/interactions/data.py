@@ -647,6 +647,77 @@ async def take_due_with_events(tx: Transaction, queue: str, now: int, room: int,
     return Taken(rows, due, expiry)
 
 
+# PostgreSQL, a queue without concurrency or rate limits: the whole lease as one statement that is its own
+# transaction (autocommit, one round trip) — the queue's row locked shared (never beside an expiry sweep),
+# the due items taken only if the queue is not paused, has no expired lease to sweep first and is still
+# unlimited, their events, the sequencer's wake-up and what is due next. The queue's row comes back with it,
+# so the caller knows which of those held.
+_QUEUE_COLUMNS = ", ".join(f"q.{c.name} AS q_{c.name}" for c in queues.c)
+_TAKE_DUE_ALONE = text(
+    "WITH q AS (SELECT interaction_queues.*, EXISTS (SELECT 1 FROM interactions WHERE queue = :queue AND state = 'processing' "
+    "AND lease_expires_at <= :now) AS has_expired FROM interaction_queues WHERE name = :queue FOR SHARE), "
+    "go AS (SELECT q.lease_ms, q.processing_timeout_ms FROM q WHERE NOT q.paused AND NOT q.has_expired "
+    "AND q.concurrency IS NULL AND q.rate_limit_count IS NULL), "
+    "taken AS (UPDATE interactions SET state = 'processing', lease_token = :token, "
+    "lease_expires_at = LEAST(:now + COALESCE(CAST(:lease_ms AS bigint), (SELECT lease_ms FROM go)), "
+    ":now + (SELECT processing_timeout_ms FROM go)), "
+    "leased_at = :now, worker = :worker, wake = false, attempts = attempts + 1, updated_at = :now "
+    "WHERE EXISTS (SELECT 1 FROM go) AND id IN (SELECT id FROM interactions WHERE queue = :queue AND state = 'queued' "
+    "AND next_processing <= :now ORDER BY next_processing, id LIMIT :room FOR UPDATE SKIP LOCKED) RETURNING *), "
+    "ev AS (INSERT INTO events (type, at, subject_kind, subject_id, data) "
+    "SELECT 'interaction.changed', :now, 'interaction', taken.id::text, "
+    "jsonb_build_object('queue', taken.queue, 'status', 'processing', 'worker', CAST(:worker AS text)) "
+    "FROM taken ORDER BY taken.next_processing, taken.id), "
+    "wake AS (SELECT pg_notify(:pg_channel, :sequencer) WHERE EXISTS (SELECT 1 FROM taken)), "
+    "upcoming AS (SELECT "
+    "(SELECT min(next_processing) FROM interactions WHERE queue = :queue AND state = 'queued' "
+    "AND id NOT IN (SELECT id FROM taken)) AS upcoming_due, "
+    "(SELECT min(lease_expires_at) FROM interactions WHERE queue = :queue AND state = 'processing') AS upcoming_expiry) "
+    f"SELECT {_QUEUE_COLUMNS}, q.has_expired, taken.*, upcoming.upcoming_due, upcoming.upcoming_expiry "
+    "FROM q CROSS JOIN upcoming LEFT JOIN taken ON true WHERE (SELECT count(*) FROM wake) >= 0"
+).columns(
+    *(column(f"q_{c.name}", c.type) for c in queues.c), column("has_expired"), *items.c,
+    column("upcoming_due", Millis), column("upcoming_expiry", Millis),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TakenAlone:
+    """A one-statement lease: the queue as it was locked and, when it let the lease run (not paused, no
+    expired lease, no limit), what was taken."""
+
+    queue: QueueRow
+    has_expired: bool
+    taken: Taken | None
+
+
+async def take_due_alone(
+    tx: Transaction, queue: str, now: int, room: int, token: str, lease_ms: int | None, worker: str
+) -> TakenAlone | None:
+    """Lease up to ``room`` due items of an unlimited queue as the whole of ``tx`` (PostgreSQL,
+    ``tx.may_run_alone``); None when the queue has no row yet."""
+    params = {
+        "queue": queue, "now": now, "room": room, "token": token, "lease_ms": lease_ms, "worker": worker,
+        "pg_channel": PG_CHANNEL, "sequencer": SEQUENCER_CHANNEL,
+    }
+    result = (await tx.execute_alone(_TAKE_DUE_ALONE, params)).all()
+    if not result:
+        return None
+    width = len(queues.c)
+    first = result[0]
+    q = _queue(first[:width])
+    if q.paused or first.has_expired or q.concurrency is not None or q.rate_limit_count is not None:
+        return TakenAlone(q, bool(first.has_expired), None)
+    rows = [_item(r[width + 1 : width + 1 + len(items.c)]) for r in result if r.id is not None]
+    rows.sort(key=lambda r: (r.next_processing or 0, r.id))
+    expiry = first.upcoming_expiry
+    if rows:
+        tx.notify(SEQUENCER_CHANNEL)
+        expires = rows[0].lease_expires_at
+        expiry = expires if expiry is None else min(expiry, expires)  # type: ignore[type-var]
+    return TakenAlone(q, False, Taken(rows, first.upcoming_due, expiry))
+
+
 async def take_due(tx: Transaction, queue: str, now: int, room: int, token: str, expires: int, worker: str) -> list[InteractionRow]:
     """Lease up to ``room`` due items (skipping rows other transactions hold) in one statement, oldest due
     first."""

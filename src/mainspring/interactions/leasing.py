@@ -112,6 +112,10 @@ async def lease(store: Store, cfg: InteractionsSettings, queue: str, worker: str
 
 
 async def _lease_once(store: Store, cfg: InteractionsSettings, queue: str, worker: str, max_items: int, lease_ms: int | None) -> Leased | None:
+    if store.is_postgres and _known_unlimited(store, queue):
+        leased = await _lease_alone(store, queue, worker, max_items, lease_ms)
+        if leased is not None:
+            return leased
     async with store.transaction() as tx:
         now = store.now_ms()
         locked = await _queue_for_lease(tx, cfg, queue, now)
@@ -154,14 +158,43 @@ async def _lease_once(store: Store, cfg: InteractionsSettings, queue: str, worke
         next_due = None
         if len(rows) < max_items:
             due, expiry = upcoming if upcoming is not None else await data.next_due_and_expiry(tx, queue)
-            if slots is not None and len(rows) >= slots:
-                # Every slot is taken: one frees by a release (which wakes waiters) or by an expiry.
-                next_due = expiry
-            else:
-                next_due = min((t for t in (due, expiry) if t is not None), default=None)
-            if limited_until is not None and (next_due is None or next_due < limited_until):
-                next_due = limited_until
+            next_due = _next_look(due, expiry, len(rows) >= slots if slots is not None else False, limited_until)
     return Leased(taken, next_due, q.processing_timeout_ms, lease_ms or q.lease_ms)
+
+
+def _known_unlimited(store: Store, queue: str) -> bool:
+    """The queue's row exists and had neither a concurrency nor a rate limit at its last lease here."""
+    limited: dict[str, bool] = store.extras.get("interactions:limited", {})
+    return limited.get(queue) is False and queue in store.extras.get("interactions:queues", ())
+
+
+async def _lease_alone(store: Store, queue: str, worker: str, max_items: int, lease_ms: int | None) -> Leased | None:
+    """The lease of an unlimited queue as one statement (PostgreSQL); None when the queue needs the whole
+    transaction instead: expired leases to sweep first, or a limit set since its last lease."""
+    async with store.transaction(alone=True) as tx:
+        now = store.now_ms()
+        got = await data.take_due_alone(tx, queue, now, max_items, new_token(), lease_ms, worker)
+    if got is None:
+        return None
+    q = got.queue
+    if q.paused:
+        return Leased([], None, q.processing_timeout_ms, lease_ms or q.lease_ms)
+    if got.taken is None:
+        store.extras["interactions:limited"][queue] = q.concurrency is not None or q.rate_limit_count is not None
+        return None
+    rows = got.taken.rows
+    next_due = _next_look(got.taken.next_due, got.taken.next_expiry, False, None) if len(rows) < max_items else None
+    return Leased([to_api(r, now, with_lease=True) for r in rows], next_due, q.processing_timeout_ms, lease_ms or q.lease_ms)
+
+
+def _next_look(due: int | None, expiry: int | None, every_slot_taken: bool, limited_until: int | None) -> int | None:
+    """When a lease that took less than it asked should look again: at the next due item or lease expiry;
+    with every slot taken, at the next expiry (a release wakes waiters sooner); never inside a spent rate
+    window."""
+    next_due = expiry if every_slot_taken else min((t for t in (due, expiry) if t is not None), default=None)
+    if limited_until is not None and (next_due is None or next_due < limited_until):
+        next_due = limited_until
+    return next_due
 
 
 async def lease_wait(
