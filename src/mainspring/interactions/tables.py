@@ -58,7 +58,7 @@ interactions = Table(
     UniqueConstraint("queue", "message_id", name="uq_interactions_queue_message_id"),
     Index("ix_interactions_due", "queue", "next_processing", "id", postgresql_where=text("state = 'queued'"), sqlite_where=text("state = 'queued'")),
     Index("ix_interactions_leased", "queue", "lease_expires_at", postgresql_where=text("state = 'processing'"), sqlite_where=text("state = 'processing'")),
-    Index("ix_interactions_children", "parent_id", "name", "id"),
+    Index("ix_interactions_children", "parent_id", "name", "id", postgresql_where=text("parent_id IS NOT NULL"), sqlite_where=text("parent_id IS NOT NULL")),
     Index("ix_interactions_queue_id", "queue", "id"),
     Index("ix_interactions_finished", "queue", "finished_at", postgresql_where=text("finished_at IS NOT NULL"), sqlite_where=text("finished_at IS NOT NULL")),
 )
