@@ -79,3 +79,14 @@ async def test_a_release_of_a_lease_already_released_changes_nothing(store: Stor
     assert await leasing.release_many(store, "q", [(int(item_id), token, Complete({"second": 2}))]) == [False]
     assert (await service.read(store, item_id))["result"] == {"first": 1}
     assert (await event_types(store, item_id)).count("interaction.completed") == 1
+
+
+async def test_a_child_and_its_parent_completed_in_one_batch_both_complete(store: Store, settings: Settings) -> None:
+    cfg = settings.interactions
+    parent = await made(store, cfg, "q")
+    child = await made(store, cfg, "q", parent_id=int(parent))
+    taken = {i["id"]: i["lease"]["token"] for i in (await leasing.lease(store, cfg, "q", "w", 10)).items}
+    answers = await leasing.release_many(store, "q", [(int(parent), taken[parent], Complete()), (int(child), taken[child], Complete())])
+    assert answers == [True, True]
+    assert await status(store, child) == "completed"
+    assert await status(store, parent) == "completed"

@@ -421,6 +421,34 @@ async def lock_many(tx: Transaction, ids: Iterable[int]) -> dict[int, Interactio
     return {r.id: _item(r) for r in rows}
 
 
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """What a release needs to know of a held item before it changes it."""
+
+    id: int
+    queue: str
+    parent_id: int | None
+    state: str
+    lease_token: str | None
+    lease_expires_at: int | None
+
+    def held_by(self, token: str, now: int) -> bool:
+        return self.state == "processing" and leases.is_held(self.lease_token, self.lease_expires_at, token, now)
+
+
+_FENCE_COLUMNS = [items.c[f.name] for f in dataclasses.fields(Fence)]
+
+
+async def lock_fences(tx: Transaction, ids: Iterable[int]) -> dict[int, Fence]:
+    """Lock these items (PostgreSQL; SQLite's writer holds them all) and read their lease fences only —
+    not their data, results and errors, which a batch of completions does not need."""
+    wanted = sorted(set(ids))
+    if not wanted:
+        return {}
+    query = select(*_FENCE_COLUMNS).where(tx.store.dialect.any_of(items.c.id, wanted))
+    return {r.id: Fence(*r) for r in (await tx.execute(tx.store.dialect.for_update(query))).all()}
+
+
 async def update(tx: Executor, item_id: int, **values: Any) -> InteractionRow:
     """Change one item; answers it as changed."""
     return _item((await tx.execute(items.update().where(items.c.id == item_id).values(**values).returning(*items.c))).one())

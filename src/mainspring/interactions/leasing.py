@@ -304,26 +304,24 @@ async def _complete_held_alone(store: Store, queue: str, releases: Sequence[tupl
 
 async def _release_in_transaction(store: Store, releases: Sequence[tuple[int, str, outcomes.Outcome]]) -> list[bool]:
     async with store.transaction() as tx:
-        rows = await data.lock_many(tx, (i for i, _, _ in releases))
+        fences = await data.lock_fences(tx, (i for i, _, _ in releases))
         now = store.now_ms()
-        answers: list[bool] = []
-        plain: list[tuple[InteractionRow, Any]] = []
-        for item_id, token, outcome in releases:
-            row = rows.get(item_id)
-            ok = row is not None and row.held_by(token, now)
-            answers.append(ok)
-            if row is None or not ok:
-                continue
-            if isinstance(outcome, outcomes.Complete) and row.parent_id is None:
-                plain.append((row, outcome.result))
+        answers = [i in fences and fences[i].held_by(token, now) for i, token, _ in releases]
+        held = [(fences[i], token, outcome) for (i, token, outcome), ok in zip(releases, answers, strict=True) if ok]
+        plain: list[tuple[data.Fence, Any]] = []
+        for fence, token, outcome in held:
+            if isinstance(outcome, outcomes.Complete) and fence.parent_id is None:
+                plain.append((fence, outcome.result))
             else:
-                await apply_outcome(tx, row, token, outcome)
+                # Before the plain completions: a child finishing here must not be cancelled first by its
+                # parent completing in the same batch.
+                await apply_outcome(tx, await locked(tx, fence.id), token, outcome)
         if plain:
             await _complete_plain(tx, plain, now)
     return answers
 
 
-async def _complete_plain(tx: Transaction, done: list[tuple[InteractionRow, Any]], now: int) -> None:
+async def _complete_plain(tx: Transaction, done: list[tuple[data.Fence, Any]], now: int) -> None:
     """Complete many parentless items in a few statements (the hot path of a busy queue)."""
     final = {"next_processing": None, "lease_token": None, "lease_expires_at": None, "finished_at": now, "updated_at": now}
     for queue in {r.queue for r, _ in done}:
