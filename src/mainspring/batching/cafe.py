@@ -8,6 +8,7 @@ lease token: a worker whose lease was taken over gets ``409 lease_lost`` and cha
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
@@ -68,21 +69,17 @@ async def claim_once(store: Store, name: str, worker: str, lease_ms: int | None)
     """Claim the oldest waiting package of ``name`` for ``worker``, or None."""
     async with store.transaction() as tx:
         now = store.now_ms()
-        row = await data.lock_oldest_claimable(tx, name, now)
-        if row is None:
+        claimed = await data.claim_oldest(tx, name, worker, new_token(), lease_ms, DEFAULTS["lease_ms"], now)
+        if claimed is None:
             return None
-        if lease_ms is None:
-            lease_ms = await data.batcher_lease_ms(tx, name) or DEFAULTS["lease_ms"]
-        token = new_token()
-        retaken = row.status == "claimed"
-        await data.claim_package(tx, row.seq, worker, token, lease_ms, now)
-        await data.set_package_tasks_status(tx, row.id, "claimed", now)
+        row, retaken = claimed
+        tasks = await data.claim_package_tasks(tx, row.id, now)
         await outbox.emit(
             tx, "batch.package.claimed", "batch_package", row.id,
-            {"batcher": name, "worker": worker, "attempt": row.attempts + 1, "retaken_after_expiry": retaken},
+            {"batcher": name, "worker": worker, "attempt": row.attempts, "retaken_after_expiry": retaken},
         )
         tx.after_commit(lambda: count_claim(name, retaken))
-        return package_to_api(await data.package_by_seq(tx, row.seq), await data.package_tasks(tx, row.id))
+        return package_to_api(row, tasks)
 
 
 async def claim(
@@ -150,24 +147,28 @@ async def complete_package(
         outcomes = _normalize_results(results, [t.id for t in tasks])
         now = store.now_ms()
         events: list[outbox.Event] = []
+        finished: list[TaskRow] = []
         for task in tasks:
             outcome = outcomes.get(task.id) or TaskResult(task_id=task.id)
             status = outcome.status
             error = outcome.error if status == "failed" else None
             if status == "failed" and error is None:
                 error = "failed by the worker"
-            await data.finish_task(tx, task.seq, status, outcome.result, error, now)
+            finished.append(dataclasses.replace(task, status=status, result=outcome.result, error=error, updated_at=now))
             told: dict[str, Any] = {"batcher": row.batcher, "id": task.id, "package_id": package_id}
             if status == "failed":
                 told["error"] = error
             events.append(outbox.Event(f"batch.task.{status}", "batch_task", task_subject(row.batcher, task.id), told))
+        # Every task's outcome in one statement; the answer is what was written, not read back.
+        await data.finish_tasks(tx, [data.TaskOutcome(t.seq, t.status, t.result, t.error) for t in finished], now)
         await data.finish_package(tx, row.seq, "done", None, now)
         events.append(
             outbox.Event("batch.package.done", "batch_package", package_id,
                          {"batcher": row.batcher, "worker": row.worker, "size": row.size})
         )
         await outbox.emit_many(tx, events)
-        return package_to_api(await data.package_by_seq(tx, row.seq), await data.package_tasks(tx, package_id), with_lease=False)
+        done = dataclasses.replace(row, status="done", lease_expires_at=None, error=None, updated_at=now)
+        return package_to_api(done, finished, with_lease=False)
 
 
 async def fail_package(
