@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, bindparam, case, func, or_, select, text
+from sqlalchemy import Integer, String, and_, bindparam, case, column, func, or_, select, text
 
 from mainspring.batching.planner import GroupLog, LogLine, PendingTask, TimerState
 from mainspring.batching.tables import batch_packages, batch_tasks, batch_versions, batchers
@@ -299,6 +299,67 @@ async def finish_tasks(tx: Executor, outcomes: Sequence[TaskOutcome], now: int) 
     ])
 
 
+# PostgreSQL: a package locked with its tasks in one statement (the lock is on the package row only).
+_LOCK_PACKAGE_WITH_TASKS_PG = text(
+    "WITH locked AS (SELECT * FROM batch_packages WHERE id = :locked_package_id FOR UPDATE) "
+    "SELECT " + ", ".join(f'locked."{c.name}"' for c in batch_packages.c) + ", "
+    + ", ".join(f't."{c.name}"' for c in _TASK_COLUMNS)
+    + " FROM locked LEFT JOIN batch_tasks AS t ON t.package_id = locked.id ORDER BY t.seq"
+).columns(*(column(f"p_{c.name}", c.type) for c in batch_packages.c), *(column(f"t_{c.name}", c.type) for c in _TASK_COLUMNS))
+
+
+async def lock_package_with_tasks(tx: Transaction, package_id: str) -> tuple[PackageRow, list[TaskRow]] | None:
+    """A package locked until commit (``FOR UPDATE`` on PostgreSQL: its finishing writes happen one at a
+    time) and its tasks in arrival order; one statement on PostgreSQL. None for an unknown package."""
+    if not tx.store.is_postgres:
+        row = await lock_package(tx, package_id)
+        return None if row is None else (row, await package_tasks(tx, package_id))
+    rows = (await tx.execute(_LOCK_PACKAGE_WITH_TASKS_PG, {"locked_package_id": package_id})).all()
+    if not rows:
+        return None
+    width = len(batch_packages.c)
+    return _package(rows[0][:width]), [_task(row[width:]) for row in rows if row[width] is not None]
+
+
+# PostgreSQL: a package completes in one statement: every task's outcome, the package done (its lease
+# expiry gone, its token kept so a repeat is recognised) and the events, in the order given.
+_COMPLETE_PACKAGE_PG = text(
+    "WITH outcome AS (SELECT * FROM unnest(CAST(:seqs AS bigint[]), CAST(:statuses AS text[]),"
+    " CAST(:results AS jsonb[]), CAST(:errors AS text[])) AS o(seq, status, result, error)), "
+    "tasks AS (UPDATE batch_tasks AS t SET status = o.status, result = o.result, error = o.error, updated_at = :now"
+    " FROM outcome AS o WHERE t.seq = o.seq RETURNING 1), "
+    "package AS (UPDATE batch_packages SET status = 'done', lease_expires_at = NULL, error = NULL, updated_at = :now"
+    " WHERE seq = :package_seq RETURNING 1), "
+    "ev AS (INSERT INTO events (type, at, subject_kind, subject_id, data)"
+    " SELECT e.type, :now, e.kind, e.subject, e.data FROM unnest(CAST(:event_types AS text[]),"
+    " CAST(:event_kinds AS text[]), CAST(:event_subjects AS text[]), CAST(:event_data AS jsonb[]))"
+    " WITH ORDINALITY AS e(type, kind, subject, data, n) ORDER BY e.n) "
+    "SELECT (SELECT count(*) FROM tasks), (SELECT count(*) FROM package)"
+)
+
+
+async def complete_package_with_events(
+    tx: Transaction, package_seq: int, outcomes: Sequence[TaskOutcome], events: Sequence[core_data.Event], now: int
+) -> bool:
+    """Write a completion: the tasks' outcomes, the package ``done``, and ``events`` — one statement on
+    PostgreSQL. Answers False when it wrote it without its events (SQLite: the caller emits them)."""
+    if not tx.store.is_postgres:
+        await finish_tasks(tx, outcomes, now)
+        await finish_package(tx, package_seq, "done", None, now)
+        return False
+    params = {
+        "seqs": [o.seq for o in outcomes], "statuses": [o.status for o in outcomes],
+        "results": [json.dumps(o.result) for o in outcomes], "errors": [o.error for o in outcomes],
+        "package_seq": package_seq, "now": now,
+        "event_types": [e.type for e in events], "event_kinds": [e.subject_kind for e in events],
+        "event_subjects": [e.subject_id for e in events], "event_data": [json.dumps(e.data) for e in events],
+    }
+    tasks, packages = (await tx.execute(_COMPLETE_PACKAGE_PG, params)).one()
+    if (tasks, packages) != (len(outcomes), 1):  # the caller holds the package's lock: never, but never silently
+        raise RuntimeError(f"completing package {package_seq} wrote {tasks} task(s) of {len(outcomes)}, {packages} package(s)")
+    return True
+
+
 # --- the version log ------------------------------------------------------------------------------------
 
 
@@ -569,12 +630,56 @@ _CLAIM = batch_packages.update().values(
     lease_expires_at=_CLAIM_NOW + _CLAIM_SPAN, lease_ms=_CLAIM_SPAN, attempts=batch_packages.c.attempts + 1,
     updated_at=_CLAIM_NOW,
 )
-_WAITING = _CLAIM_WAITING.with_for_update(skip_locked=True).subquery("waiting")
-# PostgreSQL: pick, lock and lease in one statement, answering the status the package had (an UPDATE's
-# RETURNING sees only new values; the picked row's old status comes from the sub-select).
-_CLAIM_OLDEST_PG = _CLAIM.where(batch_packages.c.seq == _WAITING.c.seq).returning(*batch_packages.c, _WAITING.c.was)
-# SQLite (one writer, no round trips; its RETURNING cannot name the sub-select): pick, then lease.
+# Pick, then lease (SQLite: one writer, no round trips; PostgreSQL claims in one statement, below).
 _CLAIM_PICKED = _CLAIM.where(batch_packages.c.seq == bindparam("claim_seq")).returning(*batch_packages.c)
+
+
+# PostgreSQL: a whole claim in one statement, which is the whole transaction (autocommit, one round trip):
+# pick the oldest waiting package (SKIP LOCKED: concurrent claimers never get the same one), lease it, mark its
+# tasks claimed, write its ``batch.package.claimed`` event and wake the event sequencer of every server
+# (pg_notify, delivered as it commits). Answers one row per task (package columns, then task columns).
+_CLAIM_COLUMNS = [*(column(f"p_{c.name}", c.type) for c in batch_packages.c), column("was", String()),
+                  column("woke", Integer()), *(column(f"t_{c.name}", c.type) for c in _TASK_COLUMNS)]
+_CLAIM_WITH_EVENT_ALONE = text(
+    "WITH waiting AS ("
+    " SELECT seq, status AS was FROM batch_packages"
+    " WHERE batcher = :claim_batcher AND (status = 'ready' OR (status = 'claimed' AND lease_expires_at <= :claim_now))"
+    " ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED), "
+    "span AS (SELECT COALESCE(CAST(:claim_lease_ms AS bigint),"
+    " (SELECT lease_ms FROM batchers WHERE name = :claim_batcher), CAST(:claim_default_lease_ms AS bigint)) AS ms), "
+    "picked AS (UPDATE batch_packages AS p SET status = 'claimed', worker = :claim_worker, lease_token = :claim_token,"
+    " lease_expires_at = :claim_now + span.ms, lease_ms = span.ms, attempts = p.attempts + 1, updated_at = :claim_now"
+    " FROM waiting, span WHERE p.seq = waiting.seq RETURNING "
+    + ", ".join(f'p."{c.name}"' for c in batch_packages.c) + ", waiting.was), "
+    "tasks AS (UPDATE batch_tasks AS t SET status = 'claimed', updated_at = :claim_now FROM picked"
+    " WHERE t.package_id = picked.id RETURNING " + ", ".join(f't."{c.name}"' for c in _TASK_COLUMNS) + "), "
+    "ev AS (INSERT INTO events (type, at, subject_kind, subject_id, data)"
+    " SELECT 'batch.package.claimed', :claim_now, 'batch_package', picked.id, jsonb_build_object("
+    "'batcher', picked.batcher, 'worker', picked.worker, 'attempt', picked.attempts,"
+    " 'retaken_after_expiry', picked.was = 'claimed') FROM picked), "
+    "wake AS (SELECT pg_notify(:pg_channel, :sequencer_channel) FROM picked) "
+    "SELECT picked.*, (SELECT count(*) FROM wake) AS woke, tasks.* FROM picked LEFT JOIN tasks ON true"
+).columns(*_CLAIM_COLUMNS)
+
+
+async def claim_oldest_with_event_alone(
+    tx: Transaction, batcher: str, worker: str, token: str, lease_ms: int | None, default_lease_ms: int, now: int,
+    wake: tuple[str, str],
+) -> tuple[PackageRow, bool, list[TaskRow]] | None:
+    """``claim_oldest`` and ``claim_package_tasks`` with the package's ``batch.package.claimed`` event, as the
+    whole of ``tx`` in one statement (PostgreSQL, ``tx.may_run_alone``); ``wake``: (the PostgreSQL channel, the
+    sequencer's wake-up), sent by the statement as it commits. Answers the package, whether it was taken
+    over after its lease expired, and its tasks in arrival order; or None when none is waiting."""
+    params = {"claim_batcher": batcher, "claim_worker": worker, "claim_token": token, "claim_lease_ms": lease_ms,
+              "claim_default_lease_ms": default_lease_ms, "claim_now": now, "pg_channel": wake[0],
+              "sequencer_channel": wake[1]}
+    rows = (await tx.execute_alone(_CLAIM_WITH_EVENT_ALONE, params)).all()
+    if not rows:
+        return None
+    width = len(batch_packages.c)
+    package = _package(rows[0][:width])
+    tasks = sorted((_task(row[width + 2:]) for row in rows if row[width + 2] is not None), key=lambda t: t.seq)
+    return package, rows[0][width] == "claimed", tasks
 
 
 async def claim_oldest(
@@ -582,15 +687,11 @@ async def claim_oldest(
 ) -> tuple[PackageRow, bool] | None:
     """Lease the oldest package of ``batcher`` waiting in the cafe (``ready``, or claimed under a lease that
     has expired) to ``worker`` with ``token``, and count the attempt: the package is picked with ``SKIP
-    LOCKED`` (concurrent claimers never get the same one) and locked until commit; one statement on
-    PostgreSQL. The lease lasts ``lease_ms``, else the batcher's ``lease_ms``, else ``default_lease_ms``.
-    Answers the package as claimed and whether it was taken over after its lease expired, or None when none
-    is waiting."""
+    LOCKED`` (concurrent claimers never get the same one) and locked until commit. The lease lasts
+    ``lease_ms``, else the batcher's ``lease_ms``, else ``default_lease_ms``. Answers the package as claimed
+    and whether it was taken over after its lease expired, or None when none is waiting."""
     params: dict[str, Any] = {"claim_batcher": batcher, "claim_worker": worker, "claim_token": token,
                               "claim_lease_ms": lease_ms, "claim_default_lease_ms": default_lease_ms, "claim_now": now}
-    if tx.store.is_postgres:
-        row = (await tx.execute(_CLAIM_OLDEST_PG, params)).first()
-        return None if row is None else (_package(row[:-1]), row[-1] == "claimed")
     picked = (await tx.execute(tx.store.dialect.skip_locked(_CLAIM_WAITING), params)).first()
     if picked is None:
         return None
