@@ -4,6 +4,8 @@ that adds one per package or per task fails here rather than in a benchmark nobo
 
 from __future__ import annotations
 
+import asyncio
+
 from sqlalchemy import func, select
 
 from mainspring.batching import cafe
@@ -12,6 +14,7 @@ from mainspring.batching.models import BatcherSettingsIn, TaskIn
 from mainspring.batching.service import put_batcher, submit_task
 from mainspring.batching.tables import batch_packages, batch_tasks
 from mainspring.core import outbox
+from mainspring.core.errors import LeaseLost
 from mainspring.store import ManualClock, Store, format_time
 
 
@@ -95,3 +98,37 @@ async def test_a_claim_after_a_lease_expired_says_it_took_the_package_over(store
     await outbox.wait_numbered(store)
     claims, _ = await outbox.read_events(store, 0, 100, ["batch.package.claimed"])
     assert [(e["data"]["attempt"], e["data"]["retaken_after_expiry"]) for e in claims] == [(1, False), (2, True)]
+
+
+async def test_completions_arriving_together_share_one_commit_and_a_refused_one_sinks_none(store: Store) -> None:
+    await _stored_pairs(store, "books", 18)  # six packages
+    await dispatch_batcher(store, "books")
+    claimed = [await cafe.claim_once(store, "books", f"w{i}", None) for i in range(3)]
+    assert all(p is not None for p in claimed)
+    commits = 0
+    commit = store.backend.commit
+
+    async def counted(*args: object) -> None:
+        nonlocal commits
+        commits += 1
+        await commit(*args)  # type: ignore[arg-type]
+
+    store.backend.commit = counted  # type: ignore[method-assign]
+    first, second, third = claimed
+    assert first is not None and second is not None and third is not None
+    answers = await asyncio.gather(
+        cafe.complete_package(store, first["id"], first["lease"]["token"], None),
+        cafe.complete_package(store, second["id"], "not-the-token", None),
+        cafe.complete_package(store, third["id"], third["lease"]["token"], None),
+        return_exceptions=True,
+    )
+    assert isinstance(answers[1], LeaseLost)
+    assert [answers[0]["status"], answers[2]["status"]] == ["done", "done"]  # type: ignore[index]
+    assert (await cafe.get_package(store, second["id"]))["status"] == "claimed"
+    # The shared commit failed on the refused one; each was then run alone, the refused one changing nothing.
+    # Without a refusal, the three commit once:
+    more = [await cafe.claim_once(store, "books", f"v{i}", None) for i in range(3)]
+    commits = 0
+    done = await asyncio.gather(*(cafe.complete_package(store, p["id"], p["lease"]["token"], None) for p in more if p is not None))
+    assert [p["status"] for p in done] == ["done"] * 3
+    assert commits == 1, commits

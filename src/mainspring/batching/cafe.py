@@ -149,7 +149,9 @@ async def complete_package(
     store: Store, package_id: str, token: str, results: Any, authorize: Authorize | None = None
 ) -> dict[str, Any]:
     """Finish a claimed package with per-task outcomes (a task left out is done)."""
-    async with store.transaction() as tx:
+    # Completions arriving together share one commit (a refused one — lease lost, unknown task — is run again
+    # alone and gets its own answer).
+    async def work(tx: Transaction) -> dict[str, Any]:
         found = await data.lock_package_with_tasks(tx, package_id)
         if found is None:
             raise PackageNotFound(f"no package {package_id!r}")
@@ -188,6 +190,8 @@ async def complete_package(
             await outbox.emit_many(tx, events)
         done = dataclasses.replace(row, status="done", lease_expires_at=None, error=None, updated_at=now)
         return package_to_api(done, finished, with_lease=False)
+
+    return await store.grouped(work)
 
 
 async def fail_package(
