@@ -1,12 +1,22 @@
-"""Benchmark of the batching face against a real `mainspring serve` process, on SQLite and PostgreSQL.
+"""Benchmark of the batching face, on SQLite and PostgreSQL: over HTTP against a real `mainspring serve`
+process, and the engine behind it through the library.
 
-Measures, per engine:
-- tasks/s submitted (HTTP 202s, C concurrent submitters, pairs of books) and tasks/s packed (until none pending);
+Measures, per engine, over HTTP (step ``http``):
+- tasks/s submitted (HTTP 202s, C concurrent submitters, pairs of books) and tasks/s packed (until none pending):
+  both bound by the submit request path, whose own floor is measured by ``bench/request_path.py``;
 - packages/s claimed and completed (C concurrent workers, claim → complete);
 - flush lateness vs linger_ms: when the dispatcher packed a pair, minus (the second task's arrival + linger_ms),
   read from the server's own timestamps (created_at / updated_at of the tasks).
 
+And the engine (step ``engine``, in this process, on a database of its own with no server running):
+- tasks/s submitted through the library (``service.submit_task``, C concurrent producers);
+- tasks/s packed: the dispatcher's rounds (``dispatch_all``) over those tasks, already stored and pending,
+  until none is pending — the work that runs after the 2xx, without the request path in front of it;
+- packages/s claimed and completed through the library, as the in-process worker does
+  (``cafe.claim`` → ``cafe.complete_package``, C concurrent workers).
+
     .venv/bin/python bench/batching.py --engine both --tasks 2000 --concurrency 16
+    .venv/bin/python bench/batching.py --engine postgres --steps engine --engine-tasks 10000
 """
 
 from __future__ import annotations
@@ -151,16 +161,92 @@ async def lateness(url: str, linger_ms: int, rounds: int) -> list[int]:
     return out
 
 
+async def new_database(engine: str, tmp: Path, pg_name: str) -> str:
+    if engine == "sqlite":
+        return f"sqlite:///{tmp / 'mainspring.db'}"
+    conn = await asyncpg.connect(PG_ADMIN)
+    await conn.execute(f'CREATE DATABASE "{pg_name}"')
+    await conn.close()
+    return PG_ADMIN.rsplit("/", 1)[0] + "/" + pg_name
+
+
+async def drop_database(engine: str, tmp: Path, pg_name: str) -> None:
+    shutil.rmtree(tmp, ignore_errors=True)
+    if engine == "postgres":
+        conn = await asyncpg.connect(PG_ADMIN)
+        await conn.execute(f'DROP DATABASE IF EXISTS "{pg_name}" WITH (FORCE)')
+        await conn.close()
+
+
+async def bench_library(engine: str, tasks: int, concurrency: int) -> dict[str, Any]:
+    """The engine through the library, no server: submit in bulk, then time the dispatcher packing what is
+    stored, then claim + complete every package as the in-process worker does."""
+    from mainspring.batching import cafe, dispatcher, service
+    from mainspring.batching.models import BatcherSettingsIn, TaskIn
+    from mainspring.store import Store
+    from mainspring.store.migrate import migrate
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-batching-engine-"))
+    pg_name = f"bench_batching_engine_{uuid.uuid4().hex[:8]}"
+    database = await new_database(engine, tmp, pg_name)
+    store = Store(database, pool_size=concurrency, sqlite_synchronous="NORMAL")
+    try:
+        await migrate(store)
+        name = "bench"
+        await service.put_batcher(store, name, BatcherSettingsIn(min_size=2, max_size=6, linger_ms=50, max_wait_ms=600_000,
+                                                                 group_size=2, incomplete_group="carry"))
+        bodies = [TaskIn(id=f"{g}-{member}", group=str(g), member=member, content=f"book {g} in {member} " * 20)
+                  for g in range(tasks // 2) for member in ("en", "ru")]
+        queue = iter(bodies)
+
+        async def producer() -> None:
+            for body in queue:
+                _task, accepted = await service.submit_task(store, name, body)
+                assert accepted
+
+        started = time.perf_counter()
+        await asyncio.gather(*(producer() for _ in range(concurrency)))
+        submit_s = time.perf_counter() - started
+
+        started = time.perf_counter()
+        rounds = 0
+        while (await service.get_batcher(store, name))["counts"]["pending"]:
+            due = await dispatcher.dispatch_all(store)
+            rounds += 1
+            if due is not None:  # the last pairs wait for their linger timer, as in the server's loop
+                await asyncio.sleep(max(0, due - store.now_ms()) / 1000)
+        packed_s = time.perf_counter() - started
+        batcher = await service.get_batcher(store, name)
+        assert batcher["counts"]["packed"] == len(bodies), batcher["counts"]
+        packages = batcher["package_counts"]["ready"]
+
+        done = 0
+
+        async def worker(i: int) -> None:
+            nonlocal done
+            while True:
+                package = await cafe.claim(store, name, f"w{i}", None, 0, 100)
+                if package is None:
+                    return
+                await cafe.complete_package(store, package["id"], package["lease"]["token"],
+                                            {t["id"]: {"ok": True} for t in package["tasks"]})
+                done += 1
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker(i) for i in range(concurrency)))
+        work_s = time.perf_counter() - started
+        assert done == packages, (done, packages)
+        return {"tasks": len(bodies), "submitted_per_s": len(bodies) / submit_s, "packed_per_s": len(bodies) / packed_s,
+                "rounds": rounds, "packages": packages, "packages_per_s": packages / work_s}
+    finally:
+        await store.close()
+        await drop_database(engine, tmp, pg_name)
+
+
 async def bench_engine(engine: str, tasks: int, concurrency: int, lingers: list[int], rounds: int) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="bench-batching-"))
     pg_name = f"bench_batching_{uuid.uuid4().hex[:8]}"
-    if engine == "sqlite":
-        database = f"sqlite:///{tmp / 'mainspring.db'}"
-    else:
-        conn = await asyncpg.connect(PG_ADMIN)
-        await conn.execute(f'CREATE DATABASE "{pg_name}"')
-        await conn.close()
-        database = PG_ADMIN.rsplit("/", 1)[0] + "/" + pg_name
+    database = await new_database(engine, tmp, pg_name)
     server = Server(database, tmp / "data")
     try:
         name = "bench"
@@ -190,11 +276,7 @@ async def bench_engine(engine: str, tasks: int, concurrency: int, lingers: list[
         }
     finally:
         server.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
-        if engine == "postgres":
-            conn = await asyncpg.connect(PG_ADMIN)
-            await conn.execute(f'DROP DATABASE IF EXISTS "{pg_name}" WITH (FORCE)')
-            await conn.close()
+        await drop_database(engine, tmp, pg_name)
 
 
 def main() -> None:
@@ -204,14 +286,28 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--linger", type=int, nargs="+", default=[100, 500, 2000])
     parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--steps", default="http,engine", help="http (through a server), engine (the library), or both")
+    parser.add_argument("--engine-tasks", type=int, default=10000, help="tasks of the engine step")
     args = parser.parse_args()
     engines = ["sqlite", "postgres"] if args.engine == "both" else [args.engine]
+    steps = set(args.steps.split(","))
     for engine in engines:
+        if "engine" in steps:
+            e = asyncio.run(bench_library(engine, args.engine_tasks, args.concurrency))
+            print(f"{engine}: the engine through the library, {e['tasks']} tasks, concurrency {args.concurrency}"
+                  f" (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
+            print(f"  submitted  {e['submitted_per_s']:8.1f} tasks/s (service.submit_task)")
+            print(f"  packed     {e['packed_per_s']:8.1f} tasks/s (stored and pending → none pending,"
+                  f" {e['rounds']} dispatcher round(s))")
+            print(f"  claimed+completed {e['packages_per_s']:8.1f} packages/s ({e['packages']} packages,"
+                  " cafe.claim → cafe.complete_package)")
+        if "http" not in steps:
+            continue
         r = asyncio.run(bench_engine(engine, args.tasks, args.concurrency, args.linger, args.rounds))
-        print(f"{r['engine']}: {r['tasks']} tasks, concurrency {args.concurrency} (load average {r['load']:.1f} on {os.cpu_count()} CPUs)")
+        print(f"{r['engine']}: over HTTP, {r['tasks']} tasks, concurrency {args.concurrency} (load average {r['load']:.1f} on {os.cpu_count()} CPUs)")
         print(f"  baseline   {r['healthz_per_s']:8.1f} GET /healthz per s (the same server, same concurrency)")
         print(f"  submitted  {r['submitted_per_s']:8.1f} tasks/s")
-        print(f"  packed     {r['packed_per_s']:8.1f} tasks/s (first submit → none pending)")
+        print(f"  packed     {r['packed_per_s']:8.1f} tasks/s (first submit → none pending: bound by the submits)")
         print(f"  claimed+completed {r['packages_per_s']:8.1f} packages/s ({r['packages']} packages)")
         for linger, (median, worst) in r["lateness"].items():
             print(f"  flush lateness at linger_ms={linger}: median {median:.0f} ms, max {worst} ms ({args.rounds} flushes)")

@@ -2,7 +2,23 @@
 
 from __future__ import annotations
 
-from mainspring.batching.planner import GroupLog, LogLine, PendingTask, Rules, TimerState, plan, units_of
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mainspring.batching import planner
+from mainspring.batching.planner import (
+    GroupLog,
+    LogLine,
+    PendingTask,
+    Rules,
+    TimerState,
+    Unit,
+    _at_max_size,
+    _chunk,
+    plan,
+    units_of,
+)
 
 RULES = Rules(min_size=2, max_size=6, linger_ms=5000, max_wait_ms=30000, group_size=2, incomplete_group="reject")
 IDLE = TimerState(None, None, None, 0)
@@ -89,3 +105,59 @@ def test_two_versions_completed_by_reissue_in_one_round_both_repeat_the_stored_t
         [("g-en-2", None), ("g:ru:v2", "g-ru")],
         [("g-en-3", None), ("g:ru:v3", "g-ru")],
     ]
+
+
+def _max_size_splitting_units_again_after_every_package(pending: list[PendingTask], rules: Rules) -> list[list[PendingTask]]:
+    """The upper threshold as the rule reads (and as the planner once ran it): split what remains into units
+    again after every package."""
+    remaining = sorted(pending, key=lambda t: t.seq)
+    packages: list[list[PendingTask]] = []
+    while len(remaining) >= rules.max_size:
+        chosen, size = [], 0
+        for unit in units_of(remaining, rules.group_size):
+            if unit.complete and size + len(unit.tasks) <= rules.max_size:
+                chosen.append(unit)
+                size += len(unit.tasks)
+        if not chosen:
+            break
+        for package in _chunk(chosen, rules.max_size):
+            packages.append(package)
+            gone = {t.seq for t in package}
+            remaining = [t for t in remaining if t.seq not in gone]
+    return packages
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    tasks=st.lists(st.tuples(st.sampled_from("abcd"), st.sampled_from(["en", "ru", "fr"]), st.integers(1, 3)), max_size=40),
+    max_size=st.integers(1, 8),
+    group_size=st.integers(1, 3),
+)
+def test_max_size_packs_what_splitting_units_again_after_every_package_packs(
+    tasks: list[tuple[str, str, int]], max_size: int, group_size: int
+) -> None:
+    # Repeated members and more members than group_size included: the cases where a bucket's units change
+    # once some of its tasks have left.
+    pending = [PendingTask(seq, f"t{seq}", group, member, version, 0) for seq, (group, member, version) in enumerate(tasks, 1)]
+    rules = Rules(1, max(max_size, group_size), 5000, 30000, group_size, "reject")
+    remaining = {t.seq: t for t in pending}
+    fast = _at_max_size(remaining, rules)
+    expected = _max_size_splitting_units_again_after_every_package(pending, rules)
+    assert [[t.id for t in p] for p in fast] == [[t.id for t in p] for p in expected]
+    assert sorted(remaining) == sorted({t.seq for t in pending} - {t.seq for p in expected for t in p})
+
+
+def test_max_size_splits_ten_thousand_pending_tasks_into_units_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Splitting them again after every package made one round of 10,000 pending tasks cost 1,667 splits
+    # (quadratic: ~15 s of one core); the tasks now leave the units they were split into once.
+    calls = []
+
+    def counted(pending: list[PendingTask], group_size: int) -> list[Unit]:
+        calls.append(len(pending))
+        return units_of(pending, group_size)
+
+    monkeypatch.setattr(planner, "units_of", counted)
+    tasks = [t for g in range(5000) for t in pair(2 * g + 1, f"g{g}")]
+    decided = plan(tasks, RULES, IDLE, 0)
+    assert len(decided.packages) == 10000 // 6 and decided.flushes == ["max_size"] * (10000 // 6)
+    assert calls == [10000]

@@ -9,17 +9,19 @@ connection or transaction it is given, and says in each docstring what it locks.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, bindparam, case, func, or_, select
+from sqlalchemy import Integer, String, and_, bindparam, case, column, func, or_, select, text
 
 from mainspring.batching.planner import GroupLog, LogLine, PendingTask, TimerState
 from mainspring.batching.tables import batch_packages, batch_tasks, batch_versions, batchers
 from mainspring.core import data as core_data
 from mainspring.store import Transaction
 from mainspring.store.dialect import Executor
+from mainspring.store.schema import Millis
 
 LIVE_TASK_STATUSES = ("pending", "packed", "claimed")
 FINISHED_PACKAGE_STATUSES = ("done", "failed")
@@ -120,12 +122,6 @@ async def save_timer(tx: Executor, name: str, timer: TimerState) -> None:
     )
 
 
-async def batcher_lease_ms(conn: Executor, name: str) -> int | None:
-    """The lease a claim of ``name`` gets when the claimer names none (None for a batcher that is gone)."""
-    value = (await conn.execute(select(batchers.c.lease_ms).where(batchers.c.name == name))).scalar()
-    return None if value is None else int(value)
-
-
 async def count_batcher_tasks(conn: Executor, name: str) -> dict[str, int]:
     """The batcher's tasks counted by status (statuses it has none of are left out)."""
     query = select(batch_tasks.c.status, func.count()).where(batch_tasks.c.batcher == name).group_by(batch_tasks.c.status)
@@ -219,15 +215,32 @@ async def batchers_with_pending_tasks(conn: Executor) -> list[str]:
     return [row[0] for row in (await conn.execute(query)).all()]
 
 
-async def pack_pending_tasks(tx: Executor, seqs: Sequence[int], package_id: str, now: int) -> int:
-    """Put pending tasks in a package; answers how many moved. Guarded on ``status = 'pending'``, so a task
-    another round already took is not moved twice: the caller compares the count."""
-    moved = await tx.execute(
-        batch_tasks.update()
-        .where(batch_tasks.c.seq.in_(seqs), batch_tasks.c.status == "pending")
-        .values(status="packed", package_id=package_id, updated_at=now)
-    )
-    return rowcount(moved)
+# Every task of a round moves into its package in one statement, however many tasks: on PostgreSQL from two
+# array parameters, on SQLite from one JSON list of [seq, package id] pairs. Guarded on status as below.
+_PACK_PENDING_TASKS_PG = text(
+    "UPDATE batch_tasks SET status = 'packed', package_id = placed.package_id, updated_at = :now "
+    "FROM unnest(CAST(:seqs AS bigint[]), CAST(:package_ids AS text[])) AS placed(seq, package_id) "
+    "WHERE batch_tasks.seq = placed.seq AND batch_tasks.status = 'pending'"
+)
+_PACK_PENDING_TASKS_SQLITE = text(
+    "UPDATE batch_tasks SET status = 'packed', package_id = json_extract(placed.value, '$[1]'), updated_at = :now "
+    "FROM json_each(:placed) AS placed "
+    # The unary + keeps SQLite from driving the join from the status index: it would then read the whole
+    # JSON list once per pending task (10,000 tasks: 25 s instead of 0.04 s).
+    "WHERE batch_tasks.seq = json_extract(placed.value, '$[0]') AND +batch_tasks.status = 'pending'"
+)
+
+
+async def pack_pending_tasks(tx: Transaction, placed: Sequence[tuple[int, str]], now: int) -> int:
+    """Put pending tasks in their packages (``placed``: (seq, package id) pairs) in one statement; answers
+    how many moved. Guarded on ``status = 'pending'``, so a task another round already took is not moved
+    twice: the caller compares the count."""
+    if not placed:
+        return 0
+    if tx.store.is_postgres:
+        params = {"seqs": [seq for seq, _ in placed], "package_ids": [package_id for _, package_id in placed], "now": now}
+        return rowcount(await tx.execute(_PACK_PENDING_TASKS_PG, params))
+    return rowcount(await tx.execute(_PACK_PENDING_TASKS_SQLITE, {"placed": json.dumps(placed), "now": now}))
 
 
 async def reject_incomplete_tasks(tx: Executor, seqs: Sequence[int], now: int) -> int:
@@ -254,13 +267,97 @@ async def set_package_tasks_status(tx: Executor, package_id: str, status: str, n
     await tx.execute(batch_tasks.update().where(batch_tasks.c.package_id == package_id).values(**values))
 
 
-async def finish_task(tx: Executor, seq: int, status: str, result: Any, error: str | None, now: int) -> None:
-    """A task's outcome (``done`` or ``failed``) as its package completes."""
-    await tx.execute(
-        batch_tasks.update()
-        .where(batch_tasks.c.seq == seq)
-        .values(status=status, result=result, error=error, updated_at=now)
+@dataclass(frozen=True, slots=True)
+class TaskOutcome:
+    """A task's outcome as its package completes: ``done`` or ``failed``, with its result or error."""
+
+    seq: int
+    status: str
+    result: Any
+    error: str | None
+
+
+_FINISH_TASK = (
+    batch_tasks.update()
+    .where(batch_tasks.c.seq == bindparam("outcome_seq"))
+    .values(
+        status=bindparam("outcome_status"),
+        result=bindparam("outcome_result", type_=batch_tasks.c.result.type),
+        error=bindparam("outcome_error"),
+        updated_at=bindparam("now"),
     )
+)
+
+
+async def finish_tasks(tx: Executor, outcomes: Sequence[TaskOutcome], now: int) -> None:
+    """The tasks' outcomes as their package completes, in one statement (run for each task)."""
+    if not outcomes:
+        return
+    await tx.execute(_FINISH_TASK, [
+        {"outcome_seq": o.seq, "outcome_status": o.status, "outcome_result": o.result, "outcome_error": o.error, "now": now}
+        for o in outcomes
+    ])
+
+
+# PostgreSQL: a package locked with its tasks in one statement (the lock is on the package row only).
+_LOCK_PACKAGE_WITH_TASKS_PG = text(
+    "WITH locked AS (SELECT * FROM batch_packages WHERE id = :locked_package_id FOR UPDATE) "
+    "SELECT " + ", ".join(f'locked."{c.name}"' for c in batch_packages.c) + ", "
+    + ", ".join(f't."{c.name}"' for c in _TASK_COLUMNS)
+    + " FROM locked LEFT JOIN batch_tasks AS t ON t.package_id = locked.id ORDER BY t.seq"
+).columns(*(column(f"p_{c.name}", c.type) for c in batch_packages.c), *(column(f"t_{c.name}", c.type) for c in _TASK_COLUMNS))
+
+
+async def lock_package_with_tasks(tx: Transaction, package_id: str) -> tuple[PackageRow, list[TaskRow]] | None:
+    """A package locked until commit (``FOR UPDATE`` on PostgreSQL: its finishing writes happen one at a
+    time) and its tasks in arrival order; one statement on PostgreSQL. None for an unknown package."""
+    if not tx.store.is_postgres:
+        row = await lock_package(tx, package_id)
+        return None if row is None else (row, await package_tasks(tx, package_id))
+    rows = (await tx.execute(_LOCK_PACKAGE_WITH_TASKS_PG, {"locked_package_id": package_id})).all()
+    if not rows:
+        return None
+    width = len(batch_packages.c)
+    return _package(rows[0][:width]), [_task(row[width:]) for row in rows if row[width] is not None]
+
+
+# PostgreSQL: a package completes in one statement: every task's outcome, the package done (its lease
+# expiry gone, its token kept so a repeat is recognised) and the events, in the order given.
+_COMPLETE_PACKAGE_PG = text(
+    "WITH outcome AS (SELECT * FROM unnest(CAST(:seqs AS bigint[]), CAST(:statuses AS text[]),"
+    " CAST(:results AS jsonb[]), CAST(:errors AS text[])) AS o(seq, status, result, error)), "
+    "tasks AS (UPDATE batch_tasks AS t SET status = o.status, result = o.result, error = o.error, updated_at = :now"
+    " FROM outcome AS o WHERE t.seq = o.seq RETURNING 1), "
+    "package AS (UPDATE batch_packages SET status = 'done', lease_expires_at = NULL, error = NULL, updated_at = :now"
+    " WHERE seq = :package_seq RETURNING 1), "
+    "ev AS (INSERT INTO events (type, at, subject_kind, subject_id, data)"
+    " SELECT e.type, :now, e.kind, e.subject, e.data FROM unnest(CAST(:event_types AS text[]),"
+    " CAST(:event_kinds AS text[]), CAST(:event_subjects AS text[]), CAST(:event_data AS jsonb[]))"
+    " WITH ORDINALITY AS e(type, kind, subject, data, n) ORDER BY e.n) "
+    "SELECT (SELECT count(*) FROM tasks), (SELECT count(*) FROM package)"
+)
+
+
+async def complete_package_with_events(
+    tx: Transaction, package_seq: int, outcomes: Sequence[TaskOutcome], events: Sequence[core_data.Event], now: int
+) -> bool:
+    """Write a completion: the tasks' outcomes, the package ``done``, and ``events`` — one statement on
+    PostgreSQL. Answers False when it wrote it without its events (SQLite: the caller emits them)."""
+    if not tx.store.is_postgres:
+        await finish_tasks(tx, outcomes, now)
+        await finish_package(tx, package_seq, "done", None, now)
+        return False
+    params = {
+        "seqs": [o.seq for o in outcomes], "statuses": [o.status for o in outcomes],
+        "results": [json.dumps(o.result) for o in outcomes], "errors": [o.error for o in outcomes],
+        "package_seq": package_seq, "now": now,
+        "event_types": [e.type for e in events], "event_kinds": [e.subject_kind for e in events],
+        "event_subjects": [e.subject_id for e in events], "event_data": [json.dumps(e.data) for e in events],
+    }
+    tasks, packages = (await tx.execute(_COMPLETE_PACKAGE_PG, params)).one()
+    if (tasks, packages) != (len(outcomes), 1):  # the caller holds the package's lock: never, but never silently
+        raise RuntimeError(f"completing package {package_seq} wrote {tasks} task(s) of {len(outcomes)}, {packages} package(s)")
+    return True
 
 
 # --- the version log ------------------------------------------------------------------------------------
@@ -413,14 +510,15 @@ async def reissue_sources(tx: Transaction, batcher: str, task_ids: Iterable[str]
 
 
 async def insert_reissued(
-    tx: Transaction, batcher: str, package_id: str, tasks: Sequence[PendingTask], sources: dict[str, ReissueSource], now: int
+    tx: Transaction, batcher: str, placed: Sequence[tuple[str, PendingTask]], sources: dict[str, ReissueSource], now: int
 ) -> None:
-    """Store reissued tasks, already packed, with their lines in the version log."""
-    if not tasks:
+    """Store reissued tasks, already packed (``placed``: (package id, task) pairs), with their lines in the
+    version log."""
+    if not placed:
         return
     rows = []
     lines = []
-    for task in tasks:
+    for package_id, task in placed:
         assert task.reissue_of is not None and task.version is not None
         source = sources[task.reissue_of]
         rows.append({
@@ -477,13 +575,19 @@ def _package(row: Any) -> PackageRow:
     return PackageRow(*row)
 
 
-async def insert_package(tx: Executor, package_id: str, batcher: str, size: int, now: int) -> None:
-    """A new package, ``ready`` for the cafe."""
-    await tx.execute(
-        batch_packages.insert().values(
-            id=package_id, batcher=batcher, status="ready", size=size, attempts=0, created_at=now, updated_at=now
-        )
-    )
+_INSERT_PACKAGE = batch_packages.insert()
+
+
+async def insert_packages(tx: Executor, batcher: str, packages: Sequence[tuple[str, int]], now: int) -> None:
+    """New packages (``packages``: (id, size) pairs, in the order the cafe hands them out), ``ready``; one
+    statement however many."""
+    if not packages:
+        return
+    await tx.execute(_INSERT_PACKAGE, [
+        {"id": package_id, "batcher": batcher, "status": "ready", "size": size, "attempts": 0, "created_at": now,
+         "updated_at": now}
+        for package_id, size in packages
+    ])
 
 
 async def get_package(conn: Executor, package_id: str) -> PackageRow | None:
@@ -503,23 +607,110 @@ async def lock_package(tx: Transaction, package_id: str) -> PackageRow | None:
     return None if row is None else _package(row)
 
 
-async def lock_oldest_claimable(tx: Transaction, batcher: str, now: int) -> PackageRow | None:
-    """The oldest package of ``batcher`` waiting in the cafe (``ready``, or claimed under a lease that has
-    expired), locked with ``SKIP LOCKED``: concurrent claimers never get the same one."""
-    query = (
-        select(batch_packages)
-        .where(
-            batch_packages.c.batcher == batcher,
-            or_(
-                batch_packages.c.status == "ready",
-                and_(batch_packages.c.status == "claimed", batch_packages.c.lease_expires_at <= now),
-            ),
-        )
-        .order_by(batch_packages.c.seq)
-        .limit(1)
+_CLAIM_NOW = bindparam("claim_now", type_=Millis())
+_CLAIM_WAITING = (
+    select(batch_packages.c.seq, batch_packages.c.status.label("was"))
+    .where(
+        batch_packages.c.batcher == bindparam("claim_batcher"),
+        or_(
+            batch_packages.c.status == "ready",
+            and_(batch_packages.c.status == "claimed", batch_packages.c.lease_expires_at <= _CLAIM_NOW),
+        ),
     )
-    row = (await tx.execute(tx.store.dialect.skip_locked(query))).first()
-    return None if row is None else _package(row)
+    .order_by(batch_packages.c.seq)
+    .limit(1)
+)
+_CLAIM_SPAN = func.coalesce(
+    bindparam("claim_lease_ms", type_=Millis()),
+    select(batchers.c.lease_ms).where(batchers.c.name == bindparam("claim_batcher")).scalar_subquery(),
+    bindparam("claim_default_lease_ms", type_=Millis()),
+)
+_CLAIM = batch_packages.update().values(
+    status="claimed", worker=bindparam("claim_worker"), lease_token=bindparam("claim_token"),
+    lease_expires_at=_CLAIM_NOW + _CLAIM_SPAN, lease_ms=_CLAIM_SPAN, attempts=batch_packages.c.attempts + 1,
+    updated_at=_CLAIM_NOW,
+)
+# Pick, then lease (SQLite: one writer, no round trips; PostgreSQL claims in one statement, below).
+_CLAIM_PICKED = _CLAIM.where(batch_packages.c.seq == bindparam("claim_seq")).returning(*batch_packages.c)
+
+
+# PostgreSQL: a whole claim in one statement, which is the whole transaction (autocommit, one round trip):
+# pick the oldest waiting package (SKIP LOCKED: concurrent claimers never get the same one), lease it, mark its
+# tasks claimed, write its ``batch.package.claimed`` event and wake the event sequencer of every server
+# (pg_notify, delivered as it commits). Answers one row per task (package columns, then task columns).
+_CLAIM_COLUMNS = [*(column(f"p_{c.name}", c.type) for c in batch_packages.c), column("was", String()),
+                  column("woke", Integer()), *(column(f"t_{c.name}", c.type) for c in _TASK_COLUMNS)]
+_CLAIM_WITH_EVENT_ALONE = text(
+    "WITH waiting AS ("
+    " SELECT seq, status AS was FROM batch_packages"
+    " WHERE batcher = :claim_batcher AND (status = 'ready' OR (status = 'claimed' AND lease_expires_at <= :claim_now))"
+    " ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED), "
+    "span AS (SELECT COALESCE(CAST(:claim_lease_ms AS bigint),"
+    " (SELECT lease_ms FROM batchers WHERE name = :claim_batcher), CAST(:claim_default_lease_ms AS bigint)) AS ms), "
+    "picked AS (UPDATE batch_packages AS p SET status = 'claimed', worker = :claim_worker, lease_token = :claim_token,"
+    " lease_expires_at = :claim_now + span.ms, lease_ms = span.ms, attempts = p.attempts + 1, updated_at = :claim_now"
+    " FROM waiting, span WHERE p.seq = waiting.seq RETURNING "
+    + ", ".join(f'p."{c.name}"' for c in batch_packages.c) + ", waiting.was), "
+    "tasks AS (UPDATE batch_tasks AS t SET status = 'claimed', updated_at = :claim_now FROM picked"
+    " WHERE t.package_id = picked.id RETURNING " + ", ".join(f't."{c.name}"' for c in _TASK_COLUMNS) + "), "
+    "ev AS (INSERT INTO events (type, at, subject_kind, subject_id, data)"
+    " SELECT 'batch.package.claimed', :claim_now, 'batch_package', picked.id, jsonb_build_object("
+    "'batcher', picked.batcher, 'worker', picked.worker, 'attempt', picked.attempts,"
+    " 'retaken_after_expiry', picked.was = 'claimed') FROM picked), "
+    "wake AS (SELECT pg_notify(:pg_channel, :sequencer_channel) FROM picked) "
+    "SELECT picked.*, (SELECT count(*) FROM wake) AS woke, tasks.* FROM picked LEFT JOIN tasks ON true"
+).columns(*_CLAIM_COLUMNS)
+
+
+async def claim_oldest_with_event_alone(
+    tx: Transaction, batcher: str, worker: str, token: str, lease_ms: int | None, default_lease_ms: int, now: int,
+    wake: tuple[str, str],
+) -> tuple[PackageRow, bool, list[TaskRow]] | None:
+    """``claim_oldest`` and ``claim_package_tasks`` with the package's ``batch.package.claimed`` event, as the
+    whole of ``tx`` in one statement (PostgreSQL, ``tx.may_run_alone``); ``wake``: (the PostgreSQL channel, the
+    sequencer's wake-up), sent by the statement as it commits. Answers the package, whether it was taken
+    over after its lease expired, and its tasks in arrival order; or None when none is waiting."""
+    params = {"claim_batcher": batcher, "claim_worker": worker, "claim_token": token, "claim_lease_ms": lease_ms,
+              "claim_default_lease_ms": default_lease_ms, "claim_now": now, "pg_channel": wake[0],
+              "sequencer_channel": wake[1]}
+    rows = (await tx.execute_alone(_CLAIM_WITH_EVENT_ALONE, params)).all()
+    if not rows:
+        return None
+    width = len(batch_packages.c)
+    package = _package(rows[0][:width])
+    tasks = sorted((_task(row[width + 2:]) for row in rows if row[width + 2] is not None), key=lambda t: t.seq)
+    return package, rows[0][width] == "claimed", tasks
+
+
+async def claim_oldest(
+    tx: Transaction, batcher: str, worker: str, token: str, lease_ms: int | None, default_lease_ms: int, now: int
+) -> tuple[PackageRow, bool] | None:
+    """Lease the oldest package of ``batcher`` waiting in the cafe (``ready``, or claimed under a lease that
+    has expired) to ``worker`` with ``token``, and count the attempt: the package is picked with ``SKIP
+    LOCKED`` (concurrent claimers never get the same one) and locked until commit. The lease lasts
+    ``lease_ms``, else the batcher's ``lease_ms``, else ``default_lease_ms``. Answers the package as claimed
+    and whether it was taken over after its lease expired, or None when none is waiting."""
+    params: dict[str, Any] = {"claim_batcher": batcher, "claim_worker": worker, "claim_token": token,
+                              "claim_lease_ms": lease_ms, "claim_default_lease_ms": default_lease_ms, "claim_now": now}
+    picked = (await tx.execute(tx.store.dialect.skip_locked(_CLAIM_WAITING), params)).first()
+    if picked is None:
+        return None
+    row = (await tx.execute(_CLAIM_PICKED, {**params, "claim_seq": picked.seq})).one()
+    return _package(row), picked.was == "claimed"
+
+
+_CLAIM_PACKAGE_TASKS = (
+    batch_tasks.update()
+    .where(batch_tasks.c.package_id == bindparam("claimed_package_id"))
+    .values(status="claimed", updated_at=bindparam("claim_now"))
+    .returning(*_TASK_COLUMNS)
+)
+
+
+async def claim_package_tasks(tx: Executor, package_id: str, now: int) -> list[TaskRow]:
+    """Mark a just claimed package's tasks ``claimed``; answers them, in arrival order."""
+    rows = (await tx.execute(_CLAIM_PACKAGE_TASKS, {"claimed_package_id": package_id, "claim_now": now})).all()
+    return sorted((_task(row) for row in rows), key=lambda t: t.seq)
 
 
 async def lock_expired_leases(tx: Transaction, batcher: str, now: int) -> list[PackageRow]:
@@ -531,23 +722,6 @@ async def lock_expired_leases(tx: Transaction, batcher: str, now: int) -> list[P
         batch_packages.c.lease_expires_at <= now,
     )
     return [_package(row) for row in (await tx.execute(tx.store.dialect.skip_locked(query))).all()]
-
-
-async def claim_package(tx: Executor, seq: int, worker: str, token: str, lease_ms: int, now: int) -> None:
-    """Lease a package to ``worker`` with ``token`` for ``lease_ms``; counts the attempt."""
-    await tx.execute(
-        batch_packages.update()
-        .where(batch_packages.c.seq == seq)
-        .values(
-            status="claimed",
-            worker=worker,
-            lease_token=token,
-            lease_expires_at=now + lease_ms,
-            lease_ms=lease_ms,
-            attempts=batch_packages.c.attempts + 1,
-            updated_at=now,
-        )
-    )
 
 
 async def extend_lease(tx: Executor, seq: int, lease_ms: int, now: int) -> None:

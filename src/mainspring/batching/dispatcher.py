@@ -16,7 +16,7 @@ import uuid
 
 from mainspring.batching import data
 from mainspring.batching.cafe import expire_leases
-from mainspring.batching.planner import Plan, Rules, TimerState, plan
+from mainspring.batching.planner import PendingTask, Plan, Rules, TimerState, plan
 from mainspring.batching.service import cafe_channel, group_lock_key, task_subject
 from mainspring.core import outbox
 from mainspring.core.runtime import Context, run_loop
@@ -70,23 +70,26 @@ async def plan_with_reissues(tx: Transaction, name: str, rules: Rules, state: Ti
 
 
 async def apply_plan(tx: Transaction, name: str, decided: Plan, state: TimerState, now: int) -> None:
+    # However many packages the round makes, each kind of write is one statement: the packages, the tasks
+    # moving into them, the reissued tasks, the events.
     events: list[outbox.Event] = []
     sources = await data.reissue_sources(tx, name, [t.reissue_of for t in decided.reissued if t.reissue_of])
+    made: list[tuple[str, int]] = []
+    waiting: list[tuple[int, str]] = []
+    reissued: list[tuple[str, PendingTask]] = []
     for tasks, why in zip(decided.packages, decided.flushes, strict=True):
         package_id = new_package_id()
-        await data.insert_package(tx, package_id, name, len(tasks), now)
-        waiting = [t for t in tasks if t.reissue_of is None]
-        moved = await data.pack_pending_tasks(tx, [t.seq for t in waiting], package_id, now)
-        if moved != len(waiting):
-            raise DoubleFlush(f"batcher {name}: {len(waiting) - moved} task(s) were no longer pending")
-        reissued = [t for t in tasks if t.reissue_of is not None]
-        await data.insert_reissued(tx, name, package_id, reissued, sources, now)
-        events.extend(
-            outbox.Event("batch.task.reissued", "batch_task", task_subject(name, t.id),
-                         {"batcher": name, "id": t.id, "group": t.group, "member": t.member, "version": t.version,
-                          "sha256": sources[t.reissue_of].sha256, "reissue_of": t.reissue_of, "package_id": package_id})
-            for t in reissued if t.reissue_of is not None
-        )
+        made.append((package_id, len(tasks)))
+        for t in tasks:
+            if t.reissue_of is None:
+                waiting.append((t.seq, package_id))
+            else:
+                reissued.append((package_id, t))
+                events.append(outbox.Event(
+                    "batch.task.reissued", "batch_task", task_subject(name, t.id),
+                    {"batcher": name, "id": t.id, "group": t.group, "member": t.member, "version": t.version,
+                     "sha256": sources[t.reissue_of].sha256, "reissue_of": t.reissue_of, "package_id": package_id},
+                ))
         events.extend(
             outbox.Event("batch.task.packed", "batch_task", task_subject(name, t.id),
                          {"batcher": name, "id": t.id, "package_id": package_id})
@@ -96,6 +99,11 @@ async def apply_plan(tx: Transaction, name: str, decided: Plan, state: TimerStat
             outbox.Event("batch.package.created", "batch_package", package_id,
                          {"batcher": name, "size": len(tasks), "task_ids": [t.id for t in tasks], "trigger": why})
         )
+    await data.insert_packages(tx, name, made, now)
+    moved = await data.pack_pending_tasks(tx, waiting, now)
+    if moved != len(waiting):
+        raise DoubleFlush(f"batcher {name}: {len(waiting) - moved} task(s) were no longer pending")
+    await data.insert_reissued(tx, name, reissued, sources, now)
     if decided.rejected:
         seqs = [t.seq for t in decided.rejected]
         if await data.reject_incomplete_tasks(tx, seqs, now) != len(seqs):

@@ -210,6 +210,64 @@ def _chunk(units: list[Unit], max_size: int) -> list[list[PendingTask]]:
     return packages
 
 
+def _at_max_size(remaining: dict[int, PendingTask], rules: Rules) -> list[list[PendingTask]]:
+    """The packages the upper threshold makes, taken out of ``remaining``: while at least ``max_size`` tasks
+    are pending, the oldest complete units that fit in ``max_size`` leave together (the same answer as
+    splitting ``remaining`` into units again after every package, in one pass over the units: a round may
+    find tens of thousands of tasks pending)."""
+    packages: list[list[PendingTask]] = []
+    if len(remaining) < rules.max_size:
+        return packages
+    units: list[Unit | None] = list(units_of(list(remaining.values()), rules.group_size))
+    per_bucket: dict[tuple[str, int | None], int] = {}
+    for unit in units:
+        assert unit is not None
+        key = (unit.tasks[0].group, unit.tasks[0].version)
+        per_bucket[key] = per_bucket.get(key, 0) + 1
+    first = 0  # units before it are gone or incomplete: an incomplete unit stays so until its bucket is split again
+    while len(remaining) >= rules.max_size:
+        chosen: list[int] = []
+        size = 0
+        for i in range(first, len(units)):
+            unit = units[i]
+            if unit is None or not unit.complete:
+                if i == first:
+                    first += 1
+                continue
+            if size + len(unit.tasks) <= rules.max_size:
+                chosen.append(i)
+                size += len(unit.tasks)
+                if size == rules.max_size:
+                    break
+        if not chosen:
+            break
+        # The same tasks leave now as ever; two versions of one group among them go in two packages.
+        leaving = [units[i] for i in chosen]
+        for package in _chunk([u for u in leaving if u is not None], rules.max_size):
+            packages.append(package)
+            for task in package:
+                remaining.pop(task.seq, None)
+        split_again = False
+        for i in chosen:
+            unit = units[i]
+            assert unit is not None
+            key = (unit.tasks[0].group, unit.tasks[0].version)
+            per_bucket[key] -= 1
+            split_again = split_again or per_bucket[key] > 0
+            units[i] = None
+        if split_again:
+            # A bucket kept other units (a repeated member, more members than ``group_size``): without the
+            # tasks that left, its tasks may pair differently, so its units are made again, as the rule says.
+            units = list(units_of(list(remaining.values()), rules.group_size))
+            per_bucket = {}
+            for unit in units:
+                assert unit is not None
+                key = (unit.tasks[0].group, unit.tasks[0].version)
+                per_bucket[key] = per_bucket.get(key, 0) + 1
+            first = 0
+    return packages
+
+
 def plan(
     pending: list[PendingTask], rules: Rules, state: TimerState, now: int, logs: Mapping[str, GroupLog] | None = None
 ) -> Plan:
@@ -217,7 +275,8 @@ def plan(
     leave now be completed by reissue; without it they are rejected or kept as the rules say."""
     result = Plan(timer=state)
     logs = {group: log.copy() for group, log in (logs or {}).items()}
-    remaining = sorted(pending, key=lambda t: t.seq)
+    # By seq, the order arrival gives them; tasks leave by seq in constant time.
+    remaining = {t.seq: t for t in sorted(pending, key=lambda t: t.seq)}
     started, ends, last_flush, carried = (
         state.linger_started_at,
         state.linger_ends_at,
@@ -226,25 +285,15 @@ def plan(
     )
 
     def take(tasks: list[PendingTask]) -> None:
-        nonlocal remaining
-        gone = {t.seq for t in tasks if t.reissue_of is None}
-        remaining = [t for t in remaining if t.seq not in gone]
+        for task in tasks:
+            if task.reissue_of is None:
+                remaining.pop(task.seq, None)
 
     # 1. The upper threshold packs the oldest complete units at once and stops the timer.
-    while len(remaining) >= rules.max_size:
-        chosen: list[Unit] = []
-        size = 0
-        for unit in units_of(remaining, rules.group_size):
-            if unit.complete and size + len(unit.tasks) <= rules.max_size:
-                chosen.append(unit)
-                size += len(unit.tasks)
-        if not chosen:
-            break
-        # The same tasks leave now as ever; two versions of one group among them go in two packages.
-        for package in _chunk(chosen, rules.max_size):
-            result.packages.append(package)
-            result.flushes.append("max_size")
-            take(package)
+    packed = _at_max_size(remaining, rules)
+    if packed:
+        result.packages.extend(packed)
+        result.flushes.extend("max_size" for _ in packed)
         started = ends = None
         last_flush = now
 
@@ -252,18 +301,18 @@ def plan(
         nonlocal started, ends
         if ends is not None or len(remaining) < rules.min_size:
             return
-        if not any(t.seq > carried for t in remaining):
+        if not any(t.seq > carried for t in remaining.values()):
             return  # only tasks a timer already kept: nothing new can complete them, max_wait will
         # The timer starts when the count reached min_size, not when a server noticed, so it does not
         # depend on which server looks or how late.
-        nth = sorted(t.created_at for t in remaining)[rules.min_size - 1]
+        nth = sorted(t.created_at for t in remaining.values())[rules.min_size - 1]
         started = max(nth, last_flush or nth)
         ends = started + rules.linger_ms
 
     # 2. The lower threshold starts the linger timer; 3. its end packs complete units.
     maybe_start_timer()
     if ends is not None and now >= ends:
-        units = units_of(remaining, rules.group_size)
+        units = units_of(list(remaining.values()), rules.group_size)
         if rules.incomplete_group == "reject":
             complete, reissued, incomplete = decide_units(units, rules.group_size, logs, now)
         else:  # carry: an incomplete group waits for its partner (it leaves at max_wait at the latest)
@@ -275,14 +324,14 @@ def plan(
         result.reissued.extend(reissued)
         result.rejected.extend(incomplete)
         take(incomplete)
-        carried = max([carried, *(t.seq for t in remaining)])
+        carried = max([carried, *remaining])
         started = ends = None
         last_flush = now
 
     # 4. No task waits past max_wait_ms: its unit goes now, packed if complete, else rejected.
-    expired = {t.seq for t in remaining if t.created_at + rules.max_wait_ms <= now}
+    expired = {t.seq for t in remaining.values() if t.created_at + rules.max_wait_ms <= now}
     if expired:
-        units = [u for u in units_of(remaining, rules.group_size) if any(t.seq in expired for t in u.tasks)]
+        units = [u for u in units_of(list(remaining.values()), rules.group_size) if any(t.seq in expired for t in u.tasks)]
         complete, reissued, late = decide_units(units, rules.group_size, logs, now)
         for package in _chunk(complete, rules.max_size):
             result.packages.append(package)
@@ -297,7 +346,7 @@ def plan(
 
     maybe_start_timer()
     result.timer = TimerState(started, ends, last_flush, carried)
-    dues = [t.created_at + rules.max_wait_ms for t in remaining]
+    dues = [t.created_at + rules.max_wait_ms for t in remaining.values()]
     if ends is not None:
         dues.append(ends)
     result.next_due = min(dues) if dues else None

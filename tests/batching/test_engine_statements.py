@@ -1,0 +1,134 @@
+"""The engine behind the API stays short: a dispatcher round, a claim and a complete cost a fixed number of
+statements (on PostgreSQL, round trips) however many packages or tasks they handle, counted here so a change
+that adds one per package or per task fails here rather than in a benchmark nobody ran."""
+
+from __future__ import annotations
+
+import asyncio
+
+from sqlalchemy import func, select
+
+from mainspring.batching import cafe
+from mainspring.batching.dispatcher import dispatch_batcher
+from mainspring.batching.models import BatcherSettingsIn, TaskIn
+from mainspring.batching.service import put_batcher, submit_task
+from mainspring.batching.tables import batch_packages, batch_tasks
+from mainspring.core import outbox
+from mainspring.core.errors import LeaseLost
+from mainspring.store import ManualClock, Store, format_time
+
+
+async def _stored_pairs(store: Store, name: str, pairs: int, **settings: object) -> None:
+    rules = {"min_size": 2, "max_size": 6, "linger_ms": 5000, "max_wait_ms": 600_000, "group_size": 2, **settings}
+    await put_batcher(store, name, BatcherSettingsIn.model_validate(rules))
+    for g in range(pairs):
+        for member in ("en", "ru"):
+            await submit_task(store, name, TaskIn(id=f"{g}-{member}", group=str(g), member=member, content=f"{g} {member}"))
+
+
+async def _round_trips_of_a_round(store: Store, name: str) -> int:
+    before = store.backend.round_trips
+    await dispatch_batcher(store, name)
+    return store.backend.round_trips - before
+
+
+async def test_a_dispatcher_round_costs_the_same_statements_for_two_packages_as_for_twenty(store: Store) -> None:
+    await _stored_pairs(store, "few", 6)
+    await _stored_pairs(store, "many", 60)
+    await dispatch_batcher(store, "warm")  # a batcher that does not exist: nothing, but the pool is up
+    few = await _round_trips_of_a_round(store, "few")
+    many = await _round_trips_of_a_round(store, "many")
+    async with store.read() as conn:
+        packages = dict((await conn.execute(select(batch_packages.c.batcher, func.count()).group_by(batch_packages.c.batcher))).all())
+        pending = (await conn.execute(select(func.count()).where(batch_tasks.c.status == "pending"))).scalar_one()
+    assert packages == {"few": 2, "many": 20} and pending == 0
+    # One statement each for the packages, the tasks moving into them and the events, whatever their number.
+    assert many == few, (few, many)
+
+
+async def test_a_claim_and_a_complete_cost_the_same_statements_for_two_tasks_as_for_six(store: Store) -> None:
+    await _stored_pairs(store, "pairs", 3, max_size=2)
+    await _stored_pairs(store, "sixes", 3, max_size=6)
+    for name in ("pairs", "sixes"):
+        await dispatch_batcher(store, name)
+
+    async def claim_and_complete(name: str) -> tuple[int, int]:
+        before = store.backend.round_trips
+        package = await cafe.claim_once(store, name, "w1", None)
+        assert package is not None
+        claimed = store.backend.round_trips
+        await cafe.complete_package(store, package["id"], package["lease"]["token"], {t["id"]: {"n": 1} for t in package["tasks"]})
+        return claimed - before, store.backend.round_trips - claimed
+
+    await claim_and_complete("pairs")  # warm: prepared statements
+    small = await claim_and_complete("pairs")
+    large = await claim_and_complete("sixes")
+    assert small == large, (small, large)
+    if store.is_postgres:
+        # claim: one autocommit statement (pick + lease, the tasks, the event, the sequencer's wake-up);
+        # complete: BEGIN, the package locked with its tasks, one statement writing the outcomes, the
+        # package and the events, NOTIFY + COMMIT.
+        assert large == (1, 4), large
+
+
+async def test_complete_answers_the_package_and_its_tasks_as_stored(store: Store) -> None:
+    await _stored_pairs(store, "books", 3)
+    await dispatch_batcher(store, "books")
+    package = await cafe.claim_once(store, "books", "w1", None)
+    assert package is not None
+    first, second, *_ = (t["id"] for t in package["tasks"])
+    answer = await cafe.complete_package(store, package["id"], package["lease"]["token"], [
+        {"task_id": first, "status": "failed", "error": "no dictionary"}, {"task_id": second, "result": {"pages": 3}},
+    ])
+    assert answer == await cafe.get_package(store, package["id"])
+    assert [t["status"] for t in answer["tasks"]] == ["failed", "done", "done", "done", "done", "done"]
+
+
+async def test_a_claim_after_a_lease_expired_says_it_took_the_package_over(store: Store, clock: ManualClock) -> None:
+    await _stored_pairs(store, "books", 1, lease_ms=1000, linger_ms=0)
+    await dispatch_batcher(store, "books")
+    first = await cafe.claim_once(store, "books", "w1", None)
+    assert first is not None and first["attempts"] == 1
+    assert first["lease"]["expires_at"] == format_time(clock.now_ms() + 1000)  # the batcher's lease_ms
+    assert await cafe.claim_once(store, "books", "w2", 500) is None  # held: nobody else gets it
+    clock.advance(1001)  # expired, not yet put back by the dispatcher: the next claim takes it over
+    second = await cafe.claim_once(store, "books", "w2", 500)
+    assert second is not None and second["id"] == first["id"] and second["attempts"] == 2 and second["worker"] == "w2"
+    assert second["lease"]["expires_at"] == format_time(clock.now_ms() + 500)  # the claimer's lease_ms
+    await outbox.wait_numbered(store)
+    claims, _ = await outbox.read_events(store, 0, 100, ["batch.package.claimed"])
+    assert [(e["data"]["attempt"], e["data"]["retaken_after_expiry"]) for e in claims] == [(1, False), (2, True)]
+
+
+async def test_completions_arriving_together_share_one_commit_and_a_refused_one_sinks_none(store: Store) -> None:
+    await _stored_pairs(store, "books", 18)  # six packages
+    await dispatch_batcher(store, "books")
+    claimed = [await cafe.claim_once(store, "books", f"w{i}", None) for i in range(3)]
+    assert all(p is not None for p in claimed)
+    commits = 0
+    commit = store.backend.commit
+
+    async def counted(*args: object) -> None:
+        nonlocal commits
+        commits += 1
+        await commit(*args)  # type: ignore[arg-type]
+
+    store.backend.commit = counted  # type: ignore[method-assign]
+    first, second, third = claimed
+    assert first is not None and second is not None and third is not None
+    answers = await asyncio.gather(
+        cafe.complete_package(store, first["id"], first["lease"]["token"], None),
+        cafe.complete_package(store, second["id"], "not-the-token", None),
+        cafe.complete_package(store, third["id"], third["lease"]["token"], None),
+        return_exceptions=True,
+    )
+    assert isinstance(answers[1], LeaseLost)
+    assert [answers[0]["status"], answers[2]["status"]] == ["done", "done"]  # type: ignore[index]
+    assert (await cafe.get_package(store, second["id"]))["status"] == "claimed"
+    # The shared commit failed on the refused one; each was then run alone, the refused one changing nothing.
+    # Without a refusal, the three commit once:
+    more = [await cafe.claim_once(store, "books", f"v{i}", None) for i in range(3)]
+    commits = 0
+    done = await asyncio.gather(*(cafe.complete_package(store, p["id"], p["lease"]["token"], None) for p in more if p is not None))
+    assert [p["status"] for p in done] == ["done"] * 3
+    assert commits == 1, commits
