@@ -25,9 +25,9 @@ from mainspring.machines.settings import HistoryRange
 from mainspring.machines.steps import (
     CHANNEL,
     applied_once,
-    apply_answer,
     fail_machine,
     journal,
+    pending_step,
     processor_view,
     stepped_since,
 )
@@ -135,10 +135,8 @@ async def fire(ctx: Context, due: Due) -> None:
         await _record_failure(ctx, ns, machine, kind, delivering, ProcessorError(str(error)))
         return
     delivered = delivering.seq if delivering is not None else None
-    applied = await applied_once(
-        ctx.store,
-        lambda tx, grouped: apply_answer(tx, machine, answer, grouped=grouped, consume_timer=kind == "timeout", delivered_notification=delivered),
-    )
+    step = pending_step(machine, answer, ctx.now_ms(), consume_timer=kind == "timeout", delivered_notification=delivered)
+    applied = await applied_once(ctx.store, step)
     if applied is Applied.APPLIED:
         metrics.STEPS.labels(machine.namespace, kind).inc()
     else:
