@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+from sqlalchemy import update
 
 from mainspring.app import App, Registration
 from mainspring.config import Settings
+from mainspring.machines.tables import machines
 from tests.machines.conftest import FakeProcessor, serve_fake, server_app
 
 
@@ -112,3 +114,31 @@ async def test_due_machines_read_as_one_batch_each_get_their_own_head_notificati
     assert [e.data for e in due["a1"].events] == [1, 2, 3]
     assert due["a2"].head.args == "one" and [e.data for e in due["a2"].events] == ["x"]
     assert due["b1"].head.args == "only" and [e.data for e in due["b1"].events] == ["q"]
+
+
+async def test_due_machines_are_leased_in_one_round_trip_for_their_namespace_timeout_or_their_timers_longer_one(settings: Settings) -> None:
+    from mainspring.machines.background import lease_due_machines
+
+    fake = FakeProcessor()
+    registry = App()
+    for ns in ("orders", "quick"):
+        registry.processors[ns] = Registration(fake)
+    fake.on("init", lambda args, machine: {"events": [], "action": {"timer": {"in_ms": args}}})
+    async with server_app(settings, registry, background=False) as client:
+        ctx = client._transport.app.state.context  # type: ignore[attr-defined]
+        assert (await client.put("/v1/namespaces/quick", json={"processor": {"timeout_ms": 1_234}})).status_code == 200
+        for ns, machine_id, in_ms in (("orders", "late", 600), ("quick", "early", 0), ("quick", "own", 300)):
+            assert (await client.post(f"/v1/namespaces/{ns}/machines", json={"id": machine_id, "args": in_ms})).status_code == 201, machine_id
+        async with ctx.store.transaction() as tx:  # a timer with its own timeout (Machinegun's SetTimerAction.timeout)
+            await tx.execute(update(machines).where(machines.c.id == "own").values(timer_timeout_ms=60_000))
+        before, now = ctx.store.backend.round_trips, ctx.now_ms()
+        leased = await lease_due_machines(ctx, 10)
+        trips = ctx.store.backend.round_trips - before
+    assert [m.id for m in leased] == ["early", "own", "late"]
+    margin = settings.machines.lease_margin_ms + settings.machines.timer_lookahead_ms
+    expiry = {m.id: m.lease_expires_at - now for m in leased}  # type: ignore[operator]
+    assert 1_234 + margin <= expiry["early"] < 1_234 + margin + 1_000, expiry
+    assert 60_000 + margin <= expiry["own"] < 60_000 + margin + 1_000, expiry
+    assert 30_000 + margin <= expiry["late"] < 30_000 + margin + 1_000, expiry  # the default timeout
+    if ctx.store.is_postgres:
+        assert trips == 1, trips

@@ -43,7 +43,7 @@ async def lease_due_machines(ctx: Context, limit: int) -> list[MachineRow]:
     now = ctx.now_ms()
     lookahead = ctx.settings.machines.timer_lookahead_ms
     margin = ctx.settings.machines.lease_margin_ms + lookahead
-    async with ctx.store.transaction() as tx:
+    async with ctx.store.transaction(alone=True) as tx:
         return await data.lease_due(tx, now, now + lookahead, limit, new_token(), margin)
 
 
