@@ -142,3 +142,40 @@ async def test_due_machines_are_leased_in_one_round_trip_for_their_namespace_tim
     assert 30_000 + margin <= expiry["late"] < 30_000 + margin + 1_000, expiry  # the default timeout
     if ctx.store.is_postgres:
         assert trips == 1, trips
+
+
+async def test_a_burst_of_due_timers_is_leased_half_the_workers_at_a_time_so_the_next_batch_is_leased_while_one_runs(settings: Settings) -> None:
+    import asyncio
+
+    from mainspring.machines.background import INFLIGHT, INFLIGHT_COUNT, take_due_timers
+
+    fake = FakeProcessor()
+    release = asyncio.Event()
+    fired: list[str] = []
+
+    async def timeout(args: Any, machine: Any) -> Any:
+        fired.append(machine["id"])
+        await release.wait()
+        return {"events": ["fired"]}
+
+    fake.on("init", lambda args, machine: {"events": [], "action": {"timer": {"in_ms": 0}}})
+    fake.on("timeout", timeout)
+    registry = App()
+    registry.processors["orders"] = Registration(fake)
+    busy = settings.model_copy(update={"machines": settings.machines.model_copy(update={"concurrency": 8, "timer_lookahead_ms": 0})})
+    async with server_app(busy, registry, background=False) as client:
+        ctx = client._transport.app.state.context  # type: ignore[attr-defined]
+        for i in range(12):
+            assert (await client.post("/v1/namespaces/orders/machines", json={"id": f"m{i}"})).status_code == 201
+        assert await take_due_timers(ctx) is not None  # a first batch of 4, and room for more: look again at once
+        assert ctx.extras[INFLIGHT_COUNT]["rows"] == 4
+        assert await take_due_timers(ctx) is None  # the second batch of 4 fills the workers
+        assert ctx.extras[INFLIGHT_COUNT]["rows"] == 8 and len(ctx.extras[INFLIGHT]) == 2
+        release.set()
+        await asyncio.gather(*ctx.extras[INFLIGHT])
+        for _round in range(10):
+            await take_due_timers(ctx)
+            await asyncio.gather(*ctx.extras[INFLIGHT])
+            if len(fired) == 12:
+                break
+    assert sorted(fired) == sorted(f"m{i}" for i in range(12))

@@ -201,9 +201,12 @@ async def take_due_timers(ctx: Context) -> int | None:
     """One round: lease what is due (as far as free workers allow), start its steps, answer the next due time."""
     inflight: set[asyncio.Task[None]] = ctx.extras.setdefault(INFLIGHT, set())
     counts: dict[str, int] = ctx.extras.setdefault(INFLIGHT_COUNT, {"rows": 0})
-    free = ctx.settings.machines.concurrency - counts["rows"]
+    concurrency = ctx.settings.machines.concurrency
+    free = concurrency - counts["rows"]
     if free > 0:
-        leased = await lease_due_machines(ctx, min(free, ctx.settings.machines.batch))
+        # At most half the workers per batch: the next batch is leased and read while this one's steps run and
+        # commit, instead of every worker waiting for the slowest step of one batch before anything is leased.
+        leased = await lease_due_machines(ctx, min(free, ctx.settings.machines.batch, max(1, concurrency // 2)))
         if leased:
             counts["rows"] += len(leased)
             task = asyncio.create_task(_guarded(ctx, leased))
