@@ -179,3 +179,14 @@ async def test_a_burst_of_due_timers_is_leased_half_the_workers_at_a_time_so_the
             if len(fired) == 12:
                 break
     assert sorted(fired) == sorted(f"m{i}" for i in range(12))
+
+
+async def test_an_in_process_namespace_that_is_not_stored_is_built_once_not_on_every_step(settings: Settings) -> None:
+    from mainspring.machines.namespaces import namespace_of
+
+    registry = App()
+    registry.processors["local"] = Registration(FakeProcessor())
+    async with server_app(settings, registry, background=False) as client:
+        ctx = client._transport.app.state.context  # type: ignore[attr-defined]
+        first, again = namespace_of(ctx, "local", None), namespace_of(ctx, "local", None)
+    assert first is again and not first.stored
