@@ -218,6 +218,13 @@ async def bench_engine(engine: str, args: argparse.Namespace, http_port: int) ->
             if args.only == "lateness":
                 result["lateness"] = await bench_lateness(ctx, processor, args.lateness_timers, args.lateness_rate)
                 return result
+            if args.only == "calls":
+                result["in_process"] = await bench_calls(ctx, "bench", args.machines, args.calls, args.concurrency)
+                return result
+            if args.only == "timers":
+                result["timers"] = await bench_timers_burst(ctx, processor, args.timers)
+                result["lateness"] = await bench_lateness(ctx, processor, args.lateness_timers, args.lateness_rate)
+                return result
             result["in_process"] = await bench_calls(ctx, "bench", args.machines, args.calls, args.concurrency)
             print(engine, "in-process", result["in_process"], flush=True)
             await put_namespace(ctx, "remote", NamespaceConfig(processor=ProcessorConfig(url=f"http://127.0.0.1:{http_port}/", timeout_ms=10_000)))
@@ -245,16 +252,18 @@ async def main() -> None:
     parser.add_argument("--timers", type=int, default=10_000)
     parser.add_argument("--lateness-timers", type=int, default=1000)
     parser.add_argument("--lateness-rate", type=int, default=100)
-    parser.add_argument("--only", choices=["all", "lateness"], default="all")
+    parser.add_argument("--only", choices=["all", "lateness", "calls", "timers"], default="all",
+                        help="calls: in-process calls only; timers: the burst and the lateness run only")
     args = parser.parse_args()
     port = 18000 + os.getpid() % 1000
-    host = serve_http_processor(port)
+    host = serve_http_processor(port) if args.only == "all" else None
     try:
         for engine in args.engines.split(","):
             result = await bench_engine(engine, args, port)
             print(result, flush=True)
     finally:
-        host.kill()
+        if host is not None:
+            host.kill()
 
 
 if __name__ == "__main__":

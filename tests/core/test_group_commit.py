@@ -106,3 +106,17 @@ async def test_a_create_committed_alone_wakes_other_servers(store: Store, databa
             assert await waiter.wait(5), "the other server was not woken"
     finally:
         await other.close()
+
+
+async def test_reads_of_one_kind_arriving_together_are_read_in_one_call_and_an_error_answers_its_reader_alone(store: Store) -> None:
+    calls: list[list[int]] = []
+
+    async def read_all(conn: object, items: list[int]) -> list[object]:
+        calls.append(items)
+        count = (await conn.execute(select(func.count()).select_from(events))).scalar_one()  # type: ignore[attr-defined]
+        return [Refused(str(n)) if n == 3 else (n, count) for n in items]
+
+    answers = await asyncio.gather(*(store.read_batched("kind", read_all, n) for n in range(6)), return_exceptions=True)
+    assert [a if not isinstance(a, Refused) else "refused" for a in answers] == [(0, 0), (1, 0), (2, 0), "refused", (4, 0), (5, 0)]
+    assert sorted(n for call in calls for n in call) == list(range(6))
+    assert len(calls) < 6, calls  # the first reads at once, the rest arrive while it does

@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+from sqlalchemy import update
 
 from mainspring.app import App, Registration
 from mainspring.config import Settings
+from mainspring.machines.tables import machines
 from tests.machines.conftest import FakeProcessor, serve_fake, server_app
 
 
@@ -112,3 +114,79 @@ async def test_due_machines_read_as_one_batch_each_get_their_own_head_notificati
     assert [e.data for e in due["a1"].events] == [1, 2, 3]
     assert due["a2"].head.args == "one" and [e.data for e in due["a2"].events] == ["x"]
     assert due["b1"].head.args == "only" and [e.data for e in due["b1"].events] == ["q"]
+
+
+async def test_due_machines_are_leased_in_one_round_trip_for_their_namespace_timeout_or_their_timers_longer_one(settings: Settings) -> None:
+    from mainspring.machines.background import lease_due_machines
+
+    fake = FakeProcessor()
+    registry = App()
+    for ns in ("orders", "quick"):
+        registry.processors[ns] = Registration(fake)
+    fake.on("init", lambda args, machine: {"events": [], "action": {"timer": {"in_ms": args}}})
+    async with server_app(settings, registry, background=False) as client:
+        ctx = client._transport.app.state.context  # type: ignore[attr-defined]
+        assert (await client.put("/v1/namespaces/quick", json={"processor": {"timeout_ms": 1_234}})).status_code == 200
+        for ns, machine_id, in_ms in (("orders", "late", 600), ("quick", "early", 0), ("quick", "own", 300)):
+            assert (await client.post(f"/v1/namespaces/{ns}/machines", json={"id": machine_id, "args": in_ms})).status_code == 201, machine_id
+        async with ctx.store.transaction() as tx:  # a timer with its own timeout (Machinegun's SetTimerAction.timeout)
+            await tx.execute(update(machines).where(machines.c.id == "own").values(timer_timeout_ms=60_000))
+        before, now = ctx.store.backend.round_trips, ctx.now_ms()
+        leased = await lease_due_machines(ctx, 10)
+        trips = ctx.store.backend.round_trips - before
+    assert [m.id for m in leased] == ["early", "own", "late"]
+    margin = settings.machines.lease_margin_ms + settings.machines.timer_lookahead_ms
+    expiry = {m.id: m.lease_expires_at - now for m in leased}  # type: ignore[operator]
+    assert 1_234 + margin <= expiry["early"] < 1_234 + margin + 1_000, expiry
+    assert 60_000 + margin <= expiry["own"] < 60_000 + margin + 1_000, expiry
+    assert 30_000 + margin <= expiry["late"] < 30_000 + margin + 1_000, expiry  # the default timeout
+    if ctx.store.is_postgres:
+        assert trips == 1, trips
+
+
+async def test_a_burst_of_due_timers_is_leased_half_the_workers_at_a_time_so_the_next_batch_is_leased_while_one_runs(settings: Settings) -> None:
+    import asyncio
+
+    from mainspring.machines.background import INFLIGHT, INFLIGHT_COUNT, take_due_timers
+
+    fake = FakeProcessor()
+    release = asyncio.Event()
+    fired: list[str] = []
+
+    async def timeout(args: Any, machine: Any) -> Any:
+        fired.append(machine["id"])
+        await release.wait()
+        return {"events": ["fired"]}
+
+    fake.on("init", lambda args, machine: {"events": [], "action": {"timer": {"in_ms": 0}}})
+    fake.on("timeout", timeout)
+    registry = App()
+    registry.processors["orders"] = Registration(fake)
+    busy = settings.model_copy(update={"machines": settings.machines.model_copy(update={"concurrency": 8, "timer_lookahead_ms": 0})})
+    async with server_app(busy, registry, background=False) as client:
+        ctx = client._transport.app.state.context  # type: ignore[attr-defined]
+        for i in range(12):
+            assert (await client.post("/v1/namespaces/orders/machines", json={"id": f"m{i}"})).status_code == 201
+        assert await take_due_timers(ctx) is not None  # a first batch of 4, and room for more: look again at once
+        assert ctx.extras[INFLIGHT_COUNT]["rows"] == 4
+        assert await take_due_timers(ctx) is None  # the second batch of 4 fills the workers
+        assert ctx.extras[INFLIGHT_COUNT]["rows"] == 8 and len(ctx.extras[INFLIGHT]) == 2
+        release.set()
+        await asyncio.gather(*ctx.extras[INFLIGHT])
+        for _round in range(10):
+            await take_due_timers(ctx)
+            await asyncio.gather(*ctx.extras[INFLIGHT])
+            if len(fired) == 12:
+                break
+    assert sorted(fired) == sorted(f"m{i}" for i in range(12))
+
+
+async def test_an_in_process_namespace_that_is_not_stored_is_built_once_not_on_every_step(settings: Settings) -> None:
+    from mainspring.machines.namespaces import namespace_of
+
+    registry = App()
+    registry.processors["local"] = Registration(FakeProcessor())
+    async with server_app(settings, registry, background=False) as client:
+        ctx = client._transport.app.state.context  # type: ignore[attr-defined]
+        first, again = namespace_of(ctx, "local", None), namespace_of(ctx, "local", None)
+    assert first is again and not first.stored

@@ -12,7 +12,7 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from sqlalchemy import Column, ColumnElement, String, Table, and_, or_
+from sqlalchemy import Column, ColumnElement, String, Table, Update, and_, or_
 
 from mainspring.core.errors import LeaseLost
 from mainspring.store.dialect import Executor
@@ -43,7 +43,7 @@ def held(table: Table, token: str, now: int | None = None) -> ColumnElement[bool
     return and_(table.c.lease_token == token, table.c.lease_expires_at > now)
 
 
-def free(table: Table, now: int) -> ColumnElement[bool]:
+def free(table: Table, now: Any) -> ColumnElement[bool]:
     """Nobody holds the row: never leased, released, or the lease expired."""
     return or_(table.c.lease_token.is_(None), table.c.lease_expires_at.is_(None), table.c.lease_expires_at <= now)
 
@@ -58,10 +58,15 @@ def released() -> dict[str, None]:
     return {"lease_token": None, "lease_expires_at": None}
 
 
+def taking(table: Table, where: ColumnElement[bool], token: Any, now: Any, expires_at: Any, **values: Any) -> Update:
+    """The UPDATE that leases the free rows matching ``where`` with ``token`` until ``expires_at``: values, or
+    bound parameters and expressions, so that a face can build it once and add ``RETURNING``."""
+    return table.update().where(where, free(table, now)).values(lease_token=token, lease_expires_at=expires_at, **values)
+
+
 async def take(tx: Executor, table: Table, where: ColumnElement[bool], token: str, now: int, expires_at: int, **values: Any) -> int:
     """Lease the free rows matching ``where`` with ``token`` until ``expires_at``; answers how many it took."""
-    statement = table.update().where(where, free(table, now)).values(lease_token=token, lease_expires_at=expires_at, **values)
-    return (await tx.execute(statement)).rowcount or 0
+    return (await tx.execute(taking(table, where, token, now, expires_at, **values))).rowcount or 0
 
 
 async def fenced_update(

@@ -25,9 +25,9 @@ from mainspring.machines.settings import HistoryRange
 from mainspring.machines.steps import (
     CHANNEL,
     applied_once,
-    apply_answer,
     fail_machine,
     journal,
+    pending_step,
     processor_view,
     stepped_since,
 )
@@ -43,7 +43,7 @@ async def lease_due_machines(ctx: Context, limit: int) -> list[MachineRow]:
     now = ctx.now_ms()
     lookahead = ctx.settings.machines.timer_lookahead_ms
     margin = ctx.settings.machines.lease_margin_ms + lookahead
-    async with ctx.store.transaction() as tx:
+    async with ctx.store.transaction(alone=True) as tx:
         return await data.lease_due(tx, now, now + lookahead, limit, new_token(), margin)
 
 
@@ -135,10 +135,8 @@ async def fire(ctx: Context, due: Due) -> None:
         await _record_failure(ctx, ns, machine, kind, delivering, ProcessorError(str(error)))
         return
     delivered = delivering.seq if delivering is not None else None
-    applied = await applied_once(
-        ctx.store,
-        lambda tx, grouped: apply_answer(tx, machine, answer, grouped=grouped, consume_timer=kind == "timeout", delivered_notification=delivered),
-    )
+    step = pending_step(machine, answer, ctx.now_ms(), consume_timer=kind == "timeout", delivered_notification=delivered)
+    applied = await applied_once(ctx.store, step)
     if applied is Applied.APPLIED:
         metrics.STEPS.labels(machine.namespace, kind).inc()
     else:
@@ -203,9 +201,12 @@ async def take_due_timers(ctx: Context) -> int | None:
     """One round: lease what is due (as far as free workers allow), start its steps, answer the next due time."""
     inflight: set[asyncio.Task[None]] = ctx.extras.setdefault(INFLIGHT, set())
     counts: dict[str, int] = ctx.extras.setdefault(INFLIGHT_COUNT, {"rows": 0})
-    free = ctx.settings.machines.concurrency - counts["rows"]
+    concurrency = ctx.settings.machines.concurrency
+    free = concurrency - counts["rows"]
     if free > 0:
-        leased = await lease_due_machines(ctx, min(free, ctx.settings.machines.batch))
+        # At most half the workers per batch: the next batch is leased and read while this one's steps run and
+        # commit, instead of every worker waiting for the slowest step of one batch before anything is leased.
+        leased = await lease_due_machines(ctx, min(free, ctx.settings.machines.batch, max(1, concurrency // 2)))
         if leased:
             counts["rows"] += len(leased)
             task = asyncio.create_task(_guarded(ctx, leased))

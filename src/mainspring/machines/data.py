@@ -42,6 +42,7 @@ from mainspring.core.outbox import SEQUENCER_CHANNEL
 from mainspring.machines.tables import failures, history, machines, namespaces, notifications, operations
 from mainspring.store import Store, Transaction
 from mainspring.store.dialect import Executor
+from mainspring.store.notify import PG_CHANNEL
 
 # --- records ----------------------------------------------------------------------------------------------
 
@@ -221,6 +222,24 @@ async def machine_and_namespace(conn: Executor, namespace: str, machine_id: str)
         return None, None
     stored = row[_MACHINE_WIDTH:]
     return _machine(row), (None if stored[0] is None else _namespace(stored))
+
+
+_MACHINES_AND_NAMESPACES = (
+    select(machines, namespaces)
+    .select_from(machines.outerjoin(namespaces, namespaces.c.name == machines.c.namespace))
+    .where(tuple_(machines.c.namespace, machines.c.id).in_(bindparam("keys", expanding=True)))
+)
+
+
+async def machines_and_namespaces(conn: Executor, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], tuple[MachineRow, NamespaceRow | None]]:
+    """``machine_and_namespace`` of many machines in one statement: per (namespace, id) found, the machine and
+    its namespace's stored row (None: not stored)."""
+    rows = await conn.execute(_MACHINES_AND_NAMESPACES, {"keys": sorted(set(keys))})
+    found: dict[tuple[str, str], tuple[MachineRow, NamespaceRow | None]] = {}
+    for row in rows.all():
+        machine, stored = _machine(row), row[_MACHINE_WIDTH:]
+        found[(machine.namespace, machine.id)] = (machine, None if stored[0] is None else _namespace(stored))
+    return found
 
 
 async def machine_with_pending(conn: Executor, namespace: str, machine_id: str) -> tuple[MachineRow, int] | None:
@@ -557,56 +576,125 @@ def _step_params(step: StepWrite) -> dict[str, Any]:
     }
 
 
-def _step_cte(lock: str) -> TextClause:
-    """PostgreSQL: a step's machine row, its history rows and their ``machine.event`` events in one statement
-    (one round trip instead of three). ``target`` takes the row (``lock``: wait, or skip a held one); the
-    answer tells whether the row was taken and whether the version still matched."""
-    timer = "CAST(:timer_at AS bigint)"
+@dataclass(frozen=True, slots=True)
+class StepRows:
+    """Everything one step writes: its machine row (``step``, read as ``machine``), its new history events (one
+    ``machine.event`` each) and, for a step with an idempotency key, the operation it answers."""
+
+    machine: MachineRow
+    step: StepWrite
+    events: Sequence[Any]
+    operation: OperationRow | None = None
+
+
+# Per step, one element of each array (the machine row, its operation); per event, one of each ``e_`` array.
+_STEPS_UNNEST = (
+    ("uid", "bigint"), ("version", "integer"), ("last_event_id", "integer"), ("aux_state", "jsonb"), ("timer_at", "bigint"),
+    ("retry_attempt", "integer"), ("retry_since", "bigint"), ("status", "text"), ("error", "jsonb"), ("now", "bigint"),
+    ("timer_range", "jsonb"), ("timer_timeout_ms", "integer"), ("subject", "text"), ("namespace", "text"), ("id", "text"),
+    ("op_key", "text"), ("op_kind", "text"), ("op_status", "integer"), ("op_body", "jsonb"),
+)
+_EVENTS_UNNEST = (("e_uid", "bigint"), ("e_event_id", "integer"), ("e_data", "jsonb"))
+
+
+def _unnest(columns: Sequence[tuple[str, str]], alias: str) -> str:
+    arrays = ", ".join(f"CAST(:{name} AS {kind}[])" for name, kind in columns)
+    return f"SELECT * FROM unnest({arrays}) WITH ORDINALITY AS {alias}({', '.join(n for n, _ in columns)}, ord)"
+
+
+def _steps_cte(lock: str, alone: bool) -> TextClause:
+    """PostgreSQL: the machine rows, history rows, ``machine.event`` events and operations of many steps (of
+    different machines) in one statement. ``target`` takes the rows (``lock``: wait, or skip a held one); the
+    answer tells per step, in order, whether its row was taken and whether its version still matched. ``alone``:
+    the statement is its whole transaction (autocommit), so it sends its wake-ups itself."""
+    timer = "s.timer_at"
+    wake = (
+        ", wake AS (SELECT pg_notify(:pg_channel, channel) FROM unnest(CAST(:channels AS text[])) AS channel "
+        "WHERE EXISTS (SELECT 1 FROM m)) "
+        if alone else " "
+    )
     return text(
-        f"WITH target AS (SELECT uid FROM machines WHERE uid = :uid FOR UPDATE{lock}), "
-        "m AS (UPDATE machines SET version = :version + 1, last_event_id = :last_event_id, "
-        "aux_state = CAST(:aux_state AS jsonb), "
+        f"WITH s AS ({_unnest(_STEPS_UNNEST, 's')}), "
+        f"target AS (SELECT uid FROM machines WHERE uid = ANY(CAST(:uid AS bigint[])) ORDER BY uid FOR UPDATE{lock}), "
+        "m AS (UPDATE machines SET version = s.version + 1, last_event_id = s.last_event_id, aux_state = s.aux_state, "
         f"timer_at = {timer}, "
         f"wake_at = CASE WHEN {timer} IS NULL THEN machines.notify_at WHEN machines.notify_at IS NULL THEN {timer} "
         f"WHEN machines.notify_at < {timer} THEN machines.notify_at ELSE {timer} END, "
-        "retry_attempt = :retry_attempt, retry_since = CAST(:retry_since AS bigint), status = :status, "
-        "error = CAST(:error AS jsonb), lease_token = NULL, lease_expires_at = NULL, updated_at = :now, "
-        "timer_range = CAST(:timer_range AS jsonb), timer_timeout_ms = CAST(:timer_timeout_ms AS integer) "
-        "FROM target WHERE machines.uid = target.uid AND machines.version = :version RETURNING machines.uid), "
-        "e AS (SELECT CAST(:first AS integer) + CAST(ord AS integer) - 1 AS event_id, data "
-        "FROM unnest(CAST(:events AS jsonb[])) WITH ORDINALITY AS x(data, ord)), "
-        "h AS (INSERT INTO machine_history (machine_uid, event_id, created_at, data) SELECT m.uid, e.event_id, :now, e.data FROM m, e), "
+        "retry_attempt = s.retry_attempt, retry_since = s.retry_since, status = s.status, error = s.error, "
+        "lease_token = NULL, lease_expires_at = NULL, updated_at = s.now, timer_range = s.timer_range, "
+        "timer_timeout_ms = s.timer_timeout_ms "
+        "FROM s JOIN target ON target.uid = s.uid WHERE machines.uid = s.uid AND machines.version = s.version "
+        "RETURNING machines.uid), "
+        f"e AS ({_unnest(_EVENTS_UNNEST, 'e')}), "
+        "h AS (INSERT INTO machine_history (machine_uid, event_id, created_at, data) "
+        "SELECT e.e_uid, e.e_event_id, s.now, e.e_data FROM e JOIN m ON m.uid = e.e_uid JOIN s ON s.uid = e.e_uid), "
         "ev AS (INSERT INTO events (type, at, subject_kind, subject_id, data) "
-        "SELECT 'machine.event', :now, 'machine', CAST(:subject AS text), jsonb_build_object("
-        "'namespace', CAST(:namespace AS text), 'id', CAST(:id AS text), 'event_id', e.event_id, 'data', e.data) "
-        "FROM m, e ORDER BY e.event_id) "
-        "SELECT (SELECT count(*) FROM target), (SELECT count(*) FROM m)"
+        "SELECT 'machine.event', s.now, 'machine', s.subject, jsonb_build_object("
+        "'namespace', s.namespace, 'id', s.id, 'event_id', e.e_event_id, 'data', e.e_data) "
+        "FROM e JOIN m ON m.uid = e.e_uid JOIN s ON s.uid = e.e_uid ORDER BY e.ord), "
+        "o AS (INSERT INTO machine_operations (namespace, machine_id, key, kind, status_code, body, created_at) "
+        "SELECT s.namespace, s.id, s.op_key, s.op_kind, s.op_status, s.op_body, s.now FROM s JOIN m ON m.uid = s.uid "
+        "WHERE s.op_key IS NOT NULL)"
+        f"{wake}"
+        "SELECT target.uid IS NOT NULL, m.uid IS NOT NULL FROM s LEFT JOIN target ON target.uid = s.uid "
+        "LEFT JOIN m ON m.uid = s.uid"
+        + (" WHERE (SELECT count(*) FROM wake) >= 0" if alone else "")
+        + " ORDER BY s.ord"
     )
 
 
-_STEP_WAITING = _step_cte("")
-_STEP_SKIPPING = _step_cte(" SKIP LOCKED")
+_STEPS_WAITING = _steps_cte("", alone=False)
+_STEPS_SKIPPING = _steps_cte(" SKIP LOCKED", alone=False)
+_STEPS_SKIPPING_ALONE = _steps_cte(" SKIP LOCKED", alone=True)
 
 
 def _json(value: Any) -> str | None:
     return None if value is None else json.dumps(value)
 
 
-async def write_step_with_events(tx: Transaction, machine: MachineRow, step: StepWrite, events: Sequence[Any], *, grouped: bool) -> Applied:
-    """PostgreSQL: ``write_step`` with the step's history rows and ``machine.event`` events, one statement."""
-    params = {
-        "uid": step.uid, "version": step.version, "last_event_id": step.last_event_id, "aux_state": _json(step.aux_state),
-        "timer_at": step.timer_at, "retry_attempt": step.retry_attempt, "retry_since": step.retry_since, "status": step.status,
-        "error": _json(step.error), "now": step.updated_at, "first": machine.last_event_id + 1,
-        "timer_range": _json(step.timer_range), "timer_timeout_ms": step.timer_timeout_ms,
-        "events": [json.dumps(e) for e in events], "subject": machine.subject, "namespace": machine.namespace, "id": machine.id,
-    }
-    taken, applied = (await tx.execute(_STEP_SKIPPING if grouped else _STEP_WAITING, params)).one()
-    if applied:
-        if events:
-            tx.notify(SEQUENCER_CHANNEL)
-        return Applied.APPLIED
-    return Applied.MOVED_ON if taken else Applied.LOCKED
+async def write_steps_with_events(
+    tx: Transaction, steps: Sequence[StepRows], *, grouped: bool, wake: Sequence[str] = (), more: bool = False
+) -> list[Applied]:
+    """PostgreSQL: ``write_step`` of each step with its history rows, events and operation, all in one
+    statement; per step, in order, how it ended. A machine that appears twice is written once: its later
+    steps answer ``LOCKED`` (applied alone afterwards, where the version guard decides). ``wake``: the channels
+    the caller notifies once applied; ``more``: the caller writes more in ``tx`` after this (otherwise, in a
+    transaction that may run alone, this statement is all of it, and sends ``wake`` itself)."""
+    first_of: dict[int, int] = {}
+    for i, rows in enumerate(steps):
+        first_of.setdefault(rows.step.uid, i)
+    sent = sorted(first_of.values())
+    params: dict[str, list[Any]] = {name: [] for name, _ in (*_STEPS_UNNEST, *_EVENTS_UNNEST)}
+    any_events = False
+    for i in sent:
+        rows, step = steps[i], steps[i].step
+        machine, op = rows.machine, rows.operation
+        for name, value in (
+            ("uid", step.uid), ("version", step.version), ("last_event_id", step.last_event_id), ("aux_state", _json(step.aux_state)),
+            ("timer_at", step.timer_at), ("retry_attempt", step.retry_attempt), ("retry_since", step.retry_since),
+            ("status", step.status), ("error", _json(step.error)), ("now", step.updated_at), ("timer_range", _json(step.timer_range)),
+            ("timer_timeout_ms", step.timer_timeout_ms), ("subject", machine.subject), ("namespace", machine.namespace),
+            ("id", machine.id), ("op_key", None if op is None else op.key), ("op_kind", None if op is None else op.kind),
+            ("op_status", None if op is None else op.status_code), ("op_body", None if op is None else _json(op.body)),
+        ):
+            params[name].append(value)
+        for n, event in enumerate(rows.events):
+            params["e_uid"].append(step.uid)
+            params["e_event_id"].append(machine.last_event_id + 1 + n)
+            params["e_data"].append(json.dumps(event))
+            any_events = True
+    channels = [SEQUENCER_CHANNEL, *wake] if any_events else list(wake)
+    if grouped and not more and tx.may_run_alone:
+        answer = await tx.execute_alone(_STEPS_SKIPPING_ALONE, {**params, "pg_channel": PG_CHANNEL, "channels": channels})
+    else:
+        answer = await tx.execute(_STEPS_SKIPPING if grouped else _STEPS_WAITING, params)
+    outcomes = [Applied.LOCKED] * len(steps)
+    for i, (taken, applied) in zip(sent, answer.all(), strict=True):
+        outcomes[i] = Applied.APPLIED if applied else Applied.MOVED_ON if taken else Applied.LOCKED
+    if Applied.APPLIED in outcomes:
+        for channel in channels:
+            tx.notify(channel)
+    return outcomes
 
 
 async def write_step(tx: Transaction, step: StepWrite) -> Applied:
@@ -657,29 +745,36 @@ DEFAULT_TIMEOUT_MS = 30_000
 
 async def lease_due(tx: Transaction, now: int, due_by: int, limit: int, token: str, margin_ms: int) -> list[MachineRow]:
     """Lease up to ``limit`` free working machines due by ``due_by`` (skipping rows other transactions hold),
-    each for its namespace's processor timeout plus ``margin_ms``; answers them as leased, earliest due first."""
-    timeouts = dict((await tx.execute(_TIMEOUTS)).all())
-    expires: Any = now + DEFAULT_TIMEOUT_MS + margin_ms
-    if timeouts:
-        expires = case(*((machines.c.namespace == name, now + ms + margin_ms) for name, ms in timeouts.items()), else_=expires)
+    each for its namespace's processor timeout plus ``margin_ms``; answers them as leased, earliest due first.
+    One statement (on PostgreSQL, in a transaction that may run alone, one round trip)."""
+    statement = _LEASE_DUE.get(tx.store.dialect.name)
+    if statement is None:
+        statement = _LEASE_DUE[tx.store.dialect.name] = _lease_due(tx.store.dialect.skip_locked)
+    params = {"now": now, "due_by": due_by, "limit": limit, "token": token, "expires_base": now + margin_ms}
+    found = await (tx.execute_alone(statement, params) if tx.may_run_alone else tx.execute(statement, params))
+    return sorted((_machine(r) for r in found.all()), key=lambda m: (m.wake_at, m.uid))
+
+
+_LEASE_DUE: dict[str, Any] = {}
+
+
+def _lease_due(skip_locked: Any) -> Any:
+    base = bindparam("expires_base", type_=machines.c.timer_at.type)  # bigint, not int32
+    timeout_ms = select(namespaces.c.timeout_ms).where(namespaces.c.name == machines.c.namespace).scalar_subquery()
+    expires = base + func.coalesce(timeout_ms, DEFAULT_TIMEOUT_MS)
     # A timer with its own, longer timeout (Machinegun's SetTimerAction.timeout) holds its machine that long.
-    own = literal(now + margin_ms, type_=machines.c.timer_at.type) + machines.c.timer_timeout_ms  # bigint, not int32
+    own = base + machines.c.timer_timeout_ms
     expires = case((and_(machines.c.timer_timeout_ms.is_not(None), own > expires), own), else_=expires)
+    now = bindparam("now", type_=machines.c.timer_at.type)
     due = (
         select(machines.c.uid)
-        .where(machines.c.status == "working", machines.c.wake_at <= due_by, leases.free(machines, now))
+        .where(machines.c.status == "working", machines.c.wake_at <= bindparam("due_by", type_=machines.c.wake_at.type), leases.free(machines, now))
         .order_by(machines.c.wake_at)
-        .limit(limit)
+        .limit(bindparam("limit"))
     )
-    taken = await leases.take(tx, machines, machines.c.uid.in_(tx.store.dialect.skip_locked(due).scalar_subquery()), token, now, expires)
-    if not taken:
-        return []
-    rows = (await tx.execute(_LEASED, {"token": token})).all()
-    return [_machine(r) for r in rows]
+    where = machines.c.uid.in_(skip_locked(due).scalar_subquery())
+    return leases.taking(machines, where, bindparam("token", type_=machines.c.lease_token.type), now, expires).returning(*machines.c)
 
-
-_TIMEOUTS = select(namespaces.c.name, namespaces.c.timeout_ms)
-_LEASED = select(machines).where(machines.c.lease_token == bindparam("token")).order_by(machines.c.wake_at, machines.c.uid)
 
 _NEXT_WAKE = select(
     func.min(case((machines.c.lease_expires_at > machines.c.wake_at, machines.c.lease_expires_at), else_=machines.c.wake_at))
@@ -727,4 +822,4 @@ async def release_at_version(tx: Transaction, machine: MachineRow) -> bool:
     return bool((await tx.execute(_RELEASE_AT_VERSION, {"b_uid": machine.uid, "b_version": machine.version, "b_token": machine.lease_token})).rowcount)
 
 
-__all__ = ["Applied", "FailureRow", "HistoryRow", "MachineRow", "NamespaceRow", "NotificationRow", "OperationRow", "StepWrite"]
+__all__ = ["Applied", "FailureRow", "HistoryRow", "MachineRow", "NamespaceRow", "NotificationRow", "OperationRow", "StepRows", "StepWrite"]

@@ -62,6 +62,10 @@ server), but validating it into settings models costs more than the read, so a r
 parsed again."""
 
 
+_UNSTORED: dict[str, Namespace] = {}
+"""In-process namespaces that are not stored, with the defaults (one per registered processor name)."""
+
+
 def _from_row(row: NamespaceRow) -> Namespace:
     key = (row.name, row.updated_at, row.processor_url, row.timeout_ms, repr(row.retry), repr(row.history), row.processor_protocol, repr(row.retries))
     found = _PARSED.get(key)
@@ -88,7 +92,11 @@ def namespace_of(ctx: Context, name: str, row: NamespaceRow | None) -> Namespace
     if row is not None:
         return _from_row(row)
     if local_target(ctx, name) is not None:
-        return Namespace(name, NamespaceConfig(), stored=False)
+        # Built once per name, as a stored row is parsed once: a step asks for it every time.
+        found = _UNSTORED.get(name)
+        if found is None:
+            found = _UNSTORED[name] = Namespace(name, NamespaceConfig(), stored=False)
+        return found
     raise NamespaceNotFound(f"no namespace {name!r}")
 
 

@@ -48,12 +48,12 @@ from mainspring.machines.steps import (
     CHANNEL,
     SUBJECT,
     applied_once,
-    apply_answer,
     event_of_each,
     fail_machine,
     history_to_api,
     journal,
     note_version,
+    pending_step,
     processor_view,
 )
 from mainspring.machines.steps import (
@@ -115,17 +115,58 @@ async def _history(conn: Executor, machine: MachineRow, rng: HistoryRange) -> li
     return history_to_api(events)
 
 
-async def _load(ctx: Context, namespace: str, machine_id: str, rng: HistoryRange | None = None) -> tuple[Namespace, MachineRow, list[data.HistoryRow]]:
-    """The machine with its namespace and the part of its history the processor is sent: two statements."""
-    async with ctx.store.read() as conn:
-        machine, stored = await data.machine_and_namespace(conn, namespace, machine_id)
-        if machine is None:
+@dataclass(frozen=True, slots=True)
+class _Wanted:
+    """One step's read: the machine, and the history range its processor is sent (None: the namespace's)."""
+
+    namespace: str
+    machine_id: str
+    rng: HistoryRange | None
+
+
+Loaded = tuple[Namespace, MachineRow, list[data.HistoryRow]]
+
+
+async def _load(ctx: Context, namespace: str, machine_id: str, rng: HistoryRange | None = None) -> Loaded:
+    """The machine with its namespace and the part of its history the processor is sent, read together with
+    the other steps' reads arriving at the same moment (two statements for all of them)."""
+    loaded = await ctx.store.read_batched(("machines.load", id(ctx)), lambda conn, wanted: _load_all(ctx, conn, wanted), _Wanted(namespace, machine_id, rng))
+    if loaded is None:
+        async with ctx.store.read() as conn:
             await find_namespace(conn, ctx, namespace)  # namespace_not_found first
-            raise _not_found(namespace, machine_id)
-        ns = namespace_of(ctx, namespace, stored)
-        rng = rng or ns.config.history
-        events = await data.read_history(conn, machine, rng.after, rng.limit, rng.direction == "backward")
-    return ns, machine, events
+        raise _not_found(namespace, machine_id)
+    return loaded
+
+
+async def _load_all(ctx: Context, conn: Executor, wanted: list[_Wanted]) -> list[Loaded | MainspringError | None]:
+    """Per read: the machine, its namespace and history; None: no such machine; an error: raised to that reader."""
+    found = await data.machines_and_namespaces(conn, [(w.namespace, w.machine_id) for w in wanted])
+    answers: list[Loaded | MainspringError | None] = []
+    whole: list[MachineRow] = []
+    for w in wanted:
+        machine, stored = found.get((w.namespace, w.machine_id), (None, None))
+        if machine is None:
+            answers.append(None)
+            continue
+        try:
+            ns = namespace_of(ctx, w.namespace, stored)
+        except MainspringError as error:
+            answers.append(error)
+            continue
+        answers.append((ns, machine, []))
+        rng = w.rng or ns.config.history
+        if rng.after is None and rng.limit is None and rng.direction == "forward":
+            whole.append(machine)
+    histories = await data.whole_histories(conn, whole)
+    for i, (w, answer) in enumerate(zip(wanted, answers, strict=True)):
+        if isinstance(answer, tuple):
+            ns, machine, _ = answer
+            rng = w.rng or ns.config.history
+            if machine.uid in histories and rng.after is None and rng.limit is None and rng.direction == "forward":
+                answers[i] = (ns, machine, histories[machine.uid])
+            else:
+                answers[i] = (ns, machine, await data.read_history(conn, machine, rng.after, rng.limit, rng.direction == "backward"))
+    return answers
 
 
 async def _process(ctx: Context, ns: Namespace, kind: str, args: Any, view: dict[str, Any], timeout_ms: int | None = None, step: Step | None = None) -> Answer:
@@ -266,32 +307,22 @@ async def _step(ctx: Context, namespace: str, machine_id: str, kind: str, args: 
                 if reply is None:
                     continue
                 return reply
+            body = {"response": answer.response}
+            operation = None if key is None else OperationRow(namespace, machine_id, key, kind, 200, body, ctx.now_ms())
+            step = pending_step(machine, answer, ctx.now_ms(), repaired=kind == "repair", operation=operation)
             try:
-                body = await applied_once(
-                    ctx.store, lambda tx, grouped, machine=machine, answer=answer: _apply_step(ctx, tx, machine, answer, kind, key, grouped)
-                )
+                outcome = await applied_once(ctx.store, step)
             except Exception as exc:
                 replay = await _replay(ctx, namespace, machine_id, key, kind) if ctx.store.dialect.is_unique_violation(exc) else None
                 if replay is None:
                     raise
                 return replay
-            if body is Applied.MOVED_ON:
+            if outcome is not Applied.APPLIED:
                 continue
-            assert isinstance(body, dict)
+            note_version(ctx.extras, machine.uid, machine.version + 1)
+            metrics.STEPS.labels(namespace, kind).inc()
             return Reply(200, body)
     raise MachineBusy("other steps kept changing the machine; try again")
-
-
-async def _apply_step(ctx: Context, tx: Transaction, machine: MachineRow, answer: Answer, kind: str, key: str | None, grouped: bool) -> dict[str, Any] | Applied:
-    """Apply a call or repair answer in ``tx``; the answer's body, or why nothing was written."""
-    outcome = await apply_answer(tx, machine, answer, grouped=grouped, repaired=kind == "repair")
-    if outcome is not Applied.APPLIED:
-        return outcome
-    tx.after_commit(lambda: note_version(ctx.extras, machine.uid, machine.version + 1))
-    metrics.count_step(tx, machine.namespace, kind)
-    body = {"response": answer.response}
-    await _save_operation(tx, machine.namespace, machine.id, key, kind, 200, body)
-    return body
 
 
 async def _step_failed(ctx: Context, machine: MachineRow, kind: str, error: ProcessorError, key: str | None) -> Reply | None:

@@ -9,20 +9,19 @@ idempotent operation and failure-journal rows of a step commit together or not a
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any
 
 from mainspring.core import outbox
 from mainspring.core.alerts import raise_alert
 from mainspring.machines import data
-from mainspring.machines.data import Applied, HistoryRow, MachineRow, StepWrite
+from mainspring.machines.data import Applied, HistoryRow, MachineRow, OperationRow, StepRows, StepWrite
 from mainspring.machines.processor import UNSET, Answer, ProcessorError
 from mainspring.store import Store, Transaction, format_time
 
 CHANNEL = "machines"
 SUBJECT = "machine"
 RECENT = "machines:recent-versions"
-
-T = TypeVar("T")
 
 
 def note_version(store_extras: dict[str, Any], uid: int, version: int) -> None:
@@ -47,28 +46,71 @@ def processor_view(machine: MachineRow, events: Sequence[HistoryRow]) -> dict[st
     return {"namespace": machine.namespace, "id": machine.id, "status": machine.status, "history": history_to_api(events), "aux_state": machine.aux_state}
 
 
-async def applied_once(store: Store, work: Callable[[Transaction, bool], Awaitable[T | Applied]]) -> T | Applied:
-    """Run a step's ``work(tx, grouped)`` in the next group commit; when another transaction held the
-    machine's row (``Applied.LOCKED``: nothing written), run it alone in a transaction that waits for the row."""
-    result = await store.grouped(lambda tx: work(tx, True))
-    if result is not Applied.LOCKED:
-        return result
+@dataclass(frozen=True, slots=True)
+class PendingStep:
+    """A processor's answer ready to be applied: the rows it writes and, for the few steps that write more than
+    those (a delivered notification, a repair, a removal), what else they write in the same transaction."""
+
+    rows: StepRows
+    then: Callable[[Transaction], Awaitable[None]] | None = None
+
+
+STEPS_KEY = "machines.steps"
+
+
+async def applied_once(store: Store, step: PendingStep) -> Applied:
+    """Apply ``step`` in the next group commit, in one statement with the steps of other machines arriving at the
+    same moment; when another transaction held the machine's row (``Applied.LOCKED``: nothing written), apply it
+    alone in a transaction that waits for the row. Answers once committed (or known not to apply)."""
+    outcome = await store.grouped_batch(STEPS_KEY, _write_grouped, step)
+    if outcome is not Applied.LOCKED:
+        return outcome
     async with store.transaction() as tx:
-        return await work(tx, False)
+        (outcome,) = await write_steps(tx, [step], grouped=False)
+    return outcome
 
 
-async def apply_answer(
-    tx: Transaction,
+async def _write_grouped(tx: Transaction, steps: list[PendingStep]) -> list[Applied]:
+    return await write_steps(tx, steps, grouped=True)
+
+
+async def write_steps(tx: Transaction, steps: Sequence[PendingStep], *, grouped: bool) -> list[Applied]:
+    """Write ``steps`` in ``tx``, each guarded by the version it read; per step, how it ended (anything but
+    APPLIED wrote nothing of it)."""
+    wake = [CHANNEL] if any(s.rows.step.timer_at is not None for s in steps) else []
+    if tx.store.is_postgres:
+        outcomes = await data.write_steps_with_events(
+            tx, [s.rows for s in steps], grouped=grouped, wake=wake, more=any(s.then is not None for s in steps)
+        )
+    else:
+        outcomes = []
+        for s in steps:
+            rows = s.rows
+            outcome = await data.write_step(tx, rows.step)
+            if outcome is Applied.APPLIED:
+                await append_history(tx, rows.machine, rows.events, rows.step.updated_at, rows.machine.last_event_id + 1)
+                if rows.operation is not None:
+                    await data.insert_operation(tx, rows.operation)
+                for channel in wake:
+                    tx.notify(channel)
+            outcomes.append(outcome)
+    for s, outcome in zip(steps, outcomes, strict=True):
+        if outcome is Applied.APPLIED and s.then is not None:
+            await s.then(tx)
+    return outcomes
+
+
+def pending_step(
     machine: MachineRow,
     answer: Answer,
+    now: int,
     *,
-    grouped: bool,
     consume_timer: bool = False,
     delivered_notification: int | None = None,
     repaired: bool = False,
-) -> Applied:
-    """Apply one answer to the machine read as ``machine``; anything but APPLIED wrote nothing."""
-    now = tx.store.now_ms()
+    operation: OperationRow | None = None,
+) -> PendingStep:
+    """What applying one answer to the machine read as ``machine`` writes."""
     timer_at = None if consume_timer else machine.timer_at
     timer_range, timer_timeout_ms = (None, None) if consume_timer else (machine.timer_range, machine.timer_timeout_ms)
     if answer.timer_at is not UNSET:
@@ -91,26 +133,24 @@ async def apply_answer(
         timer_range=timer_range,
         timer_timeout_ms=timer_timeout_ms,
     )
-    if tx.store.is_postgres:
-        outcome = await data.write_step_with_events(tx, machine, step, answer.events, grouped=grouped)
-        if outcome is not Applied.APPLIED:
-            return outcome
-    else:
-        outcome = await data.write_step(tx, step)
-        if outcome is not Applied.APPLIED:
-            return outcome
-        await append_history(tx, machine, answer.events, now, machine.last_event_id + 1)
-    if delivered_notification is not None:
-        await data.delete_notification(tx, delivered_notification)
-        await data.refresh_notify_at(tx, machine.uid)
-    if repaired:
-        await journal(tx, machine.uid, "repair", "repaired", "repaired by the processor", permanent=False, attempt=0, outcome="repaired")
-        await outbox.emit(tx, "machine.repaired", SUBJECT, machine.subject, {"namespace": machine.namespace, "id": machine.id, "simple": False})
-    if answer.remove:
-        await remove_machine(tx, machine)
-    elif timer_at is not None or delivered_notification is not None:
-        tx.notify(CHANNEL)
-    return Applied.APPLIED
+    if delivered_notification is None and not repaired and not answer.remove:
+        return PendingStep(StepRows(machine, step, answer.events, operation))
+
+    async def then(tx: Transaction) -> None:
+        if delivered_notification is not None:
+            await data.delete_notification(tx, delivered_notification)
+            await data.refresh_notify_at(tx, machine.uid)
+            tx.notify(CHANNEL)
+        if repaired:
+            await journal(tx, machine.uid, "repair", "repaired", "repaired by the processor", permanent=False, attempt=0, outcome="repaired")
+            await outbox.emit(tx, "machine.repaired", SUBJECT, machine.subject, {"namespace": machine.namespace, "id": machine.id, "simple": False})
+        if answer.remove:
+            await remove_machine(tx, machine)
+        if operation is not None:
+            # After a removal, which deletes the machine's operations: a repeat still gets this answer.
+            await data.insert_operation(tx, operation)
+
+    return PendingStep(StepRows(machine, step, answer.events), then)
 
 
 async def append_history(tx: Transaction, machine: MachineRow, events: Sequence[Any], now: int, first: int) -> None:

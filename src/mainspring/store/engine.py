@@ -12,7 +12,7 @@ from sqlalchemy.engine import make_url
 
 from mainspring.store.clock import Clock
 from mainspring.store.dialect import Backend, Session
-from mainspring.store.group import GroupCommit
+from mainspring.store.group import GroupCommit, GroupRead
 from mainspring.store.notify import Notifier, PostgresListener
 from mainspring.store.urls import normalize_url, plain_dsn
 from mainspring.store.wakeups import UnixWakeups
@@ -20,6 +20,9 @@ from mainspring.store.wakeups import UnixWakeups
 T = TypeVar("T")
 ItemT = TypeVar("ItemT")
 ResultT = TypeVar("ResultT")
+
+GROUP_READS_PARALLEL = 2
+"""Group reads a store runs at once: a read arriving while one group is read need not wait for it to end."""
 
 GROUP_COMMITS_PARALLEL = 4
 """Shared transactions of many-statement writes a PostgreSQL store runs at once (of its pool's connections):
@@ -114,6 +117,7 @@ class Store:
         # Writes joined into one statement batch best in one transaction at a time; on SQLite (one writer)
         # every group shares one lane.
         self.joined_commit = GroupCommit(self) if self.is_postgres else self.group_commit
+        self.group_read = GroupRead(self, parallel=GROUP_READS_PARALLEL)
         self.extras: dict[str, Any] = {}
         """Per-store caches of the faces (settings seen, names known to exist)."""
 
@@ -172,6 +176,11 @@ class Store:
         """Write ``item`` in a shared transaction (as ``grouped``), and in one call ``write_all(tx, items)`` with
         the other items of ``key`` that arrived at the same moment; answers ``item``'s result, once committed."""
         return await self.joined_commit.run_joined(key, write_all, item)
+
+    async def read_batched(self, key: Hashable, read_all: Callable[[Session, list[ItemT]], Awaitable[Sequence[ResultT]]], item: ItemT) -> ResultT:
+        """Read ``item`` in one call ``read_all(session, items)`` with the other reads of ``key`` that arrive while
+        the previous group is read; answers ``item``'s result."""
+        return await self.group_read.run_joined(key, read_all, item)  # type: ignore[arg-type]
 
     @contextlib.asynccontextmanager
     async def read(self) -> AsyncIterator[Session]:

@@ -113,13 +113,35 @@ class GroupCommit:
         async with self.store.transaction(alone=not plain and len(joined) == 1, shared=len(group) > 1) as tx:
             for i in plain:
                 results[i] = await group[i][0](tx)  # type: ignore[operator]
-            for indexes in joined.values():
-                first = group[indexes[0]][0]
-                assert isinstance(first, _Joined)
-                written = await first.write_all(tx, [group[i][0].item for i in indexes])  # type: ignore[union-attr]
-                for i, result in zip(indexes, written, strict=True):
-                    results[i] = result
+            await _run_joined(tx, group, joined, results)
         return results
+
+
+class GroupRead(GroupCommit):
+    """Reads of one kind that arrive together share one call ``read_all(session, items)`` on one connection (a
+    few statements for the group instead of a few per read): the first read runs at once, and whatever arrives
+    while it runs is read together next. Each statement still sees what had committed when it began. An
+    exception among ``read_all``'s results is raised to that one reader."""
+
+    async def _commit(self, group: list[tuple[Work | _Joined, asyncio.Future[Any]]]) -> list[Any]:
+        results: list[Any] = [None] * len(group)
+        joined: dict[Hashable, list[int]] = {}
+        for i, (work, _future) in enumerate(group):
+            assert isinstance(work, _Joined), "a group read takes joined reads only"
+            joined.setdefault(work.key, []).append(i)
+        async with self.store.read() as session:
+            await _run_joined(session, group, joined, results)
+        return results
+
+
+async def _run_joined(session: Any, group: list[tuple[Work | _Joined, asyncio.Future[Any]]], joined: dict[Hashable, list[int]], results: list[Any]) -> None:
+    """One call per key for the joined items of ``group`` (indexes by key in ``joined``), results in place."""
+    for indexes in joined.values():
+        first = group[indexes[0]][0]
+        assert isinstance(first, _Joined)
+        answered = await first.write_all(session, [group[i][0].item for i in indexes])  # type: ignore[union-attr]
+        for i, result in zip(indexes, answered, strict=True):
+            results[i] = result
 
 
 def _settle(future: asyncio.Future[Any], outcome: Any) -> None:
