@@ -62,6 +62,13 @@ async def drop_database(url: str) -> None:
             await conn.close()
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux): what a cycle costs the server, whatever else
+    shares the machine."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -120,14 +127,19 @@ async def bench_cycles(engine: str, mailboxes: int, seconds: float) -> None:
                 await asyncio.sleep(0.1)
             counts = [0]
             timings: dict[str, list[float]] = {"puts": [], "protocol": []}
+            server_cpu, own_cpu = cpu_seconds(server.pid), sum(os.times()[:2])
             started = time.monotonic()
             await asyncio.gather(*[worker(url, m, started + seconds, counts, timings) for m in range(mailboxes)])
             elapsed = time.monotonic() - started
+            server_cpu, own_cpu = cpu_seconds(server.pid) - server_cpu, sum(os.times()[:2]) - own_cpu
         print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
         p50 = {k: sorted(v)[len(v) // 2] * 1000 if v else 0.0 for k, v in timings.items()}
+        per_cycle = 1000 / max(counts[0], 1)
         print(f"cycles engine={engine} mailboxes={mailboxes} seconds={elapsed:.1f} cycles={counts[0]} "
               f"cycles/s={counts[0] / elapsed:.1f} messages/s={10 * counts[0] / elapsed:.1f} "
-              f"p50: 10 puts {p50['puts']:.1f} ms, start+ready+commit {p50['protocol']:.1f} ms", flush=True)
+              f"p50: 10 puts {p50['puts']:.1f} ms, start+ready+commit {p50['protocol']:.1f} ms; "
+              f"CPU per cycle: server {server_cpu * per_cycle:.1f} ms, this client {own_cpu * per_cycle:.1f} ms",
+              flush=True)
     finally:
         server.terminate()
         server.wait(30)
