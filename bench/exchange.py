@@ -100,7 +100,8 @@ async def cycles_of(
         (await client.post(f"/v1/exchange/processes/{pid}/ready")).raise_for_status()
         done = await client.post(f"/v1/exchange/processes/{pid}/committed")
         done.raise_for_status()
-        assert done.json()["state"] == "DONE"
+        # Answered once committed (CLEANUP), DONE once the files are gone (main before exchange-speed: after).
+        assert done.json()["state"] in ("CLEANUP", "DONE")
         counts[0] += 1
         timings["puts"].append(stored - began)
         timings["protocol"].append(time.perf_counter() - stored)
@@ -215,6 +216,9 @@ async def populate(store: Store, disk: files.Disk, states: list[str], now: int) 
         async with store.transaction() as tx:
             await tx.execute(exchange_processes.insert(), procs)
             await tx.execute(exchange_messages.insert(), msgs)
+    # On disk, as their fsyncs left them before the crash: deleting a file whose blocks are allocated costs
+    # far more than deleting one still in the page cache (~1 ms on a disk mounted with discard).
+    os.sync()
 
 
 def main() -> None:

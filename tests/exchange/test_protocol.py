@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import httpx
+
 from tests.exchange.conftest import (
     COMMIT_TIMEOUT_MS,
     MAILBOX,
@@ -182,11 +184,13 @@ async def test_step8_bad_replies_are_422_and_the_process_stays_started(client):
     assert (await process(client, proc["id"]))["state"] == "STARTED"
 
 
-async def test_step11_12_committed_deletes_the_files_and_ends_done(client, exchange_dir, store):
+async def test_step11_12_committed_deletes_the_files_and_ends_done(app, client, exchange_dir, store):
     ids, proc = await started(client, 2)
     await client.post(f"{P}/{proc['id']}/ready")
     response = await client.post(f"{P}/{proc['id']}/committed")
-    assert response.status_code == 200 and response.json()["state"] == "DONE"
+    assert response.status_code == 200 and response.json()["state"] == "CLEANUP"
+    await settle(app)
+    assert (await process(client, proc["id"]))["state"] == "DONE"
     assert files_under(exchange_dir) == set()
     for message_id in ids:
         gone = await client.get(f"{MAILBOX}/messages/{message_id}")
@@ -207,7 +211,9 @@ async def test_step12_committed_with_backup_moves_the_files_to_backup(client, ap
     app.state.context.settings.exchange.backup = True
     ids, proc = await started(client, 1)
     await client.post(f"{P}/{proc['id']}/ready")
-    assert (await client.post(f"{P}/{proc['id']}/committed")).json()["state"] == "DONE"
+    assert (await client.post(f"{P}/{proc['id']}/committed")).json()["state"] == "CLEANUP"
+    await settle(app)
+    assert (await process(client, proc["id"]))["state"] == "DONE"
     assert files_under(exchange_dir) == {f"backup/mobile-a/db-1/{ids[0]}"}
     assert (exchange_dir / "backup" / "mobile-a" / "db-1" / ids[0]).read_bytes() == b"msg-0"
 
@@ -274,7 +280,9 @@ async def test_late_committed_resolves_in_doubt_to_done(app, client, clock, exch
     clock.advance(COMMIT_TIMEOUT_MS)
     await settle(app)
     response = await client.post(f"{P}/{proc['id']}/committed")
-    assert response.status_code == 200 and response.json()["state"] == "DONE"
+    assert response.status_code == 200 and response.json()["state"] == "CLEANUP"
+    await settle(app)
+    assert (await process(client, proc["id"]))["state"] == "DONE"
     assert not (exchange_dir / "unknown" / proc["id"]).exists()
     assert len((await listed(client, "/v1/exchange/mailboxes/mobile-b/db-1"))["messages"]) == 1
 
@@ -315,7 +323,7 @@ async def test_resolve_committed_and_not_committed_act_as_api4_and_api5(app, cli
     clock.advance(COMMIT_TIMEOUT_MS)
     await settle(app)
     done = await client.post(f"{P}/{a['id']}/resolve", json={"committed": True})
-    assert done.status_code == 200 and done.json()["state"] == "DONE"
+    assert done.status_code == 200 and done.json()["state"] == "CLEANUP"
     aborted = await client.post(f"{P}/{b['id']}/resolve", json={"committed": False})
     assert aborted.json()["state"] == "ABORTED"
     assert [m["id"] for m in (await listed(client, "/v1/exchange/mailboxes/mobile-a/db-2"))["messages"]] == ids_b
@@ -332,3 +340,25 @@ async def test_inspect_unknown_process_is_404_and_list_filters_by_state(client):
     assert [p["id"] for p in (await client.get(f"{P}?state=STARTED")).json()["processes"]] == [a["id"]]
     assert [p["id"] for p in (await client.get(f"{P}?state=ABORTED&addressee=mobile-a")).json()["processes"]] == [b["id"]]
     assert (await client.get(f"{P}?state=WAITING")).status_code == 422
+
+
+async def test_committed_files_go_right_after_the_answer_without_waiting_for_the_watchdog_interval(settings, store, exchange_dir):
+    """API_4 wakes this server's watchdog for its file moves: with an interval of a minute, the process is
+    still DONE within moments."""
+    from mainspring.api import create_app
+    from tests.conftest import eventually
+
+    settings.exchange.watchdog_interval_ms = 60_000
+    app = create_app(settings, store=store)
+    async with app.router.lifespan_context(app), httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://mainspring.test"
+    ) as client:
+        _ids, proc = await started(client, 2)
+        await client.post(f"{P}/{proc['id']}/ready")
+        assert (await client.post(f"{P}/{proc['id']}/committed")).json()["state"] == "CLEANUP"
+
+        async def done() -> bool:
+            return (await process(client, proc["id"]))["state"] == "DONE"
+
+        await eventually(done, within_s=3, what="DONE without the watchdog's interval")
+        assert files_under(exchange_dir) == set()

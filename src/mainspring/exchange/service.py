@@ -8,6 +8,7 @@ where each message file must go; the files follow after commit (``sync``), re-ru
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 from collections.abc import Callable
@@ -33,6 +34,7 @@ from mainspring.exchange.errors import (
 from mainspring.exchange.messages import (
     CHANNEL,
     FINISHED_CHANNEL,
+    WATCHDOG_CHANNEL,
     discard_body,
     new_id,
     write_body,
@@ -232,8 +234,11 @@ async def _alert(tx: Transaction, code: str, process_id: str, detail: str) -> No
 async def committed(
     ctx: Context, process_id: str, check: Check = _allow_all, *, resolving: bool = False
 ) -> dict[str, Any]:
-    """API_4: the client's database committed. READY_TO_COMMIT or IN_DOUBT → CLEANUP → DONE; the replies
-    become visible in the same step. Repeats answer the same."""
+    """API_4: the client's database committed. READY_TO_COMMIT or IN_DOUBT → CLEANUP, the replies visible in
+    the same step; answered then, as CLEANUP. Its files are deleted (or moved to ``backup/``) after the
+    answer, by this server's watchdog, woken for it — or by any server's watchdog or start-up recovery if
+    this one dies first: the store already says where each file must go, and nothing reads a committed
+    message's file. Then DONE. Repeats answer the state as it is."""
     store = ctx.store
     backup = ctx.settings.exchange.backup
     outcome: MainspringError | None = None
@@ -250,7 +255,9 @@ async def committed(
             if resolving and row.state != "IN_DOUBT":
                 raise NotInDoubt(f"process {process_id} is {row.state}", state=row.state)
             if row.state in ("READY_TO_COMMIT", "IN_DOUBT"):
-                await _commit(tx, row, backup, resolving)
+                row = await _commit(tx, row, backup, resolving)
+                # Only this server's watchdog: the others find the moves due on their own rounds if needed.
+                tx.after_commit(lambda: store.notifier.signal(WATCHDOG_CHANNEL))
             elif row.state not in ("CLEANUP", "DONE"):
                 await _alert(tx, "exchange_commit_not_allowed", process_id,
                              f"client {row.client_id} committed process {process_id} while it was {row.state}; "
@@ -259,11 +266,12 @@ async def committed(
                                     state=row.state)
     if outcome is not None:
         raise outcome
-    await sync.sync_process_files(ctx, process_id)
-    return await get_process(ctx, process_id)
+    assert row is not None  # an unknown process set ``outcome``
+    return process_to_api(row)
 
 
-async def _commit(tx: Transaction, row: ProcessRow, backup: bool, resolving: bool) -> None:
+async def _commit(tx: Transaction, row: ProcessRow, backup: bool, resolving: bool) -> ProcessRow:
+    """READY_TO_COMMIT or IN_DOUBT → CLEANUP; answers the process as it now is."""
     now = tx.store.now_ms()
     replies = await data.commit_process_messages(tx, row.id, backup, now)
     await data.mark_process_committed(tx, row.id, now)
@@ -279,6 +287,7 @@ async def _commit(tx: Transaction, row: ProcessRow, backup: bool, resolving: boo
         for r in replies
     ])
     tx.notify(CHANNEL)
+    return dataclasses.replace(row, state="CLEANUP", deadline=None, updated_at=now, next_attempt_at=now)
 
 
 async def commit_failed(

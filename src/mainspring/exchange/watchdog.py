@@ -1,7 +1,8 @@
 """The watchdog loop and start-up recovery.
 
 Watchdog: STARTED past its deadline → CANCELLED (messages available again); READY_TO_COMMIT past its
-commit deadline → IN_DOUBT (files to ``unknown/<process_id>/``, an alert); pending file moves retried.
+commit deadline → IN_DOUBT (files to ``unknown/<process_id>/``, an alert); pending file moves done — the
+commits' (API_4 answers before its files go, and wakes this loop), and failed ones retried.
 Start-up: CANCELLED dropped, CLEANUP finished, READY_TO_COMMIT → IN_DOUBT, STARTED keep their deadline.
 Each step is a bounded batch and may be interrupted anywhere: running it again ends the same way.
 """
@@ -15,11 +16,10 @@ from mainspring.core import outbox
 from mainspring.core.alerts import raise_alerts
 from mainspring.core.runtime import Context, run_loop
 from mainspring.exchange import data, sync
+from mainspring.exchange.messages import WATCHDOG_CHANNEL
 from mainspring.exchange.service import SUBJECT, abort
 
 log = logging.getLogger("mainspring.exchange")
-
-WATCHDOG_CHANNEL = "exchange:watchdog"
 
 
 async def cancel_expired(ctx: Context) -> int:
