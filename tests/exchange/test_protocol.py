@@ -362,3 +362,17 @@ async def test_committed_files_go_right_after_the_answer_without_waiting_for_the
 
         await eventually(done, within_s=3, what="DONE without the watchdog's interval")
         assert files_under(exchange_dir) == set()
+
+
+async def test_start_ready_and_committed_answer_the_process_exactly_as_stored(client):
+    """The answers are built from what the transition wrote, not read back: they must equal a later read."""
+    ids, proc = await started(client, 2)
+    assert proc == await process(client, proc["id"])
+    assert proc["message_ids"] == ids and proc["state"] == "STARTED"
+    ready = (await client.post(f"{P}/{proc['id']}/ready")).json()["process"]
+    assert ready == await process(client, proc["id"]) and ready["state"] == "READY_TO_COMMIT"
+    committed = (await client.post(f"{P}/{proc['id']}/committed")).json()
+    assert committed["state"] == "CLEANUP" and committed["deadline"] is None
+    assert {k: v for k, v in committed.items() if k != "state"} == {
+        k: v for k, v in (await process(client, proc["id"])).items() if k != "state"
+    }

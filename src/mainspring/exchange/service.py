@@ -120,13 +120,14 @@ async def start_process(
                     f"{len(unavailable)} of the messages cannot be processed", message_ids=unavailable
                 )
             # The partial unique index on active processes decides between concurrent starts.
-            await data.insert_process(
-                tx, process_id, addressee, database, client_id, ids,
-                now=now, deadline=now + ctx.settings.exchange.process_timeout_ms,
-            )
+            deadline = now + ctx.settings.exchange.process_timeout_ms
+            await data.insert_process(tx, process_id, addressee, database, client_id, ids, now=now, deadline=deadline)
             if await data.take_mailbox_messages(tx, ids, process_id) != len(ids):
                 raise MessagesUnavailable("some messages were taken meanwhile", message_ids=ids)
-            row = await data.reload_process(tx, process_id)
+            # The row as just inserted (not read back: a statement less on every start).
+            row = ProcessRow(id=process_id, addressee=addressee, database=database, client_id=client_id,
+                             message_ids=ids, state="STARTED", started_at=now, deadline=deadline, updated_at=now,
+                             error=None, cleanup_attempts=0, next_attempt_at=None)
             await _event(tx, "started", row, client_id=client_id, message_ids=ids)
     except MainspringError:
         raise
@@ -213,8 +214,10 @@ async def ready(ctx: Context, process_id: str, replies: list[Reply], check: Chec
                     await data.insert_messages(tx, fresh)
                 kept = {v.path for v in fresh}
                 written = [w for w in written if w not in kept]
-                await data.mark_process_ready(tx, process_id, now + ctx.settings.exchange.commit_timeout_ms, now)
-                row = await data.reload_process(tx, process_id)
+                deadline = now + ctx.settings.exchange.commit_timeout_ms
+                await data.mark_process_ready(tx, process_id, deadline, now)
+                # The locked row with what was just written (not read back: a statement less on every API_3).
+                row = dataclasses.replace(row, state="READY_TO_COMMIT", deadline=deadline, updated_at=now)
                 await _event(tx, "ready", row, reply_ids=[v.id for v in fresh])
                 tx.notify(CHANNEL)
         if outcome is not None:
