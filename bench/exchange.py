@@ -117,8 +117,8 @@ async def bench_cycles(engine: str, mailboxes: int, seconds: float) -> None:
         [sys.executable, "-m", "mainspring.cli", "serve", "--port", str(port), "--database", url,
          "--data-dir", str(workdir / "data")], env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        url = f"http://127.0.0.1:{port}"
-        async with httpx.AsyncClient(base_url=url, timeout=120) as client:
+        base = f"http://127.0.0.1:{port}"
+        async with httpx.AsyncClient(base_url=base, timeout=120) as client:
             for _ in range(300):
                 try:
                     if (await client.get("/readyz")).status_code == 200:
@@ -130,7 +130,7 @@ async def bench_cycles(engine: str, mailboxes: int, seconds: float) -> None:
             timings: dict[str, list[float]] = {"puts": [], "protocol": []}
             server_cpu, own_cpu = cpu_seconds(server.pid), sum(os.times()[:2])
             started = time.monotonic()
-            await asyncio.gather(*[worker(url, m, started + seconds, counts, timings) for m in range(mailboxes)])
+            await asyncio.gather(*[worker(base, m, started + seconds, counts, timings) for m in range(mailboxes)])
             elapsed = time.monotonic() - started
             server_cpu, own_cpu = cpu_seconds(server.pid) - server_cpu, sum(os.times()[:2]) - own_cpu
         print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
