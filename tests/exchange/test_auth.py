@@ -58,7 +58,7 @@ async def test_a_receiver_runs_the_protocol_on_its_mailbox_and_a_stranger_cannot
     assert (await client.get(f"{PR}/{pid}", headers=as_("stranger"))).status_code == 403
     reply = {"replies": [{"addressee": "mobile-b", "database": "db-1", "body": "r"}]}
     assert (await client.post(f"{PR}/{pid}/ready", json=reply, headers=as_("receiver"))).status_code == 200
-    assert (await client.post(f"{PR}/{pid}/committed", headers=as_("receiver"))).json()["state"] == "CLEANUP"
+    assert (await client.post(f"{PR}/{pid}/committed", headers=as_("receiver"))).json()["state"] == "DONE"
 
 
 async def test_replies_need_the_send_scope_of_their_addressee(client):

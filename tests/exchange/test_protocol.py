@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import httpx
-
 from tests.exchange.conftest import (
     COMMIT_TIMEOUT_MS,
     MAILBOX,
@@ -184,13 +182,11 @@ async def test_step8_bad_replies_are_422_and_the_process_stays_started(client):
     assert (await process(client, proc["id"]))["state"] == "STARTED"
 
 
-async def test_step11_12_committed_deletes_the_files_and_ends_done(app, client, exchange_dir, store):
+async def test_step11_12_committed_deletes_the_files_and_ends_done(client, exchange_dir, store):
     ids, proc = await started(client, 2)
     await client.post(f"{P}/{proc['id']}/ready")
     response = await client.post(f"{P}/{proc['id']}/committed")
-    assert response.status_code == 200 and response.json()["state"] == "CLEANUP"
-    await settle(app)
-    assert (await process(client, proc["id"]))["state"] == "DONE"
+    assert response.status_code == 200 and response.json()["state"] == "DONE"
     assert files_under(exchange_dir) == set()
     for message_id in ids:
         gone = await client.get(f"{MAILBOX}/messages/{message_id}")
@@ -211,9 +207,7 @@ async def test_step12_committed_with_backup_moves_the_files_to_backup(client, ap
     app.state.context.settings.exchange.backup = True
     ids, proc = await started(client, 1)
     await client.post(f"{P}/{proc['id']}/ready")
-    assert (await client.post(f"{P}/{proc['id']}/committed")).json()["state"] == "CLEANUP"
-    await settle(app)
-    assert (await process(client, proc["id"]))["state"] == "DONE"
+    assert (await client.post(f"{P}/{proc['id']}/committed")).json()["state"] == "DONE"
     assert files_under(exchange_dir) == {f"backup/mobile-a/db-1/{ids[0]}"}
     assert (exchange_dir / "backup" / "mobile-a" / "db-1" / ids[0]).read_bytes() == b"msg-0"
 
@@ -280,9 +274,7 @@ async def test_late_committed_resolves_in_doubt_to_done(app, client, clock, exch
     clock.advance(COMMIT_TIMEOUT_MS)
     await settle(app)
     response = await client.post(f"{P}/{proc['id']}/committed")
-    assert response.status_code == 200 and response.json()["state"] == "CLEANUP"
-    await settle(app)
-    assert (await process(client, proc["id"]))["state"] == "DONE"
+    assert response.status_code == 200 and response.json()["state"] == "DONE"
     assert not (exchange_dir / "unknown" / proc["id"]).exists()
     assert len((await listed(client, "/v1/exchange/mailboxes/mobile-b/db-1"))["messages"]) == 1
 
@@ -323,7 +315,7 @@ async def test_resolve_committed_and_not_committed_act_as_api4_and_api5(app, cli
     clock.advance(COMMIT_TIMEOUT_MS)
     await settle(app)
     done = await client.post(f"{P}/{a['id']}/resolve", json={"committed": True})
-    assert done.status_code == 200 and done.json()["state"] == "CLEANUP"
+    assert done.status_code == 200 and done.json()["state"] == "DONE"
     aborted = await client.post(f"{P}/{b['id']}/resolve", json={"committed": False})
     assert aborted.json()["state"] == "ABORTED"
     assert [m["id"] for m in (await listed(client, "/v1/exchange/mailboxes/mobile-a/db-2"))["messages"]] == ids_b
@@ -342,37 +334,13 @@ async def test_inspect_unknown_process_is_404_and_list_filters_by_state(client):
     assert (await client.get(f"{P}?state=WAITING")).status_code == 422
 
 
-async def test_committed_files_go_right_after_the_answer_without_waiting_for_the_watchdog_interval(settings, store, exchange_dir):
-    """API_4 wakes this server's watchdog for its file moves: with an interval of a minute, the process is
-    still DONE within moments."""
-    from mainspring.api import create_app
-    from tests.conftest import eventually
-
-    settings.exchange.watchdog_interval_ms = 60_000
-    app = create_app(settings, store=store)
-    async with app.router.lifespan_context(app), httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://mainspring.test"
-    ) as client:
-        _ids, proc = await started(client, 2)
-        await client.post(f"{P}/{proc['id']}/ready")
-        assert (await client.post(f"{P}/{proc['id']}/committed")).json()["state"] == "CLEANUP"
-
-        async def done() -> bool:
-            return (await process(client, proc["id"]))["state"] == "DONE"
-
-        await eventually(done, within_s=3, what="DONE without the watchdog's interval")
-        assert files_under(exchange_dir) == set()
-
-
-async def test_start_ready_and_committed_answer_the_process_exactly_as_stored(client):
-    """The answers are built from what the transition wrote, not read back: they must equal a later read."""
+async def test_start_ready_and_committed_answer_the_process_as_stored(client):
+    """Start and ready build their answers from what the transition wrote, not read back: each must equal a
+    later read; committed answers the process once DONE."""
     ids, proc = await started(client, 2)
     assert proc == await process(client, proc["id"])
     assert proc["message_ids"] == ids and proc["state"] == "STARTED"
     ready = (await client.post(f"{P}/{proc['id']}/ready")).json()["process"]
     assert ready == await process(client, proc["id"]) and ready["state"] == "READY_TO_COMMIT"
     committed = (await client.post(f"{P}/{proc['id']}/committed")).json()
-    assert committed["state"] == "CLEANUP" and committed["deadline"] is None
-    assert {k: v for k, v in committed.items() if k != "state"} == {
-        k: v for k, v in (await process(client, proc["id"])).items() if k != "state"
-    }
+    assert committed["state"] == "DONE" and committed == await process(client, proc["id"])

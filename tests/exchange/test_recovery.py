@@ -79,7 +79,7 @@ async def test_startup_turns_ready_to_commit_into_in_doubt(app, client, exchange
     assert (await process(client, pid))["state"] == "IN_DOUBT"
     assert files_under(exchange_dir) == {f"unknown/{pid}/{i}" for i in ids}
     assert [a.subject_id for a in await open_alerts(store, "exchange_in_doubt")] == [pid]
-    assert (await client.post(f"{PR}/{pid}/committed")).json()["state"] == "CLEANUP"
+    assert (await client.post(f"{PR}/{pid}/committed")).json()["state"] == "DONE"
 
 
 async def test_startup_keeps_the_deadline_of_started_processes(app, client, clock):
@@ -234,10 +234,18 @@ async def test_a_missing_file_is_not_alerted_when_a_newer_decision_came_meanwhil
     assert [a.subject_id for a in await open_alerts(store, "exchange_message_file_missing")] == [current.id]
 
 
-async def test_a_server_killed_after_answering_committed_before_its_files_went_loses_nothing(settings, store, exchange_dir):
-    """API_4 is answered once the store has committed; the files follow. A server that dies in between (here:
-    one whose background loops never run, so nothing moves them) shows nothing wrongly, and the next start
-    finishes the cleanup."""
+async def test_a_server_killed_after_committing_before_its_files_went_loses_nothing(settings, store, exchange_dir, monkeypatch):
+    """API_4 records the commit, then deletes the files, then answers DONE. A server that dies in between (here:
+    the deletes never start, and no background loop runs) shows nothing wrongly, and the next start finishes
+    the cleanup."""
+    from mainspring.exchange import service as exchange_service
+
+    class Killed(BaseException):
+        pass
+
+    async def killed(*_args, **_kwargs):
+        raise Killed
+
     app = create_app(settings, store=store, run_background=False)
     async with app.router.lifespan_context(app), httpx.AsyncClient(
         transport=httpx.ASGITransport(app=app), base_url="http://mainspring.test"
@@ -245,8 +253,14 @@ async def test_a_server_killed_after_answering_committed_before_its_files_went_l
         ids, pid = await started(client, 2)
         reply = {"replies": [{"addressee": "mobile-b", "database": "db-1", "body": "receipt"}]}
         assert (await client.post(f"{PR}/{pid}/ready", json=reply)).status_code == 200
-        answer = await client.post(f"{PR}/{pid}/committed")
-        assert answer.status_code == 200 and answer.json()["state"] == "CLEANUP"
+        with monkeypatch.context() as patched:
+            patched.setattr(exchange_service.sync, "sync_process_files", killed)
+            try:
+                await exchange_service.committed(app.state.context, pid)
+            except Killed:
+                pass
+            else:
+                raise AssertionError("the deletes were not reached")
 
         # Killed here: the files are still on disk, and nothing shows them; the reply is published.
         assert files_under(exchange_dir / "mailboxes" / "mobile-a") == {f"db-1/{i}" for i in ids}

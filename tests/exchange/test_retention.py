@@ -53,14 +53,8 @@ async def ready(client, pid: str, reply_to: str | None = None) -> None:
 async def done(client, database: str, reply_to: str | None = None) -> tuple[list[str], str]:
     ids, pid = await started(client, database)
     await ready(client, pid, reply_to)
-    assert (await client.post(f"{PR}/{pid}/committed")).json()["state"] == "CLEANUP"
-    # Its files go right after the answer: this server's watchdog is woken for them.
-    await eventually(lambda: _finished(client, pid), what=f"process {pid} DONE")
+    assert (await client.post(f"{PR}/{pid}/committed")).json()["state"] == "DONE"
     return ids, pid
-
-
-async def _finished(client, pid: str) -> bool:
-    return await state_of(client, pid) in ("DONE", "removed")
 
 
 async def aborted(client, database: str) -> tuple[list[str], str]:
@@ -170,7 +164,6 @@ async def test_a_message_id_is_idempotent_while_its_row_is_kept(app, client, clo
     pid = response.json()["id"]
     await ready(client, pid)
     await client.post(f"{PR}/{pid}/committed")
-    await settle(app)  # DONE once its files are gone, right after the answer
     assert (await put(client, b"order", mailbox=box("idem"), **{"Message-Id": "order-1"}))["id"] == first["id"]
     clock.advance(RETENTION_MS)
     await remove_all(app.state.context)

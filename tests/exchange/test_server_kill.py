@@ -58,8 +58,7 @@ def test_sigkill_with_a_started_process_keeps_it_started_with_its_deadline(serve
     assert after["state"] == "STARTED" and after["deadline"] == before["deadline"]
     assert available(after_restart.url) == []
     assert httpx.post(f"{after_restart.url}{PR}/{pid}/ready").json()["status"] == "OK"
-    assert httpx.post(f"{after_restart.url}{PR}/{pid}/committed").json()["state"] == "CLEANUP"
-    wait_for_state(after_restart.url, pid, "DONE")
+    assert httpx.post(f"{after_restart.url}{PR}/{pid}/committed").json()["state"] == "DONE"
 
 
 def test_sigkill_with_a_ready_to_commit_process_makes_it_in_doubt_with_an_alert(servers):
@@ -73,8 +72,7 @@ def test_sigkill_with_a_ready_to_commit_process_makes_it_in_doubt_with_an_alert(
     alerts = httpx.get(f"{new.url}/v1/alerts", params={"open": "true"}).json()["alerts"]
     assert [a["subject"]["id"] for a in alerts if a["code"] == "exchange_in_doubt"] == [pid]
     assert available(new.url) == []
-    assert httpx.post(f"{new.url}{PR}/{pid}/committed").json()["state"] == "CLEANUP"
-    wait_for_state(new.url, pid, "DONE")
+    assert httpx.post(f"{new.url}{PR}/{pid}/committed").json()["state"] == "DONE"
     assert [m["size"] for m in httpx.get(f"{new.url}/v1/exchange/mailboxes/mobile-b/db-1/messages").json()["messages"]] == [1]
 
 
@@ -123,8 +121,7 @@ def test_sigkill_after_a_finished_process_changes_nothing(servers, ending):
     httpx.post(f"{server.url}{PR}/{pid}/ready")
     final = httpx.post(f"{server.url}{PR}/{pid}/{ending}").json()
     new = restart(servers, server)
-    # A commit is answered once it is recorded (CLEANUP); its files go after: by the restart at the latest.
-    assert httpx.get(f"{new.url}{PR}/{pid}").json()["state"] == {"CLEANUP": "DONE"}.get(final["state"], final["state"])
+    assert httpx.get(f"{new.url}{PR}/{pid}").json()["state"] == final["state"]
     assert available(new.url) == ([] if ending == "committed" else ids)
 
 

@@ -34,7 +34,6 @@ from mainspring.exchange.errors import (
 from mainspring.exchange.messages import (
     CHANNEL,
     FINISHED_CHANNEL,
-    WATCHDOG_CHANNEL,
     discard_body,
     new_id,
     write_body,
@@ -237,11 +236,11 @@ async def _alert(tx: Transaction, code: str, process_id: str, detail: str) -> No
 async def committed(
     ctx: Context, process_id: str, check: Check = _allow_all, *, resolving: bool = False
 ) -> dict[str, Any]:
-    """API_4: the client's database committed. READY_TO_COMMIT or IN_DOUBT → CLEANUP, the replies visible in
-    the same step; answered then, as CLEANUP. Its files are deleted (or moved to ``backup/``) after the
-    answer, by this server's watchdog, woken for it — or by any server's watchdog or start-up recovery if
-    this one dies first: the store already says where each file must go, and nothing reads a committed
-    message's file. Then DONE. Repeats answer the state as it is."""
+    """API_4: the client's database committed. READY_TO_COMMIT or IN_DOUBT → CLEANUP (the replies visible in
+    the same step) → DONE once its files are deleted (or moved to ``backup/``), and answered then (API.md:
+    repeats answer the same). A disk that refuses leaves CLEANUP, retried by the watchdog; a server that dies
+    in between leaves CLEANUP for any watchdog or the next start-up, which know from the store where each
+    file must go."""
     store = ctx.store
     backup = ctx.settings.exchange.backup
     outcome: MainspringError | None = None
@@ -258,9 +257,7 @@ async def committed(
             if resolving and row.state != "IN_DOUBT":
                 raise NotInDoubt(f"process {process_id} is {row.state}", state=row.state)
             if row.state in ("READY_TO_COMMIT", "IN_DOUBT"):
-                row = await _commit(tx, row, backup, resolving)
-                # Only this server's watchdog: the others find the moves due on their own rounds if needed.
-                tx.after_commit(lambda: store.notifier.signal(WATCHDOG_CHANNEL))
+                await _commit(tx, row, backup, resolving)
             elif row.state not in ("CLEANUP", "DONE"):
                 await _alert(tx, "exchange_commit_not_allowed", process_id,
                              f"client {row.client_id} committed process {process_id} while it was {row.state}; "
@@ -269,12 +266,12 @@ async def committed(
                                     state=row.state)
     if outcome is not None:
         raise outcome
-    assert row is not None  # an unknown process set ``outcome``
-    return process_to_api(row)
+    await sync.sync_process_files(ctx, process_id)
+    return await get_process(ctx, process_id)
 
 
-async def _commit(tx: Transaction, row: ProcessRow, backup: bool, resolving: bool) -> ProcessRow:
-    """READY_TO_COMMIT or IN_DOUBT → CLEANUP; answers the process as it now is."""
+async def _commit(tx: Transaction, row: ProcessRow, backup: bool, resolving: bool) -> None:
+    """READY_TO_COMMIT or IN_DOUBT → CLEANUP."""
     now = tx.store.now_ms()
     replies = await data.commit_process_messages(tx, row.id, backup, now)
     await data.mark_process_committed(tx, row.id, now)
@@ -290,7 +287,6 @@ async def _commit(tx: Transaction, row: ProcessRow, backup: bool, resolving: boo
         for r in replies
     ])
     tx.notify(CHANNEL)
-    return dataclasses.replace(row, state="CLEANUP", deadline=None, updated_at=now, next_attempt_at=now)
 
 
 async def commit_failed(

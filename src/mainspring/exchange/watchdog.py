@@ -1,8 +1,7 @@
 """The watchdog loop and start-up recovery.
 
 Watchdog: STARTED past its deadline → CANCELLED (messages available again); READY_TO_COMMIT past its
-commit deadline → IN_DOUBT (files to ``unknown/<process_id>/``, an alert); pending file moves done — the
-commits' (API_4 answers before its files go, and wakes this loop), and failed ones retried.
+commit deadline → IN_DOUBT (files to ``unknown/<process_id>/``, an alert); pending file moves retried.
 Start-up: CANCELLED dropped, CLEANUP finished, READY_TO_COMMIT → IN_DOUBT, STARTED keep their deadline.
 Each step is a bounded batch and may be interrupted anywhere: running it again ends the same way.
 """
