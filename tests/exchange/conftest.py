@@ -119,7 +119,7 @@ class FailingDisk:
 
         self._monkeypatch = monkeypatch
         self._files = files
-        self._originals = {name: getattr(files, name) for name in ("_replace", "_unlink", "_fsync")}
+        self._originals = {name: getattr(files, name) for name in ("_replace", "_unlink", "_fsync", "_syncfs")}
         self.calls = 0
 
     def fail(self, *names: str) -> None:
@@ -130,7 +130,9 @@ class FailingDisk:
             self.calls += 1
             raise OSError(errno.EIO, os.strerror(errno.EIO))
 
-        for name in names or tuple(self._originals):
+        names = names or tuple(self._originals)
+        # A disk that refuses fsync refuses syncfs too (a large batch of moves is flushed by syncfs).
+        for name in {*names, *(("_syncfs",) if "_fsync" in names else ())}:
             self._monkeypatch.setattr(self._files, name, broken)
 
     def heal(self) -> None:

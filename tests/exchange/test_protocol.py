@@ -332,3 +332,15 @@ async def test_inspect_unknown_process_is_404_and_list_filters_by_state(client):
     assert [p["id"] for p in (await client.get(f"{P}?state=STARTED")).json()["processes"]] == [a["id"]]
     assert [p["id"] for p in (await client.get(f"{P}?state=ABORTED&addressee=mobile-a")).json()["processes"]] == [b["id"]]
     assert (await client.get(f"{P}?state=WAITING")).status_code == 422
+
+
+async def test_start_ready_and_committed_answer_the_process_as_stored(client):
+    """Start and ready build their answers from what the transition wrote, not read back: each must equal a
+    later read; committed answers the process once DONE."""
+    ids, proc = await started(client, 2)
+    assert proc == await process(client, proc["id"])
+    assert proc["message_ids"] == ids and proc["state"] == "STARTED"
+    ready = (await client.post(f"{P}/{proc['id']}/ready")).json()["process"]
+    assert ready == await process(client, proc["id"]) and ready["state"] == "READY_TO_COMMIT"
+    committed = (await client.post(f"{P}/{proc['id']}/committed")).json()
+    assert committed["state"] == "DONE" and committed == await process(client, proc["id"])

@@ -7,8 +7,11 @@ import asyncio
 import os
 import shutil
 
+import httpx
 from sqlalchemy import select
 
+from mainspring.api import create_app
+from mainspring.exchange.data import MessageRow
 from mainspring.exchange.sync import Outcome, record_file_moves
 from mainspring.exchange.tables import exchange_messages as M
 from mainspring.exchange.tables import exchange_processes as P
@@ -17,6 +20,7 @@ from tests.exchange.conftest import (
     COMMIT_TIMEOUT_MS,
     MAILBOX,
     PROCESS_TIMEOUT_MS,
+    event_types,
     files_under,
     listed,
     open_alerts,
@@ -187,7 +191,7 @@ async def test_recording_the_same_file_moves_twice_at_once_never_deadlocks(app, 
 
     async def record(outcomes):
         async with store.transaction() as tx:
-            await record_file_moves(app.state.context, tx, outcomes)
+            await record_file_moves(app.state.context, tx, outcomes, store.now_ms())
 
     for _ in range(5):
         await asyncio.gather(record(forward), record(forward[::-1]), record(forward[40:] + forward[:40]))
@@ -226,5 +230,63 @@ async def test_a_missing_file_is_not_alerted_when_a_newer_decision_came_meanwhil
     async with store.transaction() as tx:  # another server decided anew about ``stale`` while we looked
         await tx.execute(M.update().where(M.c.id == stale.id).values(file_version=M.c.file_version + 1))
         await record_file_moves(app.state.context, tx, [Outcome(stale, done=True, missing=True),
-                                                        Outcome(current, done=True, missing=True)])
+                                                        Outcome(current, done=True, missing=True)], store.now_ms())
     assert [a.subject_id for a in await open_alerts(store, "exchange_message_file_missing")] == [current.id]
+
+
+async def test_a_server_killed_after_committing_before_its_files_went_loses_nothing(settings, store, exchange_dir, monkeypatch):
+    """API_4 records the commit, then deletes the files, then answers DONE. A server that dies in between (here:
+    the deletes never start, and no background loop runs) shows nothing wrongly, and the next start finishes
+    the cleanup."""
+    from mainspring.exchange import service as exchange_service
+
+    class Killed(BaseException):
+        pass
+
+    async def killed(*_args, **_kwargs):
+        raise Killed
+
+    app = create_app(settings, store=store, run_background=False)
+    async with app.router.lifespan_context(app), httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://mainspring.test"
+    ) as client:
+        ids, pid = await started(client, 2)
+        reply = {"replies": [{"addressee": "mobile-b", "database": "db-1", "body": "receipt"}]}
+        assert (await client.post(f"{PR}/{pid}/ready", json=reply)).status_code == 200
+        with monkeypatch.context() as patched:
+            patched.setattr(exchange_service.sync, "sync_process_files", killed)
+            try:
+                await exchange_service.committed(app.state.context, pid)
+            except Killed:
+                pass
+            else:
+                raise AssertionError("the deletes were not reached")
+
+        # Killed here: the files are still on disk, and nothing shows them; the reply is published.
+        assert files_under(exchange_dir / "mailboxes" / "mobile-a") == {f"db-1/{i}" for i in ids}
+        assert (await listed(client))["messages"] == []
+        for message_id in ids:
+            assert (await client.get(f"{MAILBOX}/messages/{message_id}")).status_code == 404
+        assert len((await listed(client, "/v1/exchange/mailboxes/mobile-b/db-1"))["messages"]) == 1
+        assert (await process(client, pid))["state"] == "CLEANUP"
+        assert (await client.post(f"{PR}/{pid}/commit-failed")).json()["code"] == "already_committed"
+
+        await recover(app.state.context)  # what the next start runs first
+        assert (await process(client, pid))["state"] == "DONE"
+        assert files_under(exchange_dir / "mailboxes" / "mobile-a") == set()
+        types = await event_types(store, pid)
+        assert types.count("exchange.process.committed") == 1 and types.count("exchange.process.done") == 1
+
+
+async def test_a_failed_move_is_retried_a_delay_after_its_attempt_not_after_it_was_recorded(app, client, store):
+    """A batch's failures may be recorded long after the attempt (the disk work ran meanwhile, and the clock
+    moved): the retry is due ``cleanup_retry_ms`` after the attempt."""
+    message = await put(client, b"in")
+    async with store.read() as conn:
+        row = (await conn.execute(select(M).where(M.c.id == message["id"]))).one()
+    attempted_at = store.now_ms() - 60_000
+    async with store.transaction() as tx:
+        await record_file_moves(app.state.context, tx, [Outcome(MessageRow(*row), done=False, error="EIO")], attempted_at)
+    async with store.read() as conn:
+        retry_at = (await conn.execute(select(M.c.next_sync_at).where(M.c.id == message["id"]))).scalar()
+    assert retry_at == attempted_at + app.state.context.settings.exchange.cleanup_retry_ms

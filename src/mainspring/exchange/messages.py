@@ -28,6 +28,8 @@ CHANNEL = "exchange"
 FINISHED_CHANNEL = "exchange:finished"
 """Notified when a process finishes (DONE, ABORTED) or file moves are recorded: with
 ``finished_retention_ms = 0`` the retention loop removes such processes at once."""
+WATCHDOG_CHANNEL = "exchange:watchdog"
+"""Wakes this server's watchdog: deadlines to enforce, or file moves due now."""
 READABLE_STATES = ("AVAILABLE", "TAKEN", "QUARANTINED")
 
 

@@ -8,6 +8,7 @@ where each message file must go; the files follow after commit (``sync``), re-ru
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 from collections.abc import Callable
@@ -118,13 +119,14 @@ async def start_process(
                     f"{len(unavailable)} of the messages cannot be processed", message_ids=unavailable
                 )
             # The partial unique index on active processes decides between concurrent starts.
-            await data.insert_process(
-                tx, process_id, addressee, database, client_id, ids,
-                now=now, deadline=now + ctx.settings.exchange.process_timeout_ms,
-            )
+            deadline = now + ctx.settings.exchange.process_timeout_ms
+            await data.insert_process(tx, process_id, addressee, database, client_id, ids, now=now, deadline=deadline)
             if await data.take_mailbox_messages(tx, ids, process_id) != len(ids):
                 raise MessagesUnavailable("some messages were taken meanwhile", message_ids=ids)
-            row = await data.reload_process(tx, process_id)
+            # The row as just inserted (not read back: a statement less on every start).
+            row = ProcessRow(id=process_id, addressee=addressee, database=database, client_id=client_id,
+                             message_ids=ids, state="STARTED", started_at=now, deadline=deadline, updated_at=now,
+                             error=None, cleanup_attempts=0, next_attempt_at=None)
             await _event(tx, "started", row, client_id=client_id, message_ids=ids)
     except MainspringError:
         raise
@@ -211,8 +213,10 @@ async def ready(ctx: Context, process_id: str, replies: list[Reply], check: Chec
                     await data.insert_messages(tx, fresh)
                 kept = {v.path for v in fresh}
                 written = [w for w in written if w not in kept]
-                await data.mark_process_ready(tx, process_id, now + ctx.settings.exchange.commit_timeout_ms, now)
-                row = await data.reload_process(tx, process_id)
+                deadline = now + ctx.settings.exchange.commit_timeout_ms
+                await data.mark_process_ready(tx, process_id, deadline, now)
+                # The locked row with what was just written (not read back: a statement less on every API_3).
+                row = dataclasses.replace(row, state="READY_TO_COMMIT", deadline=deadline, updated_at=now)
                 await _event(tx, "ready", row, reply_ids=[v.id for v in fresh])
                 tx.notify(CHANNEL)
         if outcome is not None:
@@ -232,8 +236,11 @@ async def _alert(tx: Transaction, code: str, process_id: str, detail: str) -> No
 async def committed(
     ctx: Context, process_id: str, check: Check = _allow_all, *, resolving: bool = False
 ) -> dict[str, Any]:
-    """API_4: the client's database committed. READY_TO_COMMIT or IN_DOUBT → CLEANUP → DONE; the replies
-    become visible in the same step. Repeats answer the same."""
+    """API_4: the client's database committed. READY_TO_COMMIT or IN_DOUBT → CLEANUP (the replies visible in
+    the same step) → DONE once its files are deleted (or moved to ``backup/``), and answered then (API.md:
+    repeats answer the same). A disk that refuses leaves CLEANUP, retried by the watchdog; a server that dies
+    in between leaves CLEANUP for any watchdog or the next start-up, which know from the store where each
+    file must go."""
     store = ctx.store
     backup = ctx.settings.exchange.backup
     outcome: MainspringError | None = None
@@ -264,6 +271,7 @@ async def committed(
 
 
 async def _commit(tx: Transaction, row: ProcessRow, backup: bool, resolving: bool) -> None:
+    """READY_TO_COMMIT or IN_DOUBT → CLEANUP."""
     now = tx.store.now_ms()
     replies = await data.commit_process_messages(tx, row.id, backup, now)
     await data.mark_process_committed(tx, row.id, now)

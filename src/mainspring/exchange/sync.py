@@ -12,6 +12,7 @@ import asyncio
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 from mainspring.core import outbox
 from mainspring.core.alerts import raise_alert
@@ -48,26 +49,31 @@ def _apply(disk: files.Disk, row: MessageRow) -> Outcome:
 
 
 def _apply_all(disk: files.Disk, rows: list[MessageRow]) -> list[Outcome]:
-    """Apply a batch; file calls wait on the disk, not the CPU, so large batches run on a few threads."""
-    if len(rows) < 32:
-        return _apply_chunk(disk, rows)
-    step = -(-len(rows) // FILE_THREADS)
-    chunks = [rows[i:i + step] for i in range(0, len(rows), step)]
-    with ThreadPoolExecutor(max_workers=len(chunks)) as pool:
-        return [o for part in pool.map(lambda chunk: _apply_chunk(disk, chunk), chunks) for o in part]
-
-
-def _apply_chunk(disk: files.Disk, rows: list[MessageRow]) -> list[Outcome]:
+    """Apply a batch, its folder fsyncs deferred to the end of the whole batch (a large one's made durable
+    by one ``syncfs``). File calls wait on the disk, not the CPU, so a large batch runs on a few threads: on a
+    disk mounted with ``discard`` an unlink waits ~1 ms, and eight at once take little longer than one."""
     outcomes: list[Outcome] = []
     try:
-        with disk.deferred_fsync():
-            outcomes = [_apply(disk, row) for row in rows]
+        with disk.deferred_fsync() as pending:
+            if len(rows) < 32:
+                outcomes = [_apply(disk, row) for row in rows]
+            else:
+                step = -(-len(rows) // FILE_THREADS)
+                chunks = [rows[i:i + step] for i in range(0, len(rows), step)]
+                with ThreadPoolExecutor(max_workers=len(chunks)) as pool:
+                    outcomes = [o for part in pool.map(lambda chunk: _apply_chunk(disk, chunk, pending), chunks)
+                                for o in part]
     except OSError as exc:
         # The moves may not be durable: none counts as done; they are re-run (idempotently) later.
         error = f"fsync: {type(exc).__name__}: {exc}"
         return [Outcome(o.row, False, error=o.error or error) for o in outcomes] or [
             Outcome(row, False, error=error) for row in rows]
     return outcomes
+
+
+def _apply_chunk(disk: files.Disk, rows: list[MessageRow], pending: set[Path]) -> list[Outcome]:
+    with disk.deferring_into(pending):
+        return [_apply(disk, row) for row in rows]
 
 
 def retry_delay(ctx: Context, attempts: int) -> int:
@@ -86,32 +92,48 @@ async def sync_files(ctx: Context, *, process_id: str | None = None) -> int:
             async with store.transaction() as tx:
                 await finish_cleanups(tx, [process_id])
         return 0
-    await _sync_rows(ctx, rows)
+    await _sync_rows(ctx, rows, now)
     return len(rows)
 
 
 async def sync_all_once(ctx: Context) -> int:
-    """Try every pending file move once, due or not (start-up: the disk may be back)."""
+    """Try every pending file move once, due or not (start-up: the disk may be back). The disk work of one
+    batch runs while the store records the one before (one at a time, in id order), so start-up recovery
+    waits on the slower of the two, not on both."""
     store = ctx.store
     after = ""
     total = 0
-    while True:
-        async with store.read() as conn:
-            rows = await data.pending_file_moves(conn, after, ctx.settings.exchange.batch_size)
-        if not rows:
-            return total
-        await _sync_rows(ctx, rows)
-        total += len(rows)
-        after = rows[-1].id
+    recording: asyncio.Task[None] | None = None
+    try:
+        while True:
+            async with store.read() as conn:
+                rows = await data.pending_file_moves(conn, after, ctx.settings.exchange.batch_size)
+            if not rows:
+                return total
+            attempted_at = store.now_ms()
+            outcomes = await asyncio.to_thread(_apply_all, disk_of(ctx), rows)
+            if recording is not None:
+                await recording
+            recording = asyncio.ensure_future(_record(ctx, outcomes, attempted_at))
+            total += len(rows)
+            after = rows[-1].id
+    finally:
+        if recording is not None:
+            await recording
 
 
-async def _sync_rows(ctx: Context, rows: list[MessageRow]) -> None:
-    outcomes = await asyncio.to_thread(_apply_all, disk_of(ctx), rows)
+async def _sync_rows(ctx: Context, rows: list[MessageRow], attempted_at: int) -> None:
+    await _record(ctx, await asyncio.to_thread(_apply_all, disk_of(ctx), rows), attempted_at)
+
+
+async def _record(ctx: Context, outcomes: list[Outcome], attempted_at: int) -> None:
     async with ctx.store.transaction() as tx:
-        await record_file_moves(ctx, tx, outcomes)
+        await record_file_moves(ctx, tx, outcomes, attempted_at)
 
 
-async def record_file_moves(ctx: Context, tx: Transaction, outcomes: list[Outcome]) -> None:
+async def record_file_moves(ctx: Context, tx: Transaction, outcomes: list[Outcome], attempted_at: int) -> None:
+    """Record a batch of moves tried at ``attempted_at``: a failed one is retried a delay after that attempt
+    (not after this record, which may come much later: the disk may have healed meanwhile)."""
     # Rows are locked in id order, then processes in id order, whoever records: recovery, the watchdog and
     # a process's own cleanup (on any server) may record overlapping rows at once and must not deadlock.
     outcomes = sorted(outcomes, key=lambda o: o.row.id)
@@ -136,7 +158,7 @@ async def record_file_moves(ctx: Context, tx: Transaction, outcomes: list[Outcom
         attempts = row.sync_attempts + 1
         log.warning("moving the file of message %s to %s failed (attempt %d): %s",
                     row.id, row.path or "deletion", attempts, outcome.error)
-        await data.postpone_file_move(tx, row, attempts, now + retry_delay(ctx, attempts - 1), outcome.error)
+        await data.postpone_file_move(tx, row, attempts, attempted_at + retry_delay(ctx, attempts - 1), outcome.error)
         if row.state == "COMMITTED" and row.process_id:
             failed_pids[row.process_id] = outcome.error or "error"
         elif attempts >= alert_after:
@@ -149,7 +171,7 @@ async def record_file_moves(ctx: Context, tx: Transaction, outcomes: list[Outcom
         if failed_before is None:
             continue
         attempts = failed_before + 1
-        await data.postpone_cleanup(tx, pid, attempts, now + retry_delay(ctx, attempts - 1), now)
+        await data.postpone_cleanup(tx, pid, attempts, attempted_at + retry_delay(ctx, attempts - 1), now)
         if attempts >= alert_after:
             await raise_alert(tx, "exchange_cleanup_failing", "exchange.process", pid,
                               f"cleanup of process {pid} has failed {attempts} times: {error}")

@@ -15,11 +15,10 @@ from mainspring.core import outbox
 from mainspring.core.alerts import raise_alerts
 from mainspring.core.runtime import Context, run_loop
 from mainspring.exchange import data, sync
+from mainspring.exchange.messages import WATCHDOG_CHANNEL
 from mainspring.exchange.service import SUBJECT, abort
 
 log = logging.getLogger("mainspring.exchange")
-
-WATCHDOG_CHANNEL = "exchange:watchdog"
 
 
 async def cancel_expired(ctx: Context) -> int:
