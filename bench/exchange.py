@@ -100,7 +100,7 @@ async def cycles_of(
         (await client.post(f"/v1/exchange/processes/{pid}/ready")).raise_for_status()
         done = await client.post(f"/v1/exchange/processes/{pid}/committed")
         done.raise_for_status()
-        # Answered once committed (CLEANUP), DONE once the files are gone (main before exchange-speed: after).
+        # DONE once its files are deleted; CLEANUP when the disk refused a delete (retried in the background).
         assert done.json()["state"] in ("CLEANUP", "DONE")
         counts[0] += 1
         timings["puts"].append(stored - began)
