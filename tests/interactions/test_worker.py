@@ -323,3 +323,96 @@ async def test_an_idle_server_with_handlers_stops_without_waiting_out_its_grace(
         await asyncio.sleep(0.3)
         began = time.monotonic()
     assert time.monotonic() - began < 10, "shutdown waited out the grace period"
+
+
+async def test_a_handler_that_returned_frees_its_slot_while_its_outcome_is_stored(store: Store, cfg: Any, monkeypatch: Any) -> None:
+    """The next item's handler starts while the last one's release is still on its way to the store (the lease
+    overlaps the release); with every outcome held up, leasing stops at twice the concurrency."""
+    from mainspring.interactions import leasing
+
+    store_outcomes = asyncio.Event()
+    original = leasing.release_many
+
+    async def held_up(*args: Any, **kwargs: Any) -> Any:
+        await store_outcomes.wait()
+        return await original(*args, **kwargs)
+
+    monkeypatch.setattr(leasing, "release_many", held_up)
+    started_ids: list[str] = []
+    app = App()
+
+    @app.queue("q", concurrency=1, batch=1)
+    async def handle(item: Any) -> None:
+        started_ids.append(item.id)
+
+    made = [(await service.create(store, cfg, "q", {"data": i}))[0]["id"] for i in range(4)]
+    worker = await started(store, app, cfg)
+    try:
+        await eventually(lambda: _started(started_ids, 2))
+        await asyncio.sleep(0.3)
+        assert started_ids == made[:2]  # two held outcomes: one concurrency's worth more, then no more leases
+        store_outcomes.set()
+        await eventually(lambda: _started(started_ids, 4))
+        for item_id in made:
+            await eventually(lambda item_id=item_id: _is(store, item_id, "completed"))
+    finally:
+        store_outcomes.set()
+        await worker.stop()
+
+
+async def _started(started_ids: list[str], n: int) -> bool:
+    return len(started_ids) >= n
+
+
+async def _runner_with_leased_items(store: Store, cfg: Any, n: int) -> tuple[Worker, Any, list[Any]]:
+    from mainspring.interactions import leasing
+    from mainspring.interactions.models import Interaction
+
+    app = App()
+
+    @app.queue("idle")
+    async def runs_until_stopped(item: Any) -> None:
+        await asyncio.Event().wait()
+
+    worker = Worker(store, app, cfg, poll_ms=200)
+    await worker.start()
+    for i in range(n):
+        await service.create(store, cfg, "other", {"data": i})
+    leased = (await leasing.lease(store, cfg, "other", "w", n)).items
+    return worker, worker.runners["idle"], [Interaction.model_validate(item) for item in leased]
+
+
+async def test_an_item_leased_while_the_keeper_reads_the_store_is_not_taken_for_lost(store: Store, cfg: Any, monkeypatch: Any) -> None:
+    from mainspring.interactions import worker as worker_module
+
+    worker, runner, (running, leased_meanwhile) = await _runner_with_leased_items(store, cfg, 2)
+    original = worker_module.data.held_leases
+
+    async def lease_meanwhile(conn: Any, checking: Any) -> Any:
+        runner._start(leased_meanwhile)  # the lease loop starts an item while the keeper's read is on its way
+        return await original(conn, checking)
+
+    runner._start(running)
+    monkeypatch.setattr(worker_module.data, "held_leases", lease_meanwhile)
+    try:
+        runner._cancel_lost(*await runner._still_held())
+        await asyncio.sleep(0)
+        for item in (running, leased_meanwhile):
+            task = runner.inflight[int(item.id)].task
+            assert task is not None and not task.cancelled(), item.id
+    finally:
+        await worker.stop(False)
+
+
+async def test_a_handler_cancelled_before_it_ran_is_forgotten(store: Store, cfg: Any) -> None:
+    worker, runner, (item,) = await _runner_with_leased_items(store, cfg, 1)
+    try:
+        runner._start(item)
+        entry = runner.inflight[int(item.id)]
+        assert entry.task is not None
+        entry.task.cancel()  # before its first step: its own ``finally`` never runs
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert int(item.id) not in runner.inflight
+    finally:
+        await worker.stop(False)

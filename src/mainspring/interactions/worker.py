@@ -184,7 +184,7 @@ class QueueRunner:
         failures = 0
         busy = False
         while self._leasing:
-            free = self.options.concurrency - len(self.inflight)
+            free = self._free_slots()
             if free <= 0 or (busy and free < min(self.options.batch, self.options.concurrency) // 2):
                 # While the queue is busy, lease in large batches rather than one freed slot at a time.
                 self._slot.clear()
@@ -211,6 +211,14 @@ class QueueRunner:
             timeout = min(poll_s, leasing.until_next(self.store, leased.next_due))
             await self._until(waiter.wait(timeout), timeout)
 
+    def _free_slots(self) -> int:
+        """Handlers this runner may start now. A handler that has returned no longer holds a slot while its
+        outcome is being stored, so the next lease overlaps the last release; outcomes still being stored are
+        capped at one more concurrency's worth, so a slow store still holds leasing back."""
+        releasing = sum(1 for e in self.inflight.values() if e.releasing)
+        running = len(self.inflight) - releasing
+        return min(self.options.concurrency - running, 2 * self.options.concurrency - len(self.inflight))
+
     async def _until(self, awaitable: Any, limit_s: float | None) -> None:
         """Wait for ``awaitable`` (at most ``limit_s``), or until leasing stops."""
         waiting = asyncio.ensure_future(awaitable)
@@ -226,6 +234,13 @@ class QueueRunner:
         entry = _InFlight(item, item.lease.token)
         self.inflight[int(item.id)] = entry
         entry.task = asyncio.create_task(self._process(entry), name=f"interactions:{self.name}:{item.id}")
+        # A task cancelled before its first step never runs its ``finally``: forget the item here as well, or
+        # its lease would be heartbeated for ever with nothing running.
+        entry.task.add_done_callback(lambda _task, item_id=int(item.id): self._forget(item_id))
+
+    def _forget(self, item_id: int) -> None:
+        self.inflight.pop(item_id, None)
+        self._slot.set()
 
     # --- handling ------------------------------------------------------------------------------
 
@@ -261,6 +276,7 @@ class QueueRunner:
             entry.releasing = True
             release = _Release(item_id, entry.token, outcome)
             self._releases.put_nowait(release)
+            self._slot.set()
             held = await release.done
             if not held:
                 log.info("the lease on %s #%s was lost before its outcome was stored", self.name, item_id)
@@ -270,8 +286,7 @@ class QueueRunner:
             # lease is left to expire, so the item is retried elsewhere if it is still wanted.
             pass
         finally:
-            self.inflight.pop(item_id, None)
-            self._slot.set()
+            self._forget(item_id)
 
     async def _release_loop(self) -> None:
         while True:
@@ -306,7 +321,7 @@ class QueueRunner:
             signalled = await waiter.wait(min(0.1, max(0.0, next_beat - time.monotonic())))
             try:
                 if signalled:
-                    self._cancel_lost(await self._still_held())
+                    self._cancel_lost(*await self._still_held())
                     await asyncio.sleep(0.02)
                 if time.monotonic() >= next_beat:
                     last_beat = time.monotonic()
@@ -320,16 +335,18 @@ class QueueRunner:
                 log_failure(log, exc, "keeping the leases of %s failed; retrying", self.name)
                 await asyncio.sleep(beat_s)
 
-    async def _still_held(self) -> set[int]:
+    async def _still_held(self) -> tuple[set[int], set[int]]:
+        """Of the running items, those whose lease is still held; and which items were checked (an item
+        leased while the store was read is not among them, and must not be taken for lost)."""
         checking = {i: e.token for i, e in list(self.inflight.items()) if not e.releasing}
         if not checking:
-            return set()
+            return set(), set()
         async with self.store.read() as conn:
             found = await data.held_leases(conn, checking)
-        return {i for i, (state, token) in found.items() if state == "processing" and token == checking[i]}
+        return {i for i, (state, token) in found.items() if state == "processing" and token == checking[i]}, set(checking)
 
-    def _cancel_lost(self, held: set[int], checked: set[int] | None = None) -> None:
-        for item_id in checked if checked is not None else list(self.inflight):
+    def _cancel_lost(self, held: set[int], checked: set[int]) -> None:
+        for item_id in checked:
             entry = self.inflight.get(item_id)
             if entry is None or entry.releasing or item_id in held:
                 continue
