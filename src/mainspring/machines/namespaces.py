@@ -5,13 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
 from mainspring.core.runtime import Context
 from mainspring.machines import data
 from mainspring.machines.data import NamespaceRow
 from mainspring.machines.errors import NamespaceNotFound, ProcessorFailed
-from mainspring.machines.processor import HttpProcessor, LocalProcessor, Processor
+from mainspring.machines.processor import HttpProcessor, HttpTransport, LocalProcessor, Processor
 from mainspring.machines.settings import (
     HistoryRange,
     NamespaceConfig,
@@ -125,7 +123,7 @@ async def save_namespace(tx: Transaction, name: str, config: NamespaceConfig) ->
     return await data.save_namespace(tx, name, values)
 
 
-def machinegun_processor(url: str, client: httpx.AsyncClient) -> Processor:
+def machinegun_processor(url: str, client: HttpTransport) -> Processor:
     """A processor speaking Machinegun's Thrift ``Processor`` service (needs the ``machinegun`` extra)."""
     try:
         from mainspring.machines.machinegun.processor import MachinegunProcessor
@@ -140,8 +138,7 @@ def processor_for(ctx: Context, namespace: Namespace) -> Processor:
     if url is not None:
         client = ctx.extras.get(HTTP_CLIENT)
         if client is None:
-            limits = httpx.Limits(max_connections=ctx.settings.machines.concurrency * 4, max_keepalive_connections=64)
-            client = ctx.extras[HTTP_CLIENT] = httpx.AsyncClient(limits=limits)
+            client = ctx.extras[HTTP_CLIENT] = HttpTransport(connections=ctx.settings.machines.concurrency * 4)
         if namespace.config.processor.protocol == "machinegun":
             return machinegun_processor(url, client)
         return HttpProcessor(url, client)

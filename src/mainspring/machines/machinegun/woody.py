@@ -26,7 +26,6 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 from thriftpy2.protocol.binary import TBinaryProtocol
 from thriftpy2.thrift import TClient
 
@@ -34,6 +33,7 @@ from thriftpy2.thrift import TClient
 # bytes come from the network.
 from thriftpy2.transport.memory import TMemoryBuffer
 
+from mainspring.machines.processor import HttpTransport
 from mainspring.store import format_time, parse_time
 
 CONTENT_TYPE = "application/x-thrift"
@@ -118,16 +118,16 @@ def decode_reply(service: Any, api: str, body: bytes) -> Any:
 
 
 async def call(
-    client: httpx.AsyncClient, url: str, service: Any, api: str, args: dict[str, Any], *, trace: Trace, timeout_ms: int,
+    client: HttpTransport, url: str, service: Any, api: str, args: dict[str, Any], *, trace: Trace, timeout_ms: int,
     now_ms: int, headers: dict[str, str] | None = None,
 ) -> Any:
     """Call ``service.api`` at ``url`` as a woody client: the result, a declared exception raised, or
-    ``WoodyError`` for a system error; transport failures are httpx's exceptions."""
+    ``WoodyError`` for a system error; transport failures are the transport's ``ProcessorError``."""
     request_headers = {
         "content-type": CONTENT_TYPE, "accept": CONTENT_TYPE, **trace.headers(),
         DEADLINE: format_deadline(now_ms + timeout_ms), **(headers or {}),
     }
-    reply = await client.post(url, content=encode_call(service, api, args), headers=request_headers, timeout=timeout_ms / 1000)
+    reply = await client.post(url, encode_call(service, api, args), request_headers, timeout_ms)
     if reply.status_code != 200:
         error_class = reply.headers.get(ERROR_CLASS, RESULT_UNEXPECTED)
         raise WoodyError(reply.status_code, error_class, reply.headers.get(ERROR_REASON, reply.text[:300]))
