@@ -94,7 +94,7 @@ async def run(client: str, url: str, requests: int, concurrency: int, connection
             "cpu_us_per_request_client": round(own_us), "cpu_us_per_request_processor": round(host_us)}
 
 
-async def main() -> None:
+def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=5000)
     parser.add_argument("--concurrency", type=int, default=64)
@@ -102,7 +102,17 @@ async def main() -> None:
     parser.add_argument("--connections", type=int, default=256, help="the pool's size (the server's default: 4 × machines.concurrency)")
     parser.add_argument("--clients", default=",".join(CLIENTS))
     parser.add_argument("--port", type=int, default=None)
+    parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop", help="the event loop (the server's is uvloop, as uvicorn picks it)")
     args = parser.parse_args()
+    if args.loop == "uvloop":
+        import uvloop
+
+        uvloop.run(run_all(args))
+    else:
+        asyncio.run(run_all(args))
+
+
+async def run_all(args: argparse.Namespace) -> None:
     port = args.port or free_port()
     host = serve_processor("json", port)
     results: dict[str, list[dict[str, float]]] = {}
@@ -120,4 +130,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()
