@@ -62,11 +62,17 @@ async def test_http_processor_422_unprocessable_is_permanent_and_5xx_is_transien
         raise Unprocessable("invalid")
 
     fake.on("call", crash)
-    assert (await client.post(f"{BASE}/m1/call", json={})).status_code == 502
+    reply = await client.post(f"{BASE}/m1/call", json={})
+    assert reply.status_code == 502 and reply.json()["code"] == "processor_failed"
     assert (await client.get(f"{BASE}/m1")).json()["status"] == "working"
     fake.on("call", refuse)
-    assert (await client.post(f"{BASE}/m1/call", json={})).status_code == 502
+    reply = await client.post(f"{BASE}/m1/call", json={})
+    assert reply.status_code == 502 and reply.json()["code"] == "processor_refused" and reply.json()["detail"].endswith("invalid")
     assert (await client.get(f"{BASE}/m1")).json()["status"] == "failed"
+    fake.on("init", refuse)
+    reply = await client.post(BASE, json={"id": "m2"})
+    assert reply.status_code == 502 and reply.json()["code"] == "processor_refused"
+    assert (await client.get(f"{BASE}/m2")).status_code == 404
 
 
 async def test_call_slower_than_the_deadline_is_504_and_leaves_no_half_applied_step(

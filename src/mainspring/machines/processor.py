@@ -65,6 +65,8 @@ class ProcessorError(Exception):
 
     @property
     def code(self) -> str:
+        if self.permanent:
+            return "processor_refused"
         return "processor_timeout" if self.timeout else "processor_failed"
 
 

@@ -39,7 +39,7 @@ SCOPE = [Depends(requires("machines:{ns}"))]
 ERRORS: dict[int | str, dict[str, Any]] = {
     404: {"description": "namespace_not_found / machine_not_found"},
     409: {"description": "machine_already_exists / machine_failed / machine_already_working"},
-    502: {"description": "processor_failed"},
+    502: {"description": "processor_failed (transient) / processor_refused (permanent)"},
     504: {"description": "processor_timeout"},
 }
 

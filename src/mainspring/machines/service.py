@@ -32,6 +32,7 @@ from mainspring.machines.errors import (
     MachineNotFound,
     OperationNotFound,
     ProcessorFailed,
+    ProcessorRefused,
     ProcessorTimeout,
 )
 from mainspring.machines.namespaces import (
@@ -89,6 +90,10 @@ def _not_found(namespace: str, machine_id: str) -> MachineNotFound:
 
 
 def _processor_error(error: ProcessorError) -> MainspringError:
+    """What the caller is answered: a permanent refusal (502 processor_refused) or a transient failure (502
+    processor_failed / 504 processor_timeout), which a client may retry."""
+    if error.permanent:
+        return ProcessorRefused(error.detail)
     return ProcessorTimeout(error.detail) if error.timeout else ProcessorFailed(error.detail)
 
 
