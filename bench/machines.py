@@ -7,7 +7,8 @@ Rows: ``in_process`` (an async no-op class in this process), ``http`` (the same 
 ``mainspring.machines.host`` in a process of its own: bench/machines_processors.py), ``thrift`` (a no-op
 Machinegun ``Processor`` over woody, also its own process), ``timers`` (a burst of due timers), ``lateness``.
 Each Call row gives calls/s, latency p50/p99 and CPU per call: this process, the processor's process and
-PostgreSQL's processes (bench/pgcpu.py: meaningful only when nothing else uses this PostgreSQL).
+PostgreSQL's backends serving the bench's database (so other databases' work on a shared server is not
+counted; WAL writing by the server's own processes is not either).
 
 Runs in-process against a real store (SQLite file in a temp dir; a fresh PostgreSQL database created from
 $MAINSPRING_BENCH_PG, default postgresql://postgres@127.0.0.1:5432/postgres). Every step is durable: the
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
-from pgcpu import postgres_cpu_s
+from pgcpu import backends_cpu_s
 from sqlalchemy import func, select
 
 from mainspring.app import App, Registration
@@ -129,6 +130,18 @@ async def run_concurrently(count: int, concurrency: int, work: Any) -> list[floa
     return latencies
 
 
+async def backend_pids(ctx: Context) -> set[int]:
+    """The PostgreSQL backends serving the bench's database now (none on SQLite)."""
+    if not ctx.store.is_postgres:
+        return set()
+    conn = await asyncpg.connect(PG_ADMIN)
+    try:
+        rows = await conn.fetch("SELECT pid FROM pg_stat_activity WHERE datname = $1", ctx.store.url.rsplit("/", 1)[1].split("?")[0])
+    finally:
+        await conn.close()
+    return {row["pid"] for row in rows}
+
+
 def process_cpu_s(pid: int | None = None) -> float:
     """CPU seconds (user + system) used so far by this process (with its threads), or by process ``pid``."""
     if pid is None:
@@ -144,11 +157,12 @@ async def bench_calls(ctx: Context, namespace: str, machines_count: int, calls: 
     start_elapsed = time.perf_counter() - started
     total = machines_count * calls
     errors.clear()
-    cpu_before = (process_cpu_s(), process_cpu_s(host_pid) if host_pid else 0.0, postgres_cpu_s())
+    pids = await backend_pids(ctx)
+    cpu_before = (process_cpu_s(), process_cpu_s(host_pid) if host_pid else 0.0, backends_cpu_s(pids))
     started = time.perf_counter()
     call_lat = await run_concurrently(total, concurrency, lambda i: service.call_machine(ctx, namespace, f"m{i % machines_count}", i))
     elapsed = time.perf_counter() - started
-    cpu_after = (process_cpu_s(), process_cpu_s(host_pid) if host_pid else 0.0, postgres_cpu_s())
+    cpu_after = (process_cpu_s(), process_cpu_s(host_pid) if host_pid else 0.0, backends_cpu_s(pids | await backend_pids(ctx)))
     server_us, processor_us, pg_us = ((b - a) * 1e6 / total for a, b in zip(cpu_before, cpu_after, strict=True))
     return {
         "start_ms_mean_serial": statistics.mean(start_lat),
@@ -176,6 +190,8 @@ async def bench_timers_burst(ctx: Context, processor: NoOp, count: int) -> dict[
             await tx.execute(machines.insert(), rows[chunk : chunk + 1000])
     ctx.registry.processors["burst"] = Registration(processor)
     processor.fired.clear()
+    pids = await backend_pids(ctx)
+    cpu_before = process_cpu_s(), backends_cpu_s(pids)
     started = time.perf_counter()
     loop = asyncio.create_task(machines_loop(ctx))
     while len(processor.fired) < count:  # noqa: ASYNC110 - polling a counter the processor fills
@@ -187,11 +203,13 @@ async def bench_timers_burst(ctx: Context, processor: NoOp, count: int) -> dict[
             break
         await asyncio.sleep(0.05)
     elapsed = time.perf_counter() - started
+    server_us, pg_us = ((b - a) * 1e6 / count for a, b in zip(cpu_before, (process_cpu_s(), backends_cpu_s(pids | await backend_pids(ctx))), strict=True))
     ctx.stopping.set()
     ctx.store.notifier.signal_all()
     await loop
     ctx.stopping.clear()
-    return {"timers_due_at_once": count, "timer_firings_per_s": count / elapsed}
+    return {"timers_due_at_once": count, "timer_firings_per_s": count / elapsed, "cpu_us_per_firing_server": round(server_us),
+            "cpu_us_per_firing_postgres": round(pg_us) if ctx.store.is_postgres else 0}
 
 
 async def bench_lateness(ctx: Context, processor: NoOp, count: int, rate: int) -> dict[str, float]:

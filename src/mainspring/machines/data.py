@@ -360,14 +360,18 @@ async def read_history(conn: Executor, machine: MachineRow, after: int | None, l
     return [HistoryRow(*r) for r in rows.all()]
 
 
+_WHOLE_HISTORIES = (
+    select(history).where(history.c.machine_uid.in_(bindparam("uids", expanding=True))).order_by(history.c.machine_uid, history.c.event_id)
+)
+
+
 async def whole_histories(conn: Executor, batch: Sequence[MachineRow]) -> dict[int, list[HistoryRow]]:
     """The whole history of each machine of ``batch`` in one query, each bounded by the row as read."""
     bound = {m.uid: m.last_event_id for m in batch}
     found: dict[int, list[HistoryRow]] = {uid: [] for uid in bound}
     if not bound:
         return found
-    query = select(history).where(history.c.machine_uid.in_(sorted(bound))).order_by(history.c.machine_uid, history.c.event_id)
-    for row in (await conn.execute(query)).all():
+    for row in (await conn.execute(_WHOLE_HISTORIES, {"uids": sorted(bound)})).all():
         if row.event_id <= bound[row.machine_uid]:
             found[row.machine_uid].append(HistoryRow(*row))
     return found
@@ -427,18 +431,21 @@ async def count_pending(conn: Executor, uid: int) -> int:
     return int((await conn.execute(_COUNT_PENDING, {"uid": uid})).scalar_one())
 
 
+_FIRST_NOTIFICATIONS = (
+    select(notifications.c.machine_uid, func.min(notifications.c.seq).label("seq"))
+    .where(notifications.c.machine_uid.in_(bindparam("uids", expanding=True)))
+    .group_by(notifications.c.machine_uid)
+    .subquery()
+)
+_HEAD_NOTIFICATIONS = select(notifications).join(_FIRST_NOTIFICATIONS, notifications.c.seq == _FIRST_NOTIFICATIONS.c.seq)
+
+
 async def head_notifications(conn: Executor, uids: Sequence[int]) -> dict[int, NotificationRow]:
     """The oldest pending notification of each of these machines, in one query."""
     if not uids:
         return {}
-    first = (
-        select(notifications.c.machine_uid, func.min(notifications.c.seq).label("seq"))
-        .where(notifications.c.machine_uid.in_(sorted(set(uids))))
-        .group_by(notifications.c.machine_uid)
-        .subquery()
-    )
-    query = select(notifications).join(first, notifications.c.seq == first.c.seq)
-    return {r.machine_uid: NotificationRow(*r) for r in (await conn.execute(query)).all()}
+    rows = await conn.execute(_HEAD_NOTIFICATIONS, {"uids": sorted(set(uids))})
+    return {r.machine_uid: NotificationRow(*r) for r in rows.all()}
 
 
 async def pending_notifications(conn: Executor, namespace: str, machine_id: str, limit: int) -> list[NotificationRow]:
