@@ -121,7 +121,7 @@ async def fire(ctx: Context, due: Due) -> None:
         await _release(ctx, machine)
         return
     if kind == "timeout":
-        metrics.TIMER_LATENESS.labels(machine.namespace).observe(max(0, now - machine.timer_at) / 1000)  # type: ignore[operator]
+        metrics.timer_fired(machine.namespace, now - machine.timer_at)  # type: ignore[operator]
     rng, timeout_ms, events = await _step_history(ctx, ns, due, kind)
     try:
         answer = await processor_for(ctx, ns).process(kind, args, processor_view(machine, events), timeout_ms, ctx.now_ms(), step=Step(rng, machine.timer_at))
@@ -137,7 +137,7 @@ async def fire(ctx: Context, due: Due) -> None:
     step = pending_step(machine, answer, ctx.now_ms(), consume_timer=kind == "timeout", delivered_notification=delivered)
     applied = await applied_once(ctx.store, step)
     if applied is Applied.APPLIED:
-        metrics.STEPS.labels(machine.namespace, kind).inc()
+        metrics.step_applied(machine.namespace, kind)
     else:
         await _release(ctx, machine)
 

@@ -266,6 +266,8 @@ class LocalProcessor:
         self.methods = {k: getattr(target, k) for k in KINDS if callable(getattr(target, k, None))}
         if not self.methods and not callable(target):
             raise TypeError(f"{target!r} is neither a processor object nor a function")
+        # Asked once, not on every step (inspect's check is a few attribute reads and a flag test each time).
+        self.awaited = {kind: _is_async(self.methods.get(kind, target)) for kind in KINDS}
 
     async def invoke(self, kind: str, args: Any, machine: dict[str, Any]) -> Any:
         """Run the user's code for ``kind``; what it returns or raises, unchanged."""
@@ -273,12 +275,14 @@ class LocalProcessor:
             method = self.methods.get(kind)
             if method is None:
                 return None  # A kind the processor does not handle: no change.
-            return await _run(method, args, machine)
-        return await _run(self.target, kind, args, machine)
+            return await (method(args, machine) if self.awaited[kind] else _run_sync(method, args, machine))
+        return await (self.target(kind, args, machine) if self.awaited[kind] else _run_sync(self.target, kind, args, machine))
 
     async def process(self, kind: str, args: Any, machine: dict[str, Any], timeout_ms: int, now_ms: int, *, step: Step | None = None) -> Answer:
         try:
-            body = await asyncio.wait_for(self.invoke(kind, args, machine), timeout_ms / 1000)
+            # A deadline on this task, not wait_for's: that starts another task for every step.
+            async with asyncio.timeout(timeout_ms / 1000):
+                body = await self.invoke(kind, args, machine)
         except TimeoutError as exc:
             raise ProcessorError(f"the processor did not answer within {timeout_ms} ms", timeout=True) from exc
         except Unprocessable as exc:
@@ -290,9 +294,13 @@ class LocalProcessor:
         return parse_answer(body, now_ms)
 
 
-async def _run(function: Any, *args: Any) -> Any:
-    if inspect.iscoroutinefunction(function):
-        return await function(*args)
+def _is_async(function: Any) -> bool:
+    """An ``async def`` function or method, or an object whose ``__call__`` is one."""
+    return inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(type(function).__call__)
+
+
+async def _run_sync(function: Any, *args: Any) -> Any:
+    """A plain function, in a thread (it may block); an awaitable it returns is awaited here."""
     result = await asyncio.to_thread(functools.partial(function, *args))
     if inspect.isawaitable(result):
         return await result

@@ -325,7 +325,7 @@ async def _step(ctx: Context, namespace: str, machine_id: str, kind: str, args: 
             if outcome is not Applied.APPLIED:
                 continue
             note_version(ctx.extras, machine.uid, machine.version + 1)
-            metrics.STEPS.labels(namespace, kind).inc()
+            metrics.step_applied(namespace, kind)
             return Reply(200, body)
     raise MachineBusy("other steps kept changing the machine; try again")
 
