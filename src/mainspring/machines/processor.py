@@ -166,14 +166,17 @@ class HttpTransport:
     def __init__(self, connections: int) -> None:
         self.connections = connections
         self._session: aiohttp.ClientSession | None = None
+        self._failures: tuple[type[BaseException], ...] = (OSError,)
         self._proxies: dict[str, str | None] = {}
 
     def _open(self) -> aiohttp.ClientSession:
-        import aiohttp
+        import aiohttp  # here, not at the top: code that only imports Unprocessable need not load it
 
         connector = aiohttp.TCPConnector(limit=self.connections, limit_per_host=0)
-        # Processors' cookies are not the server's to keep.
-        self._session = aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
+        # Processors' cookies are not the server's to keep. No timeouts of aiohttp's own: each call has its
+        # deadline on its task (aiohttp's timer context costs more per request, and bounds the same).
+        self._session = aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar(), timeout=aiohttp.ClientTimeout())
+        self._failures = (aiohttp.ClientError, OSError)
         return self._session
 
     def _proxy(self, url: str) -> str | None:
@@ -191,20 +194,18 @@ class HttpTransport:
         """POST ``body`` and read the whole answer within ``timeout_ms`` (connecting and waiting for a free
         connection included). No answer in time: a ``timeout`` ProcessorError; not reached or cut off: a
         transient one."""
-        import aiohttp
-
         session = self._session or self._open()
         sent = dict(headers)  # gets the span's traceparent when tracing is on
         try:
-            with tracing.outgoing("POST", url, sent) as span:
-                timeout = aiohttp.ClientTimeout(total=timeout_ms / 1000)
-                async with session.post(url, data=body, headers=sent, timeout=timeout, proxy=self._proxy(url)) as reply:
-                    if span is not None:
-                        span.set_attribute("http.response.status_code", reply.status)
-                    return Reply(reply.status, reply.headers, await reply.read())
+            async with asyncio.timeout(timeout_ms / 1000):
+                with tracing.outgoing("POST", url, sent) as span:
+                    async with session.post(url, data=body, headers=sent, proxy=self._proxy(url)) as reply:
+                        if span is not None:
+                            span.set_attribute("http.response.status_code", reply.status)
+                        return Reply(reply.status, reply.headers, await reply.read())
         except TimeoutError as exc:
             raise ProcessorError(f"no answer from {url} within {timeout_ms} ms", timeout=True) from exc
-        except (aiohttp.ClientError, OSError) as exc:
+        except self._failures as exc:
             raise ProcessorError(f"cannot reach {url}: {type(exc).__name__}: {exc}") from exc
 
     async def aclose(self) -> None:
