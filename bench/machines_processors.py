@@ -24,14 +24,15 @@ class NoOp:
 
 
 def thrift_app() -> Any:
-    """Machinegun's ``Processor`` service as a woody server answers it (one event per step)."""
+    """Machinegun's ``Processor`` service as a woody server answers it (one event per step), with thriftpy2's
+    Cython protocol: a real Machinegun processor (Erlang, Java) does not decode in pure Python either."""
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import Response
     from starlette.routing import Route
-    from thriftpy2.protocol.binary import TBinaryProtocol
+    from thriftpy2.protocol.cybin import TCyBinaryProtocol
     from thriftpy2.thrift import TProcessor
-    from thriftpy2.transport.memory import TMemoryBuffer
+    from thriftpy2.transport.memory import TCyMemoryBuffer
 
     from mainspring.machines.machinegun import woody
     from mainspring.machines.machinegun.idl import Processor, stateproc
@@ -49,10 +50,10 @@ def thrift_app() -> Any:
     processor = TProcessor(Processor, Handler())
 
     async def serve(request: Request) -> Response:
-        api, seqid, result, call = processor.process_in(TBinaryProtocol(TMemoryBuffer(await request.body())))
+        api, seqid, result, call = processor.process_in(TCyBinaryProtocol(TCyMemoryBuffer(await request.body())))
         result.success = call()
-        out = TMemoryBuffer()
-        processor.send_result(TBinaryProtocol(out), api, result, seqid)
+        out = TCyMemoryBuffer()
+        processor.send_result(TCyBinaryProtocol(out), api, result, seqid)
         return Response(out.getvalue(), media_type=woody.CONTENT_TYPE)
 
     return Starlette(routes=[Route("/", serve, methods=["POST"])])
