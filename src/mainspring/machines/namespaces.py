@@ -132,6 +132,13 @@ def machinegun_processor(url: str, client: HttpTransport) -> Processor:
     return MachinegunProcessor(url, client)
 
 
+async def close_processors(ctx: Context) -> None:
+    """Close this server's connections to its remote processors (opened again by the next call)."""
+    transport = ctx.extras.pop(HTTP_CLIENT, None)
+    if transport is not None:
+        await transport.aclose()
+
+
 def processor_for(ctx: Context, namespace: Namespace) -> Processor:
     """The processor that serves ``namespace`` on this server."""
     url = namespace.config.processor.url

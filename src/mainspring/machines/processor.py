@@ -208,6 +208,11 @@ class HttpTransport:
         except self._failures as exc:
             raise ProcessorError(f"cannot reach {url}: {type(exc).__name__}: {exc}") from exc
 
+    @property
+    def open(self) -> bool:
+        """Whether connections may be open (a call was made since the pool was created or closed)."""
+        return self._session is not None
+
     async def aclose(self) -> None:
         if self._session is not None:
             await self._session.close()
