@@ -34,7 +34,7 @@ from thriftpy2.thrift import TClient
 from thriftpy2.transport.memory import TMemoryBuffer
 
 try:  # To write, the Cython ones when built (the same bytes, ~20× less CPU): what they write is ours.
-    from thriftpy2.protocol.cybin import TCyBinaryProtocol as WriteProtocol
+    from thriftpy2.protocol.cybin import TCyBinaryProtocol as WriteProtocol  # type: ignore[attr-defined]  # compiled, no stub
     from thriftpy2.transport.memory import TCyMemoryBuffer as WriteBuffer
 except ImportError:  # pragma: no cover - a platform without thriftpy2's extensions
     WriteProtocol, WriteBuffer = TBinaryProtocol, TMemoryBuffer
