@@ -36,6 +36,7 @@ from mainspring.exchange.models import Message
 from mainspring.interactions import service as interactions
 from mainspring.interactions.models import CreateIn, Interaction
 from mainspring.machines import service as machines
+from mainspring.machines.namespaces import close_processors
 from mainspring.store import Store
 from mainspring.store.migrate import migrate
 
@@ -58,6 +59,7 @@ class Producer:
         return self
 
     async def close(self) -> None:
+        await close_processors(self.context)
         await self.store.close()
 
     async def __aenter__(self) -> Producer:

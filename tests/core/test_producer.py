@@ -100,3 +100,17 @@ async def test_a_produced_machine_call_commits_the_step_and_a_failure_raises_as_
             await mainspring.call("counters", "c1", "boom")
     assert started["id"] == "c1" and notification
     assert failed.value.status >= 500
+
+
+async def test_a_producer_closes_its_connections_to_remote_processors(database_url: str, tmp_path: Path) -> None:
+    from mainspring.machines.namespaces import HTTP_CLIENT, put_namespace
+    from mainspring.machines.settings import NamespaceConfig, ProcessorConfig
+    from tests.machines.conftest import FakeProcessor, serve_fake
+
+    async with serve_fake(FakeProcessor()) as url:
+        async with producer(database=database_url, data_dir=tmp_path) as mainspring:
+            await put_namespace(mainspring.context, "remote", NamespaceConfig(processor=ProcessorConfig(url=url)))
+            assert (await mainspring.start("remote", "m1", "hello"))["history"][0]["data"] == {"started": "hello"}
+            transport = mainspring.context.extras[HTTP_CLIENT]
+            assert transport.open
+    assert not transport.open and HTTP_CLIENT not in mainspring.context.extras

@@ -89,3 +89,28 @@ async def test_background_steps_are_spans(traced: httpx.AsyncClient) -> None:
         return any(s.name.startswith("step ") for s in EXPORTER.get_finished_spans())
 
     await eventually(stepped, within_s=10, what="a background step span")
+
+
+async def test_a_call_to_an_http_processor_is_a_client_span_whose_traceparent_the_processor_receives(traced: httpx.AsyncClient) -> None:
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    from tests.machines.conftest import serve_app
+
+    received: list[str | None] = []
+
+    async def processor(request: Request) -> JSONResponse:
+        received.append(request.headers.get("traceparent"))
+        return JSONResponse({"events": ["e"], "response": "ok"})
+
+    async with serve_app(Starlette(routes=[Route("/", processor, methods=["POST"])])) as url:
+        assert (await traced.put("/v1/namespaces/remote", json={"processor": {"url": url}})).status_code == 200
+        assert (await traced.post("/v1/namespaces/remote/machines", json={"id": "m1"})).status_code == 201
+    spans = EXPORTER.get_finished_spans()
+    (request,) = [s for s in spans if s.kind == trace.SpanKind.SERVER and s.name.startswith("POST /v1/namespaces")]
+    (outgoing,) = [s for s in spans if s.kind == trace.SpanKind.CLIENT and s.attributes and s.attributes.get("url.full") == url]
+    assert outgoing.context.trace_id == request.context.trace_id
+    assert outgoing.attributes["http.response.status_code"] == 200
+    assert [value.split("-")[1:3] for value in received if value] == [[f"{outgoing.context.trace_id:032x}", f"{outgoing.context.span_id:016x}"]]

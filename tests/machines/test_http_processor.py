@@ -62,11 +62,17 @@ async def test_http_processor_422_unprocessable_is_permanent_and_5xx_is_transien
         raise Unprocessable("invalid")
 
     fake.on("call", crash)
-    assert (await client.post(f"{BASE}/m1/call", json={})).status_code == 502
+    reply = await client.post(f"{BASE}/m1/call", json={})
+    assert reply.status_code == 502 and reply.json()["code"] == "processor_failed"
     assert (await client.get(f"{BASE}/m1")).json()["status"] == "working"
     fake.on("call", refuse)
-    assert (await client.post(f"{BASE}/m1/call", json={})).status_code == 502
+    reply = await client.post(f"{BASE}/m1/call", json={})
+    assert reply.status_code == 502 and reply.json()["code"] == "processor_refused" and reply.json()["detail"].endswith("invalid")
     assert (await client.get(f"{BASE}/m1")).json()["status"] == "failed"
+    fake.on("init", refuse)
+    reply = await client.post(BASE, json={"id": "m2"})
+    assert reply.status_code == 502 and reply.json()["code"] == "processor_refused"
+    assert (await client.get(f"{BASE}/m2")).status_code == 404
 
 
 async def test_call_slower_than_the_deadline_is_504_and_leaves_no_half_applied_step(
@@ -138,3 +144,30 @@ async def test_processor_host_answers_quietly_when_the_server_hangs_up_mid_reque
     assert invoked == []
     assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 499
     assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]
+
+
+async def test_http_processor_is_reached_through_the_proxy_the_environment_names(client: httpx.AsyncClient, monkeypatch: Any) -> None:
+    """``HTTP_PROXY`` applies to processor calls (and ``NO_PROXY`` exempts hosts), as for any HTTP client."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    from tests.machines.conftest import serve_app
+
+    targets: list[str] = []
+
+    async def proxy(request: Request) -> JSONResponse:  # answers in the processor's place: what it got is the target
+        targets.append(request.url.netloc)
+        return JSONResponse({"events": ["through the proxy"]})
+
+    async with serve_app(Starlette(routes=[Route("/", proxy, methods=["POST"])])) as proxy_url:
+        monkeypatch.setenv("HTTP_PROXY", proxy_url)
+        monkeypatch.setenv("NO_PROXY", "exempt.invalid")
+        await use(client, "http://processor.invalid:9/")
+        reply = await client.post(BASE, json={"id": "m1"})
+        assert reply.status_code == 201 and reply.json()["history"][0]["data"] == "through the proxy"
+        assert targets == ["processor.invalid:9"]
+        await use(client, "http://exempt.invalid:9/")
+        assert (await client.post(BASE, json={"id": "m2"})).json()["code"] == "processor_failed"  # not sent to the proxy
+    assert targets == ["processor.invalid:9"]

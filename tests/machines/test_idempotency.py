@@ -41,7 +41,7 @@ async def test_a_call_that_failed_the_machine_answers_the_same_failure_when_repe
     fake.on("call", refuse)
     first = await client.post(f"{BASE}/m1/call", json={}, headers={"Idempotency-Key": "x"})
     again = await client.post(f"{BASE}/m1/call", json={}, headers={"Idempotency-Key": "x"})
-    assert first.status_code == again.status_code == 502 and again.json()["code"] == "processor_failed"
+    assert first.status_code == again.status_code == 502 and again.json()["code"] == "processor_refused"
     assert fake.kinds().count("call") == 1
 
 

@@ -116,7 +116,9 @@ async def test_due_machines_read_as_one_batch_each_get_their_own_head_notificati
     assert due["b1"].head.args == "only" and [e.data for e in due["b1"].events] == ["q"]
 
 
-async def test_due_machines_are_leased_in_one_round_trip_for_their_namespace_timeout_or_their_timers_longer_one(settings: Settings) -> None:
+async def test_due_machines_are_leased_with_their_namespaces_in_one_round_trip_for_their_namespace_timeout_or_their_timers_longer_one(
+    settings: Settings,
+) -> None:
     from mainspring.machines.background import lease_due_machines
 
     fake = FakeProcessor()
@@ -132,9 +134,12 @@ async def test_due_machines_are_leased_in_one_round_trip_for_their_namespace_tim
         async with ctx.store.transaction() as tx:  # a timer with its own timeout (Machinegun's SetTimerAction.timeout)
             await tx.execute(update(machines).where(machines.c.id == "own").values(timer_timeout_ms=60_000))
         before, now = ctx.store.backend.round_trips, ctx.now_ms()
-        leased = await lease_due_machines(ctx, 10)
+        batch = await lease_due_machines(ctx, 10)
         trips = ctx.store.backend.round_trips - before
+    leased = batch.machines
     assert [m.id for m in leased] == ["early", "own", "late"]
+    quick = batch.namespaces["quick"]
+    assert quick is not None and quick.timeout_ms == 1_234 and batch.namespaces == {"orders": None, "quick": quick}  # orders: in-process, not stored
     margin = settings.machines.lease_margin_ms + settings.machines.timer_lookahead_ms
     expiry = {m.id: m.lease_expires_at - now for m in leased}  # type: ignore[operator]
     assert 1_234 + margin <= expiry["early"] < 1_234 + margin + 1_000, expiry

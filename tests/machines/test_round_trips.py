@@ -51,3 +51,25 @@ async def test_a_start_costs_a_few_statements(store: Store, quiet_client: httpx.
     per_start = await _statements_per_request(store, quiet_client, [(BASE, {"id": f"m{i}"}) for i in range(REQUESTS)])
     # PostgreSQL: the namespace and whether the id is taken; BEGIN, the machine, its history, its events, COMMIT.
     assert per_start <= (6 if store.is_postgres else 7), per_start
+
+
+async def test_a_batch_of_due_timers_is_leased_with_its_namespaces_and_read_in_one_more_statement(
+    store: Store, quiet_client: httpx.AsyncClient, fake: FakeProcessor
+) -> None:
+    """PostgreSQL: the lease reads the namespaces too, and the batch's histories are one statement; the heads
+    of notification queues are asked for only when a leased machine has pending notifications."""
+    from mainspring.machines.background import lease_due_machines, read_due
+
+    ctx = quiet_client._transport.app.state.context  # type: ignore[attr-defined]
+    fake.on("init", lambda args, machine: {"events": ["started"], "action": {"timer": {"in_ms": 0}}})
+    for i in range(5):
+        assert (await quiet_client.post(BASE, json={"id": f"t{i}"})).status_code == 201
+    before = store.backend.round_trips
+    batch = await lease_due_machines(ctx, 10)
+    leased_trips = store.backend.round_trips - before
+    due = await read_due(ctx, batch)
+    read_trips = store.backend.round_trips - before - leased_trips
+    assert sorted(d.machine.id for d in due) == [f"t{i}" for i in range(5)]
+    assert all(d.namespace is not None and d.head is None and [e.data for e in d.events] == ["started"] for d in due)
+    # SQLite: BEGIN IMMEDIATE, the lease, the namespaces, COMMIT; then a snapshot's BEGIN and the histories.
+    assert (leased_trips, read_trips) == ((1, 1) if store.is_postgres else (4, 2)), (leased_trips, read_trips)

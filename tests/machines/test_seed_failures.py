@@ -91,7 +91,8 @@ async def test_repair_that_fails_again_keeps_the_machine_failed_and_journals_the
     reply = await client.post(f"{BASE}/m1/repair", json={})
     assert reply.status_code == 502 and reply.json()["code"] == "processor_failed"
     fake.on("repair", refuse)
-    assert (await client.post(f"{BASE}/m1/repair", json={})).status_code == 502
+    reply = await client.post(f"{BASE}/m1/repair", json={})
+    assert reply.status_code == 502 and reply.json()["code"] == "processor_refused"
     body = await machine(client, "m1")
     assert body["status"] == "failed"
     assert [f["outcome"] for f in body["failures"]] == ["failed", "repair_failed", "repair_failed"]

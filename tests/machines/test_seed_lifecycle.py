@@ -65,7 +65,7 @@ async def test_start_with_processor_error_is_5xx_and_creates_nothing(client: htt
     assert reply.status_code == 502 and reply.json()["code"] == "processor_failed"
     fake.on("init", lambda a, m: (_ for _ in ()).throw(Unprocessable("bad args")))
     reply = await client.post(BASE, json={"id": "m1"})
-    assert reply.status_code == 502 and reply.json()["code"] == "processor_failed"
+    assert reply.status_code == 502 and reply.json()["code"] == "processor_refused" and reply.json()["detail"].endswith("bad args")
     assert (await client.get(f"{BASE}/m1")).json()["code"] == "machine_not_found"
 
 
@@ -137,7 +137,7 @@ async def test_timer_with_permanent_processor_error_turns_the_machine_failed(
     await client.post(BASE, json={"id": "m1"})
     clock.advance(10)
     body = await eventually(lambda: _status(client, "m1", "failed"))
-    assert body["error"]["code"] == "processor_failed" and body["error"]["permanent"] is True
+    assert body["error"]["code"] == "processor_refused" and body["error"]["permanent"] is True
     assert body["failures"][-1]["outcome"] == "failed"
     assert fake.kinds().count("timeout") == 1
     alerts = (await client.get("/v1/alerts", params={"open": "true"})).json()["alerts"]
@@ -188,9 +188,10 @@ async def test_call_with_permanent_processor_error_is_5xx_and_the_machine_failed
 
     fake.on("call", refuse)
     reply = await client.post(f"{BASE}/m1/call", json={"args": 1})
-    assert reply.status_code == 502 and reply.json()["code"] == "processor_failed"
+    assert reply.status_code == 502 and reply.json()["code"] == "processor_refused"
     body = await machine(client, "m1")
     assert body["status"] == "failed" and body["error"]["detail"].endswith("no such tariff")
+    assert body["error"]["code"] == "processor_refused" and body["failures"][-1]["code"] == "processor_refused"
     again = await client.post(f"{BASE}/m1/call", json={"args": 2})
     assert again.status_code == 409 and again.json()["code"] == "machine_failed"
 

@@ -10,6 +10,8 @@ except NotFound as exc:             # 404: exc.code == "interaction_not_found"
 except ServiceUnavailable:          # the server could not be reached, or answered 502/503/504
     ...
 ```
+``ProcessorRefused`` (502 ``processor_refused``: a machine's processor refused for good) is not a
+``ServiceUnavailable``: sending the same request again cannot succeed, so no client retries it.
 Every error has ``status``, ``code`` (stable: match on it) and ``detail``; ``problem()`` is the whole
 problem+json answer. The classes for 404, 409… are also the server's own (``mainspring.core.errors``), so
 one ``except NotFound`` serves code that calls the service in-process and code that calls it over HTTP.
@@ -27,7 +29,7 @@ from mainspring.core.errors import MainspringError
 
 __all__ = [
     "ApiError", "Busy", "Cancelled", "Conflict", "Forbidden", "InvalidRequest", "InvalidURL", "LeaseLost",
-    "MainspringError", "MessagesUnavailable", "NotFound", "RateLimited", "ServiceUnavailable", "TooLarge",
+    "MainspringError", "MessagesUnavailable", "NotFound", "ProcessorRefused", "RateLimited", "ServiceUnavailable", "TooLarge",
     "Unauthenticated", "check_url", "error_for", "error_from_problem", "unreachable",
 ]
 
@@ -92,6 +94,12 @@ class ServiceUnavailable(ApiError, core.Unavailable):
         self.sent = sent
 
 
+class ProcessorRefused(ApiError):
+    """502 ``processor_refused``: a machine's processor refused the request for good (it answered 422
+    ``unprocessable``). Not retried: the same request would be refused again. After a Call the machine is
+    ``failed`` (repair it); after a Start nothing was created; after a Repair it stays ``failed``."""
+
+
 class Busy(Conflict):
     """409 ``busy``: another process holds the mailbox (``active_process_id``)."""
 
@@ -138,6 +146,7 @@ _BY_CODE: dict[str, type[ApiError]] = {
     "busy": Busy,
     "messages_unavailable": MessagesUnavailable,
     "cancelled": Cancelled,
+    "processor_refused": ProcessorRefused,
 }
 
 

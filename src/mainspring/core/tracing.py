@@ -1,7 +1,8 @@
 """OpenTelemetry traces (the extra ``mainspring[otel]``, switched on by ``server.tracing``).
 
 What is traced: every request (a server span), every store statement (a child span), every background step
-(a span of its own), outgoing HTTP to processors and webhooks (with ``traceparent`` sent along), and every
+(a span of its own), outgoing HTTP to processors and webhooks (with ``traceparent`` sent along: webhooks
+through the httpx instrumentation, processors through ``outgoing``), and every
 interaction handler run — in a span linked to the request that created the interaction, whose
 ``traceparent`` the interaction keeps.
 
@@ -102,6 +103,22 @@ def span(name: str, *, links_to: str | None = None, **attributes: Any) -> Iterat
     clean = {k: v for k, v in attributes.items() if v is not None}
     with trace.get_tracer(TRACER).start_as_current_span(name, links=links, attributes=clean):
         yield
+
+
+@contextlib.contextmanager
+def outgoing(method: str, url: str, headers: dict[str, str]) -> Iterator[Any]:
+    """A client span around an outgoing HTTP request not sent through httpx (whose calls the instrumentation
+    traces already), with the span's ``traceparent`` put into ``headers``; yields the span, to record the
+    answer's status on (None when tracing is off)."""
+    if not _enabled:
+        yield None
+        return
+    from opentelemetry import propagate, trace
+
+    attributes = {"http.request.method": method, "url.full": url}
+    with trace.get_tracer(TRACER).start_as_current_span(method, kind=trace.SpanKind.CLIENT, attributes=attributes) as current:
+        propagate.inject(headers)
+        yield current
 
 
 def current_traceparent() -> str | None:

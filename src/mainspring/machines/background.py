@@ -3,8 +3,9 @@
 Any server takes due machines: it leases them (``core.leases``: a token and an expiry in the row) so others
 leave them alone while it calls the processor. A server that dies mid-step simply lets the lease expire; the
 next server to look redoes the step. The version guard in ``steps`` makes sure an answer is applied at most
-once. A leased batch is read with a few queries for the whole batch (namespaces, head notifications, whole
-histories), not a few per machine.
+once. A leased batch comes with its namespaces (PostgreSQL: in the lease's own statement) and is read with one
+or two queries for the whole batch (whole histories; head notifications when any machine has some), not a
+few per machine.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from dataclasses import dataclass
 from mainspring.core.leases import new_token
 from mainspring.core.runtime import Context, log_failure, run_loop
 from mainspring.machines import data, metrics
-from mainspring.machines.data import Applied, HistoryRow, MachineRow, NotificationRow
+from mainspring.machines.data import Applied, HistoryRow, LeasedBatch, MachineRow, NotificationRow
 from mainspring.machines.errors import NamespaceNotFound
-from mainspring.machines.namespaces import Namespace, find_namespace, processor_for
+from mainspring.machines.namespaces import Namespace, namespace_of, processor_for
 from mainspring.machines.processor import ProcessorError, Step
 from mainspring.machines.retry import next_delay_ms
 from mainspring.machines.settings import HistoryRange
@@ -38,8 +39,9 @@ INFLIGHT = "machines:inflight"
 INFLIGHT_COUNT = "machines:inflight-count"
 
 
-async def lease_due_machines(ctx: Context, limit: int) -> list[MachineRow]:
-    """Lease up to ``limit`` working machines whose timer or head notification is due (or soon due)."""
+async def lease_due_machines(ctx: Context, limit: int) -> LeasedBatch:
+    """Lease up to ``limit`` working machines whose timer or head notification is due (or soon due), with
+    their namespaces."""
     now = ctx.now_ms()
     lookahead = ctx.settings.machines.timer_lookahead_ms
     margin = ctx.settings.machines.lease_margin_ms + lookahead
@@ -63,21 +65,24 @@ class Due:
     events: list[HistoryRow]
 
 
-async def read_due(ctx: Context, leased: list[MachineRow]) -> list[Due]:
-    """Read namespace, head notification and history of every leased machine: a few queries for the batch.
+async def read_due(ctx: Context, batch: LeasedBatch) -> list[Due]:
+    """Read the head notification and history of every leased machine: one or two queries for the batch.
 
     The heads are read after the rows were leased, so a head may be newer than its row (a notification that
     arrived since); it can never be older, because delivering a notification moves the version on, and the
-    step is applied only at the version leased."""
+    step is applied only at the version leased. Only machines with a pending notification when leased
+    (``notify_at``) are asked for theirs: one that arrived since is due no earlier than the lease, so it never
+    goes before a due timer, and the next lease delivers it."""
     found: dict[str, Namespace | None] = {}
+    for name, stored in batch.namespaces.items():
+        try:
+            found[name] = namespace_of(ctx, name, stored)
+        except NamespaceNotFound:
+            found[name] = None
+    leased = batch.machines
     async with ctx.store.read() as conn:
-        for name in sorted({m.namespace for m in leased}):
-            try:
-                found[name] = await find_namespace(conn, ctx, name)
-            except NamespaceNotFound:
-                found[name] = None
         live = [m for m in leased if found[m.namespace] is not None]
-        heads = await data.head_notifications(conn, [m.uid for m in live])
+        heads = await data.head_notifications(conn, [m.uid for m in live if m.notify_at is not None])
         whole = [m for m in live if _whole(found[m.namespace])]
         histories = await data.whole_histories(conn, whole)
         for m in live:
@@ -93,12 +98,6 @@ def _whole(ns: Namespace | None) -> bool:
         return False
     rng = ns.config.history
     return rng.after is None and rng.limit is None and rng.direction == "forward"
-
-
-async def run_due_step(ctx: Context, machine: MachineRow) -> None:
-    """Fire the due timer or deliver the head notification of one leased machine."""
-    (due,) = await read_due(ctx, [machine])
-    await fire(ctx, due)
 
 
 async def fire(ctx: Context, due: Due) -> None:
@@ -122,7 +121,7 @@ async def fire(ctx: Context, due: Due) -> None:
         await _release(ctx, machine)
         return
     if kind == "timeout":
-        metrics.TIMER_LATENESS.labels(machine.namespace).observe(max(0, now - machine.timer_at) / 1000)  # type: ignore[operator]
+        metrics.timer_fired(machine.namespace, now - machine.timer_at)  # type: ignore[operator]
     rng, timeout_ms, events = await _step_history(ctx, ns, due, kind)
     try:
         answer = await processor_for(ctx, ns).process(kind, args, processor_view(machine, events), timeout_ms, ctx.now_ms(), step=Step(rng, machine.timer_at))
@@ -138,7 +137,7 @@ async def fire(ctx: Context, due: Due) -> None:
     step = pending_step(machine, answer, ctx.now_ms(), consume_timer=kind == "timeout", delivered_notification=delivered)
     applied = await applied_once(ctx.store, step)
     if applied is Applied.APPLIED:
-        metrics.STEPS.labels(machine.namespace, kind).inc()
+        metrics.step_applied(machine.namespace, kind)
     else:
         await _release(ctx, machine)
 
@@ -206,10 +205,11 @@ async def take_due_timers(ctx: Context) -> int | None:
     if free > 0:
         # At most half the workers per batch: the next batch is leased and read while this one's steps run and
         # commit, instead of every worker waiting for the slowest step of one batch before anything is leased.
-        leased = await lease_due_machines(ctx, min(free, ctx.settings.machines.batch, max(1, concurrency // 2)))
+        batch = await lease_due_machines(ctx, min(free, ctx.settings.machines.batch, max(1, concurrency // 2)))
+        leased = batch.machines
         if leased:
             counts["rows"] += len(leased)
-            task = asyncio.create_task(_guarded(ctx, leased))
+            task = asyncio.create_task(_guarded(ctx, batch))
             inflight.add(task)
 
             def finished(t: asyncio.Task[None], n: int = len(leased)) -> None:
@@ -226,11 +226,11 @@ async def take_due_timers(ctx: Context) -> int | None:
     return None if due is None else due - ctx.settings.machines.timer_lookahead_ms
 
 
-async def _guarded(ctx: Context, leased: list[MachineRow]) -> None:
+async def _guarded(ctx: Context, batch: LeasedBatch) -> None:
     try:
-        prepared = await read_due(ctx, leased)
+        prepared = await read_due(ctx, batch)
     except Exception as exc:
-        log_failure(log, exc, "reading %d due machines failed; their leases will expire and they will be retried", len(leased))
+        log_failure(log, exc, "reading %d due machines failed; their leases will expire and they will be retried", len(batch.machines))
         return
     await asyncio.gather(*(_fire_guarded(ctx, due) for due in prepared))
 

@@ -360,14 +360,18 @@ async def read_history(conn: Executor, machine: MachineRow, after: int | None, l
     return [HistoryRow(*r) for r in rows.all()]
 
 
+_WHOLE_HISTORIES = (
+    select(history).where(history.c.machine_uid.in_(bindparam("uids", expanding=True))).order_by(history.c.machine_uid, history.c.event_id)
+)
+
+
 async def whole_histories(conn: Executor, batch: Sequence[MachineRow]) -> dict[int, list[HistoryRow]]:
     """The whole history of each machine of ``batch`` in one query, each bounded by the row as read."""
     bound = {m.uid: m.last_event_id for m in batch}
     found: dict[int, list[HistoryRow]] = {uid: [] for uid in bound}
     if not bound:
         return found
-    query = select(history).where(history.c.machine_uid.in_(sorted(bound))).order_by(history.c.machine_uid, history.c.event_id)
-    for row in (await conn.execute(query)).all():
+    for row in (await conn.execute(_WHOLE_HISTORIES, {"uids": sorted(bound)})).all():
         if row.event_id <= bound[row.machine_uid]:
             found[row.machine_uid].append(HistoryRow(*row))
     return found
@@ -427,18 +431,21 @@ async def count_pending(conn: Executor, uid: int) -> int:
     return int((await conn.execute(_COUNT_PENDING, {"uid": uid})).scalar_one())
 
 
+_FIRST_NOTIFICATIONS = (
+    select(notifications.c.machine_uid, func.min(notifications.c.seq).label("seq"))
+    .where(notifications.c.machine_uid.in_(bindparam("uids", expanding=True)))
+    .group_by(notifications.c.machine_uid)
+    .subquery()
+)
+_HEAD_NOTIFICATIONS = select(notifications).join(_FIRST_NOTIFICATIONS, notifications.c.seq == _FIRST_NOTIFICATIONS.c.seq)
+
+
 async def head_notifications(conn: Executor, uids: Sequence[int]) -> dict[int, NotificationRow]:
     """The oldest pending notification of each of these machines, in one query."""
     if not uids:
         return {}
-    first = (
-        select(notifications.c.machine_uid, func.min(notifications.c.seq).label("seq"))
-        .where(notifications.c.machine_uid.in_(sorted(set(uids))))
-        .group_by(notifications.c.machine_uid)
-        .subquery()
-    )
-    query = select(notifications).join(first, notifications.c.seq == first.c.seq)
-    return {r.machine_uid: NotificationRow(*r) for r in (await conn.execute(query)).all()}
+    rows = await conn.execute(_HEAD_NOTIFICATIONS, {"uids": sorted(set(uids))})
+    return {r.machine_uid: NotificationRow(*r) for r in rows.all()}
 
 
 async def pending_notifications(conn: Executor, namespace: str, machine_id: str, limit: int) -> list[NotificationRow]:
@@ -743,22 +750,39 @@ async def delete_machine(tx: Transaction, machine: MachineRow) -> None:
 DEFAULT_TIMEOUT_MS = 30_000
 
 
-async def lease_due(tx: Transaction, now: int, due_by: int, limit: int, token: str, margin_ms: int) -> list[MachineRow]:
+@dataclass(frozen=True, slots=True)
+class LeasedBatch:
+    """Due machines as leased, earliest due first, with the stored row of each one's namespace (None: not stored,
+    as read with the lease)."""
+
+    machines: list[MachineRow]
+    namespaces: dict[str, NamespaceRow | None]
+
+
+async def lease_due(tx: Transaction, now: int, due_by: int, limit: int, token: str, margin_ms: int) -> LeasedBatch:
     """Lease up to ``limit`` free working machines due by ``due_by`` (skipping rows other transactions hold),
-    each for its namespace's processor timeout plus ``margin_ms``; answers them as leased, earliest due first.
-    One statement (on PostgreSQL, in a transaction that may run alone, one round trip)."""
+    each for its namespace's processor timeout plus ``margin_ms``; answers them with their namespaces' rows.
+    On PostgreSQL one statement (in a transaction that may run alone, one round trip) that also reads the
+    namespaces; SQLite, whose UPDATE cannot be a CTE, reads them with a second one in the same transaction."""
     statement = _LEASE_DUE.get(tx.store.dialect.name)
     if statement is None:
-        statement = _LEASE_DUE[tx.store.dialect.name] = _lease_due(tx.store.dialect.skip_locked)
+        statement = _LEASE_DUE[tx.store.dialect.name] = _lease_due(tx.store.dialect.skip_locked, with_namespaces=tx.store.is_postgres)
     params = {"now": now, "due_by": due_by, "limit": limit, "token": token, "expires_base": now + margin_ms}
-    found = await (tx.execute_alone(statement, params) if tx.may_run_alone else tx.execute(statement, params))
-    return sorted((_machine(r) for r in found.all()), key=lambda m: (m.wake_at, m.uid))
+    rows = (await (tx.execute_alone(statement, params) if tx.may_run_alone else tx.execute(statement, params))).all()
+    leased = sorted((_machine(r) for r in rows), key=lambda m: (m.wake_at, m.uid))
+    stored: dict[str, NamespaceRow | None] = dict.fromkeys((m.namespace for m in leased), None)
+    if tx.store.is_postgres:
+        stored.update((r[_MACHINE_WIDTH], _namespace(r[_MACHINE_WIDTH:])) for r in rows if r[_MACHINE_WIDTH] is not None)
+    elif stored:
+        stored.update((r.name, _namespace(r)) for r in (await tx.execute(_NAMESPACES_NAMED, {"names": sorted(stored)})).all())
+    return LeasedBatch(leased, stored)
 
 
 _LEASE_DUE: dict[str, Any] = {}
+_NAMESPACES_NAMED = select(namespaces).where(namespaces.c.name.in_(bindparam("names", expanding=True)))
 
 
-def _lease_due(skip_locked: Any) -> Any:
+def _lease_due(skip_locked: Any, *, with_namespaces: bool) -> Any:
     base = bindparam("expires_base", type_=machines.c.timer_at.type)  # bigint, not int32
     timeout_ms = select(namespaces.c.timeout_ms).where(namespaces.c.name == machines.c.namespace).scalar_subquery()
     expires = base + func.coalesce(timeout_ms, DEFAULT_TIMEOUT_MS)
@@ -773,7 +797,11 @@ def _lease_due(skip_locked: Any) -> Any:
         .limit(bindparam("limit"))
     )
     where = machines.c.uid.in_(skip_locked(due).scalar_subquery())
-    return leases.taking(machines, where, bindparam("token", type_=machines.c.lease_token.type), now, expires).returning(*machines.c)
+    taking = leases.taking(machines, where, bindparam("token", type_=machines.c.lease_token.type), now, expires).returning(*machines.c)
+    if not with_namespaces:
+        return taking
+    leased = taking.cte("leased")
+    return select(leased, namespaces).select_from(leased.outerjoin(namespaces, namespaces.c.name == leased.c.namespace))
 
 
 _NEXT_WAKE = select(

@@ -43,3 +43,10 @@ class ProcessorFailed(MainspringError):
 
 class ProcessorTimeout(MainspringError):
     status, code, title = 504, "processor_timeout", "The processor did not answer in time"
+
+
+class ProcessorRefused(MainspringError):
+    """The processor refused for good (``422 unprocessable``, ``Unprocessable`` raised, a malformed answer):
+    the same request will never succeed. A Call's machine is now failed; a Start created nothing."""
+
+    status, code, title = 502, "processor_refused", "The processor refused the request"

@@ -10,7 +10,7 @@ from mainspring.core.runtime import Context, Face
 from mainspring.machines import metrics
 from mainspring.machines.background import machines_loop
 from mainspring.machines.cli import cli
-from mainspring.machines.namespaces import HTTP_CLIENT, save_namespace
+from mainspring.machines.namespaces import close_processors, save_namespace
 from mainspring.machines.routes import routes
 from mainspring.machines.service import fixed_alerts
 
@@ -55,9 +55,7 @@ async def run_machines(ctx: Context) -> None:
     try:
         await machines_loop(ctx)
     finally:
-        client = ctx.extras.pop(HTTP_CLIENT, None)
-        if client is not None:
-            await client.aclose()
+        await close_processors(ctx)
 
 
 face = Face(

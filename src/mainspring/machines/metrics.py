@@ -3,6 +3,7 @@ step kind or error code, a handful of values each), never machine ids."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
@@ -19,7 +20,8 @@ STEPS = Counter(
     "mainspring_machines_steps_total", "Processor answers applied, by kind (init, call, timeout, notification, repair)", ["namespace", "kind"]
 )
 PROCESSOR_ERRORS = Counter(
-    "mainspring_machines_processor_errors_total", "Processor calls that gave no answer, by kind and code (processor_failed, processor_timeout)",
+    "mainspring_machines_processor_errors_total",
+    "Processor calls that gave no answer or refused, by kind and code (processor_failed, processor_timeout, processor_refused)",
     ["namespace", "kind", "code"],
 )
 TIMER_LATENESS = Histogram(
@@ -38,9 +40,25 @@ async def read_gauges(ctx: Any) -> None:
     set_all(OLDEST_DUE_TIMER, (((ns,), max(0.0, (now - oldest) / 1000)) for ns, _, oldest in due))
 
 
+# The labelled children, found once per label values: ``labels()`` validates and locks on every call, and a
+# step counts itself on every step.
+_steps = functools.lru_cache(maxsize=4096)(STEPS.labels)
+_lateness = functools.lru_cache(maxsize=4096)(TIMER_LATENESS.labels)
+
+
+def step_applied(namespace: str, kind: str) -> None:
+    """Count a processor answer applied (after its commit)."""
+    _steps(namespace, kind).inc()
+
+
+def timer_fired(namespace: str, late_ms: int) -> None:
+    """Record how late a timer fired."""
+    _lateness(namespace).observe(max(0, late_ms) / 1000)
+
+
 def count_step(tx: Any, namespace: str, kind: str) -> None:
     """Count an applied step once its transaction commits (a rolled-back step did not happen)."""
-    tx.after_commit(lambda: STEPS.labels(namespace, kind).inc())
+    tx.after_commit(lambda: step_applied(namespace, kind))
 
 
 def count_processor_error(namespace: str, kind: str, code: str) -> None:

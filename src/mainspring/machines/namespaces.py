@@ -5,13 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
 from mainspring.core.runtime import Context
 from mainspring.machines import data
 from mainspring.machines.data import NamespaceRow
 from mainspring.machines.errors import NamespaceNotFound, ProcessorFailed
-from mainspring.machines.processor import HttpProcessor, LocalProcessor, Processor
+from mainspring.machines.processor import HttpProcessor, HttpTransport, LocalProcessor, Processor
 from mainspring.machines.settings import (
     HistoryRange,
     NamespaceConfig,
@@ -125,7 +123,7 @@ async def save_namespace(tx: Transaction, name: str, config: NamespaceConfig) ->
     return await data.save_namespace(tx, name, values)
 
 
-def machinegun_processor(url: str, client: httpx.AsyncClient) -> Processor:
+def machinegun_processor(url: str, client: HttpTransport) -> Processor:
     """A processor speaking Machinegun's Thrift ``Processor`` service (needs the ``machinegun`` extra)."""
     try:
         from mainspring.machines.machinegun.processor import MachinegunProcessor
@@ -134,14 +132,20 @@ def machinegun_processor(url: str, client: httpx.AsyncClient) -> Processor:
     return MachinegunProcessor(url, client)
 
 
+async def close_processors(ctx: Context) -> None:
+    """Close this server's connections to its remote processors (opened again by the next call)."""
+    transport = ctx.extras.pop(HTTP_CLIENT, None)
+    if transport is not None:
+        await transport.aclose()
+
+
 def processor_for(ctx: Context, namespace: Namespace) -> Processor:
     """The processor that serves ``namespace`` on this server."""
     url = namespace.config.processor.url
     if url is not None:
         client = ctx.extras.get(HTTP_CLIENT)
         if client is None:
-            limits = httpx.Limits(max_connections=ctx.settings.machines.concurrency * 4, max_keepalive_connections=64)
-            client = ctx.extras[HTTP_CLIENT] = httpx.AsyncClient(limits=limits)
+            client = ctx.extras[HTTP_CLIENT] = HttpTransport(connections=ctx.settings.machines.concurrency * 4)
         if namespace.config.processor.protocol == "machinegun":
             return machinegun_processor(url, client)
         return HttpProcessor(url, client)

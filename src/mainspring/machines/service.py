@@ -32,6 +32,7 @@ from mainspring.machines.errors import (
     MachineNotFound,
     OperationNotFound,
     ProcessorFailed,
+    ProcessorRefused,
     ProcessorTimeout,
 )
 from mainspring.machines.namespaces import (
@@ -89,6 +90,10 @@ def _not_found(namespace: str, machine_id: str) -> MachineNotFound:
 
 
 def _processor_error(error: ProcessorError) -> MainspringError:
+    """What the caller is answered: a permanent refusal (502 processor_refused) or a transient failure (502
+    processor_failed / 504 processor_timeout), which a client may retry."""
+    if error.permanent:
+        return ProcessorRefused(error.detail)
     return ProcessorTimeout(error.detail) if error.timeout else ProcessorFailed(error.detail)
 
 
@@ -320,7 +325,7 @@ async def _step(ctx: Context, namespace: str, machine_id: str, kind: str, args: 
             if outcome is not Applied.APPLIED:
                 continue
             note_version(ctx.extras, machine.uid, machine.version + 1)
-            metrics.STEPS.labels(namespace, kind).inc()
+            metrics.step_applied(namespace, kind)
             return Reply(200, body)
     raise MachineBusy("other steps kept changing the machine; try again")
 

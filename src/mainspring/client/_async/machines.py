@@ -35,14 +35,16 @@ class AsyncMachinesClient(AsyncBaseClient):
         return cast(Namespace, await self._json("GET", f"/v1/namespaces/{quote(ns, safe='')}", idempotent=True))
 
     async def start(self, ns: str, machine_id: str, args: Any = None, *, idempotency_key: str | None = None) -> Machine:
-        """Start machine ``machine_id`` (the processor's ``init``); ``Conflict`` when it exists."""
+        """Start machine ``machine_id`` (the processor's ``init``); ``Conflict`` when it exists,
+        ``ProcessorRefused`` when the processor refuses for good (nothing is created)."""
         answer = await self._json("POST", _machines(ns), idempotent=idempotency_key is not None,
                                   json={"id": machine_id, "args": args}, headers=_key(idempotency_key))
         return cast(Machine, answer)
 
     async def call(self, ns: str, machine_id: str, args: Any = None, *, idempotency_key: str | None = None,
                    timeout_ms: int | None = None) -> Any:
-        """Call a machine (the processor's ``call``) and answer the processor's ``response``."""
+        """Call a machine (the processor's ``call``) and answer the processor's ``response``;
+        ``ProcessorRefused`` when the processor refuses for good (the machine is now failed)."""
         answer = await self._json("POST", f"{_machines(ns, machine_id)}/call", idempotent=idempotency_key is not None,
                                   json={"args": args, **body(timeout_ms=timeout_ms)}, headers=_key(idempotency_key))
         return answer["response"]
@@ -56,7 +58,7 @@ class AsyncMachinesClient(AsyncBaseClient):
     async def repair(self, ns: str, machine_id: str, args: Any = None, *, simple: bool = False,
                      idempotency_key: str | None = None) -> Any:
         """Repair a failed machine through the processor's ``repair`` (or, ``simple``, without calling
-        it); answers the processor's ``response``."""
+        it); answers the processor's ``response``. ``ProcessorRefused``: the processor refused, it stays failed."""
         answer = await self._json("POST", f"{_machines(ns, machine_id)}/repair", idempotent=idempotency_key is not None,
                                   json={"args": args, "simple": simple}, headers=_key(idempotency_key))
         return answer["response"]

@@ -67,7 +67,7 @@ def declared() -> Iterator[None]:
         yield
     except tuple(FACE_TO_IDL) as exc:
         raise FACE_TO_IDL[type(exc)]() from exc
-    except (errors.ProcessorFailed, errors.ProcessorTimeout) as exc:
+    except (errors.ProcessorFailed, errors.ProcessorTimeout, errors.ProcessorRefused) as exc:
         cause = exc.__cause__
         if isinstance(cause, ProcessorError) and cause.refusal is not UNSET:  # the processor threw RepairFailed
             raise stateproc.RepairFailed(reason=codec.value_from_json(cause.refusal)) from exc

@@ -21,12 +21,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
-
 from mainspring.machines.machinegun import codec, woody
 from mainspring.machines.machinegun.idl import Processor as ProcessorService
 from mainspring.machines.machinegun.idl import stateproc
-from mainspring.machines.processor import UNSET, Answer, ProcessorError, Step
+from mainspring.machines.processor import UNSET, Answer, HttpTransport, ProcessorError, Step
 from mainspring.machines.settings import HistoryRange
 from mainspring.store import format_time, parse_time
 
@@ -37,7 +35,7 @@ TRANSIENT = {503, 502}
 class MachinegunProcessor:
     """A processor behind a URL speaking Machinegun's ``Processor`` service."""
 
-    def __init__(self, url: str, client: httpx.AsyncClient) -> None:
+    def __init__(self, url: str, client: HttpTransport) -> None:
         self.url = url
         self.client = client
 
@@ -51,10 +49,8 @@ class MachinegunProcessor:
             raise ProcessorError("the processor refused the repair (RepairFailed)", permanent=True, refusal=codec.value_to_json(refused.reason)) from refused
         except woody.WoodyError as exc:
             raise failure_of(exc) from exc
-        except httpx.TimeoutException as exc:
-            raise ProcessorError(f"no answer from {self.url} within {timeout_ms} ms", timeout=True) from exc
-        except httpx.HTTPError as exc:
-            raise ProcessorError(f"cannot reach {self.url}: {type(exc).__name__}: {exc}") from exc
+        except ProcessorError:  # not reached, or no answer in time (the transport's own)
+            raise
         except Exception as exc:
             # A body that does not decode as the method's reply (thriftpy2 raises TException, struct.error,
             # UnicodeDecodeError… by where it broke): the processor's bug, like a malformed JSON answer.
