@@ -19,6 +19,7 @@ from asyncpg.exceptions import (
     CannotConnectNowError,
     DeadlockDetectedError,
     InterfaceError,
+    ReadOnlySQLTransactionError,
     SerializationError,
     UniqueViolationError,
 )
@@ -48,6 +49,8 @@ def wrapped(orig: BaseException, kind: type[DBAPIError] = DBAPIError) -> DBAPIEr
         (wrapped(Exception("disk I/O error"), OperationalError), True),
         (wrapped(DeadlockDetectedError("deadlock detected")), True),
         (wrapped(SerializationError("could not serialize access")), True),
+        # A failover: the connection still reaches the old primary, now a standby (seen in test_failover).
+        (wrapped(ReadOnlySQLTransactionError("cannot execute SELECT FOR UPDATE in a read-only transaction")), True),
         (wrapped(UniqueViolationError("duplicate key"), IntegrityError), False),
         (wrapped(Exception("syntax error"), ProgrammingError), False),
         (ValueError("a bug"), False),

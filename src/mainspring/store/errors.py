@@ -19,8 +19,10 @@ except ImportError:  # installed without mainspring[postgres]: no asyncpg error 
     PgInterfaceError = PgInternalClientError = PgError = ()  # type: ignore[assignment,misc]
 
 # SQLSTATE class 08 (connection exception), 57P01-57P03 (shutdown, crash, starting up), 53300 (too many
-# connections), 40001/40P01 (serialization failure, deadlock victim): all pass by themselves.
-_TRANSIENT_SQLSTATES = ("57P01", "57P02", "57P03", "53300", "40001", "40P01")
+# connections), 40001/40P01 (serialization failure, deadlock victim), 25006 (a write on a read-only server:
+# after a failover a pooled connection can still reach the old primary, now a standby — the connection is
+# dropped and the next one goes to the new primary): all pass by themselves.
+_TRANSIENT_SQLSTATES = ("57P01", "57P02", "57P03", "53300", "40001", "40P01", "25006")
 
 
 STORE_ERRORS: tuple[type[Exception], ...] = tuple(
