@@ -11,6 +11,7 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 from swagger_ui_bundle import swagger_ui_path
@@ -34,6 +35,7 @@ from mainspring.interactions.face import face as interactions_face
 from mainspring.machines.face import face as machines_face
 from mainspring.store import Clock, Store
 from mainspring.store.replication import why_not_synchronous
+from mainspring.ui.routes import dashboard, http_error
 
 log = logging.getLogger("mainspring.server")
 
@@ -100,7 +102,7 @@ class Server(Starlette):
     their own request path, everything else (the dashboard, the API docs' files) on Starlette's routing."""
 
     def __init__(self, api: Api, *, routes: list[Any], lifespan: Any) -> None:
-        super().__init__(routes=routes, lifespan=lifespan)
+        super().__init__(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error})
         self.api = api
         self._described: dict[str, Any] | None = None
         self._entry: Any = self._dispatch
@@ -271,14 +273,8 @@ def create_app(
     app = Server(api, lifespan=lifespan, routes=[
         Mount(SWAGGER_STATIC, app=StaticFiles(directory=swagger_ui_path), name="swagger-ui"),
         # The dashboard checks the token in its cookie itself (same tokens, `admin` or `ui` scope).
-        Mount("", app=dashboard_app(ctx, authenticator)),
+        Mount("", app=dashboard()),
     ])
     app.state.context = ctx
     app.state.authenticator = authenticator
     return app
-
-
-def dashboard_app(ctx: Context, authenticator: Authenticator) -> Any:
-    from mainspring.ui.routes import dashboard
-
-    return dashboard(ctx, authenticator)

@@ -4,11 +4,11 @@ as the API route does, so the checks, state changes and events are the API's own
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import Any
 from urllib.parse import urlsplit
 
-from fastapi import APIRouter, Depends, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
 
 from mainspring.core import alerts
 from mainspring.core.auth import Principal
@@ -20,18 +20,16 @@ from mainspring.machines import service as machines
 from mainspring.store import parse_time
 from mainspring.ui.web import (
     COOKIE,
-    UIRoute,
+    Pages,
     back,
     form_lists,
     form_of,
     render,
     request_context,
     require_actor,
-    viewer,
 )
 
-router = APIRouter(prefix="/ui", route_class=UIRoute, include_in_schema=False)
-Viewer = Annotated[Principal, Depends(viewer)]
+actions = Pages("/ui")
 COOKIE_MAX_AGE_S = 12 * 3600
 # "All matching the filter" acts on at most this many at once; the page says when more were left.
 BULK_MAX = 5000
@@ -51,13 +49,13 @@ def _local(target: str | None, default: str = "/ui/") -> str:
 # --- login -----------------------------------------------------------------------------------------
 
 
-@router.get("/login", response_class=HTMLResponse)
+@actions.get("/login", login=False)
 async def login_page(request: Request) -> Response:
     is_open = await request.app.state.authenticator.is_open()
     return render(request, "login.html", page="login", next=_local(request.query_params.get("next")), is_open=is_open)
 
 
-@router.post("/login", response_class=HTMLResponse)
+@actions.post("/login", login=False)
 async def login(request: Request) -> Response:
     """Check the token as the API would, then keep it in an HttpOnly, SameSite=Strict cookie."""
     form = await form_of(request)
@@ -77,8 +75,8 @@ async def login(request: Request) -> Response:
     return response
 
 
-@router.post("/logout")
-async def logout() -> Response:
+@actions.post("/logout", login=False)
+async def logout(request: Request) -> Response:
     response = RedirectResponse("/ui/login", status_code=303)
     response.delete_cookie(COOKIE, path="/ui")
     return response
@@ -111,16 +109,16 @@ def _name(value: str) -> str:
     return value
 
 
-@router.post("/alerts/{alert_id}/ack")
-async def ack_alert(request: Request, principal: Viewer, alert_id: str) -> Response:
+@actions.post("/alerts/{alert_id}/ack")
+async def ack_alert(request: Request, principal: Principal, alert_id: str) -> Response:
     require_actor(request, principal)
     form = await form_of(request)
     acked = await alerts.ack_alert(request_context(request).store, _name(alert_id))
     return back(_local(form.get("back")), f"alert {acked['code']} acknowledged")
 
 
-@router.post("/exchange/processes/{process_id}/resolve")
-async def resolve_process(request: Request, principal: Viewer, process_id: str) -> Response:
+@actions.post("/exchange/processes/{process_id}/resolve")
+async def resolve_process(request: Request, principal: Principal, process_id: str) -> Response:
     """Resolve an IN_DOUBT process as committed (its messages go) or not committed (they come back)."""
     require_actor(request, principal)
     form = await form_of(request)
@@ -133,8 +131,8 @@ async def resolve_process(request: Request, principal: Viewer, process_id: str) 
     return back("/ui/exchange", f"process {process['id']} resolved: now {process['state']}")
 
 
-@router.post("/machines/{ns}/{machine_id}/repair")
-async def repair_machine(request: Request, principal: Viewer, ns: str, machine_id: str) -> Response:
+@actions.post("/machines/{ns}/{machine_id}/repair")
+async def repair_machine(request: Request, principal: Principal, ns: str, machine_id: str) -> Response:
     """Repair through the processor (with args), or a simple repair that only marks the machine working."""
     require_actor(request, principal)
     form = await form_of(request)
@@ -150,8 +148,8 @@ async def repair_machine(request: Request, principal: Viewer, ns: str, machine_i
     return back(here, "simple repair: the machine is working" if simple else "repaired: the machine is working")
 
 
-@router.post("/interactions/items/{interaction_id}/cancel")
-async def cancel_interaction(request: Request, principal: Viewer, interaction_id: str) -> Response:
+@actions.post("/interactions/items/{interaction_id}/cancel")
+async def cancel_interaction(request: Request, principal: Principal, interaction_id: str) -> Response:
     require_actor(request, principal)
     here = f"/ui/interactions/items/{interaction_id}"
     try:
@@ -161,8 +159,8 @@ async def cancel_interaction(request: Request, principal: Viewer, interaction_id
     return back(here, "cancelled")
 
 
-@router.post("/interactions/items/{interaction_id}/retry")
-async def retry_interaction(request: Request, principal: Viewer, interaction_id: str) -> Response:
+@actions.post("/interactions/items/{interaction_id}/retry")
+async def retry_interaction(request: Request, principal: Principal, interaction_id: str) -> Response:
     """Try a failed or cancelled interaction again (``POST /v1/interactions/{id}/retry``), due ``in_ms`` from now."""
     require_actor(request, principal)
     form = await form_of(request)
@@ -181,8 +179,8 @@ async def retry_interaction(request: Request, principal: Viewer, interaction_id:
     return back(here, f"retried: {item['status']}, attempts {item['attempts']}")
 
 
-@router.post("/interactions/items/{interaction_id}/schedule")
-async def reschedule_interaction(request: Request, principal: Viewer, interaction_id: str) -> Response:
+@actions.post("/interactions/items/{interaction_id}/schedule")
+async def reschedule_interaction(request: Request, principal: Principal, interaction_id: str) -> Response:
     """Postpone or advance the next processing: ``in_ms`` from now, or an RFC 3339 ``at``."""
     require_actor(request, principal)
     form = await form_of(request)
@@ -208,14 +206,14 @@ async def reschedule_interaction(request: Request, principal: Viewer, interactio
 # --- queues: pause and resume ----------------------------------------------------------------------
 
 
-@router.post("/interactions/queues/{queue}/pause")
-async def pause_queue(request: Request, principal: Viewer, queue: str) -> Response:
+@actions.post("/interactions/queues/{queue}/pause")
+async def pause_queue(request: Request, principal: Principal, queue: str) -> Response:
     """Stop leasing from the queue on every server (``POST /v1/queues/{queue}/pause``)."""
     return await _set_paused(request, principal, queue, True)
 
 
-@router.post("/interactions/queues/{queue}/resume")
-async def resume_queue(request: Request, principal: Viewer, queue: str) -> Response:
+@actions.post("/interactions/queues/{queue}/resume")
+async def resume_queue(request: Request, principal: Principal, queue: str) -> Response:
     return await _set_paused(request, principal, queue, False)
 
 
@@ -263,8 +261,8 @@ async def _matching_interactions(request: Request, queue: str, status: str | Non
     return ids[:BULK_MAX], True
 
 
-@router.post("/interactions/queues/{queue}/bulk")
-async def bulk_interactions(request: Request, principal: Viewer, queue: str) -> Response:
+@actions.post("/interactions/queues/{queue}/bulk")
+async def bulk_interactions(request: Request, principal: Principal, queue: str) -> Response:
     """Retry or cancel the ticked items (``ids``), or every item matching the page's filter (``all=true``):
     each through the same service function as the single-item action, so each is checked on its own."""
     require_actor(request, principal)
@@ -304,8 +302,8 @@ async def _matching_failed_machines(request: Request, ns: str | None, id_part: s
     return [(m["namespace"], m["id"]) for m in found[:BULK_MAX]], len(found) > BULK_MAX
 
 
-@router.post("/machines/bulk-repair")
-async def bulk_repair(request: Request, principal: Viewer) -> Response:
+@actions.post("/machines/bulk-repair")
+async def bulk_repair(request: Request, principal: Principal) -> Response:
     """Repair the ticked failed machines (``machines``: ``namespace/id``), or every failed machine matching
     the filter (``all=true``): through the processor with ``args``, or simply (``simple=true``)."""
     require_actor(request, principal)

@@ -4,11 +4,12 @@ offers the view (counts across names, lists of names, throughput)."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from fastapi import APIRouter, Depends, Path, Query, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from pydantic import Field
 from sse_starlette import ServerSentEvent
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
 
 from mainspring.batching import cafe
 from mainspring.batching import service as batching
@@ -16,7 +17,7 @@ from mainspring.core import alerts, outbox
 from mainspring.core.auth import Principal
 from mainspring.core.errors import MainspringError
 from mainspring.core.routes import event_position, event_stream, event_types
-from mainspring.core.types import NAME_PATTERN
+from mainspring.core.types import Name
 from mainspring.exchange import messages as exchange_messages
 from mainspring.exchange import service as exchange
 from mainspring.exchange.errors import MessageNotFound
@@ -26,36 +27,63 @@ from mainspring.machines import namespaces as machine_namespaces
 from mainspring.machines import service as machines
 from mainspring.machines.settings import HistoryRange
 from mainspring.ui import queries
-from mainspring.ui.web import UIRoute, render, request_context, viewer
+from mainspring.ui.web import PageQuery, Pages, render, request_context
 
-router = APIRouter(prefix="/ui", route_class=UIRoute, include_in_schema=False)
-
-Viewer = Annotated[Principal, Depends(viewer)]
-# Forms send empty fields as "": they mean "not given".
-OptName = Annotated[str | None, Query(pattern="^$|" + NAME_PATTERN, max_length=128)]
+pages = Pages("/ui")
 HISTORY_PAGE = 20
 LIST_PAGE = 200
 IN_DOUBT_SHOWN = 100
 # A message page shows this much of the body; the rest is cut with a note (bodies may be up to 16 MiB).
 BODY_SHOWN = 64 * 1024
-Cursor = Annotated[str | None, Query(max_length=200)]
 OPEN_PROCESS_STATES = ("STARTED", "READY_TO_COMMIT", "IN_DOUBT", "CLEANUP")
-PathName = Annotated[str, Path(pattern=NAME_PATTERN, max_length=128)]
 
 
-def _blank(value: str | None) -> str | None:
-    return value or None
+class Paged(PageQuery):
+    cursor: str | None = Field(None, max_length=200)
 
 
-@router.get("", response_class=HTMLResponse)
-@router.get("/", response_class=HTMLResponse)
-async def overview(request: Request, principal: Viewer) -> Response:
+class ExchangeQuery(Paged):
+    state: Literal["STARTED", "READY_TO_COMMIT", "CLEANUP", "DONE", "CANCELLED", "ABORTED", "IN_DOUBT"] | None = None
+
+
+class MachinesQuery(Paged):
+    ns: Name | None = None
+    id: str | None = Field(None, max_length=128)
+    status: Literal["working", "failed"] | None = None
+
+
+class MachineQuery(PageQuery):
+    after: int | None = Field(None, ge=0)
+    direction: Literal["forward", "backward"] = "backward"
+
+
+class QueueQuery(Paged):
+    status: str | None = Field(None, max_length=20)
+
+
+class BatcherQuery(PageQuery):
+    task: Name | None = None
+    group: Name | None = None
+    package_status: Literal["ready", "claimed", "done", "failed"] | None = None
+
+
+class EventsQuery(PageQuery):
+    types: str | None = Field(None, max_length=2000)
+
+
+class StreamQuery(EventsQuery):
+    after: str | None = Field(None, max_length=20)
+
+
+@pages.get("")
+@pages.get("/")
+async def overview(request: Request, principal: Principal) -> Response:
     """Per face counts by state, throughput over the last hour, open alerts."""
     return render(request, "overview.html", **await _overview_values(request))
 
 
-@router.get("/overview/live", response_class=HTMLResponse)
-async def overview_live(request: Request, principal: Viewer) -> Response:
+@pages.get("/overview/live")
+async def overview_live(request: Request, principal: Principal) -> Response:
     """The live part of the overview, polled by htmx."""
     return render(request, "_overview_live.html", **await _overview_values(request))
 
@@ -77,15 +105,10 @@ async def _overview_values(request: Request) -> dict[str, Any]:
 # --- exchange --------------------------------------------------------------------------------------
 
 
-@router.get("/exchange", response_class=HTMLResponse)
-async def exchange_page(
-    request: Request,
-    principal: Viewer,
-    state: Annotated[str | None, Query(pattern="^(|" + "|".join(EXCHANGE_STATES) + ")$")] = None,
-    cursor: Cursor = None,
-) -> Response:
+@pages.get("/exchange", query=ExchangeQuery)
+async def exchange_page(request: Request, principal: Principal, query: ExchangeQuery) -> Response:
     ctx = request_context(request)
-    state = _blank(state)
+    state, cursor = query.state, query.cursor
     # Finished processes pile up; by default show the ones someone may need to look at. One state at a
     # time pages through all of its processes.
     processes: list[dict[str, Any]] = []
@@ -121,15 +144,15 @@ async def exchange_page(
     )
 
 
-@router.get("/exchange/mailboxes/{addressee}/{database}", response_class=HTMLResponse)
-async def mailbox_page(request: Request, principal: Viewer, addressee: PathName, database: PathName, cursor: Cursor = None) -> Response:
+@pages.get("/exchange/mailboxes/{addressee}/{database}", query=Paged, names=("addressee", "database"))
+async def mailbox_page(request: Request, principal: Principal, query: Paged, addressee: str, database: str) -> Response:
     ctx = request_context(request)
-    listed = await exchange_messages.list_available(ctx, addressee, database, limit=LIST_PAGE, cursor=cursor)
+    listed = await exchange_messages.list_available(ctx, addressee, database, limit=LIST_PAGE, cursor=query.cursor)
     return render(request, "mailbox.html", page="exchange", addressee=addressee, database=database, listed=listed)
 
 
-@router.get("/exchange/processes/{process_id}", response_class=HTMLResponse)
-async def process_page(request: Request, principal: Viewer, process_id: PathName) -> Response:
+@pages.get("/exchange/processes/{process_id}", names=("process_id",))
+async def process_page(request: Request, principal: Principal, process_id: str) -> Response:
     """A process with its messages (where their files are now), and the resolve buttons while IN_DOUBT."""
     ctx = request_context(request)
     process = await exchange.get_process(ctx, process_id)
@@ -137,8 +160,8 @@ async def process_page(request: Request, principal: Viewer, process_id: PathName
     return render(request, "process.html", page="exchange", p=process, messages=messages)
 
 
-@router.get("/exchange/messages/{message_id}", response_class=HTMLResponse)
-async def message_page(request: Request, principal: Viewer, message_id: PathName) -> Response:
+@pages.get("/exchange/messages/{message_id}", names=("message_id",))
+async def message_page(request: Request, principal: Principal, message_id: str) -> Response:
     """A message with its body: the first ``BODY_SHOWN`` bytes, decoded as UTF-8 (a body that is not text
     shows its replacement characters: the page is for a look, the API gives the bytes)."""
     ctx = request_context(request)
@@ -158,25 +181,18 @@ async def message_page(request: Request, principal: Viewer, message_id: PathName
 # --- machines --------------------------------------------------------------------------------------
 
 
-@router.get("/machines/namespaces/{ns}", response_class=HTMLResponse)
-async def namespace_page(request: Request, principal: Viewer, ns: PathName) -> Response:
+@pages.get("/machines/namespaces/{ns}", names=("ns",))
+async def namespace_page(request: Request, principal: Principal, ns: str) -> Response:
     """A namespace's processor, retry policy and history range, and its machines counted by status."""
     ctx = request_context(request)
     namespace = (await machine_namespaces.get_namespace(ctx, ns)).to_api(ctx)
     return render(request, "namespace.html", page="machines", ns=namespace, counts=await machines.namespace_counts(ctx, ns))
 
 
-@router.get("/machines", response_class=HTMLResponse)
-async def machines_page(
-    request: Request,
-    principal: Viewer,
-    ns: OptName = None,
-    id: Annotated[str | None, Query(max_length=128)] = None,
-    status: Annotated[Literal["", "working", "failed"] | None, Query()] = None,
-    cursor: Cursor = None,
-) -> Response:
+@pages.get("/machines", query=MachinesQuery)
+async def machines_page(request: Request, principal: Principal, query: MachinesQuery) -> Response:
     ctx = request_context(request)
-    ns, status = _blank(ns), _blank(status)
+    ns, id, status, cursor = query.ns, query.id, query.status, query.cursor
     if ns and id:
         return RedirectResponse(f"/ui/machines/{ns}/{id}", status_code=303)
     found: list[dict[str, Any]]
@@ -192,19 +208,13 @@ async def machines_page(
     )
 
 
-@router.get("/machines/{ns}/{machine_id}", response_class=HTMLResponse)
-async def machine_page(
-    request: Request,
-    principal: Viewer,
-    ns: str,
-    machine_id: str,
-    after: Annotated[int | None, Query(ge=0)] = None,
-    direction: Literal["forward", "backward"] = "backward",
-) -> Response:
+@pages.get("/machines/{ns}/{machine_id}", query=MachineQuery)
+async def machine_page(request: Request, principal: Principal, query: MachineQuery, ns: str, machine_id: str) -> Response:
     """A machine with one page of its history (newest first by default), aux state, timer, failure
     journal and pending notifications."""
     ctx = request_context(request)
-    rng = HistoryRange(after=after, limit=HISTORY_PAGE, direction=direction)
+    direction = query.direction
+    rng = HistoryRange(after=query.after, limit=HISTORY_PAGE, direction=direction)
     machine = await machines.get_machine(ctx, ns, machine_id, rng)
     history = machine["history"]
     ids = [h["id"] for h in history]
@@ -218,24 +228,19 @@ async def machine_page(
 # --- interactions ----------------------------------------------------------------------------------
 
 
-@router.get("/interactions", response_class=HTMLResponse)
-async def interactions_page(request: Request, principal: Viewer) -> Response:
+@pages.get("/interactions")
+async def interactions_page(request: Request, principal: Principal) -> Response:
     ctx = request_context(request)
     cfg = ctx.settings.interactions
     found = [await interactions.get_queue(ctx.store, cfg, q) for q in await queries.queue_names(ctx)]
     return render(request, "interactions.html", page="interactions", queues=found, statuses=interactions.STATUSES)
 
 
-@router.get("/interactions/queues/{queue}", response_class=HTMLResponse)
-async def queue_page(
-    request: Request,
-    principal: Viewer,
-    queue: str,
-    status: Annotated[str | None, Query(max_length=20)] = None,
-    cursor: Annotated[str | None, Query(max_length=200)] = None,
-) -> Response:
+@pages.get("/interactions/queues/{queue}", query=QueueQuery)
+async def queue_page(request: Request, principal: Principal, query: QueueQuery, queue: str) -> Response:
     ctx = request_context(request)
-    status = _blank(status) if status in interactions.STATUSES else None
+    status = query.status if query.status in interactions.STATUSES else None
+    cursor = query.cursor
     settings = await interactions.get_queue(ctx.store, ctx.settings.interactions, queue)
     filters = {"status": [status] if status else None}
     found, next_cursor = await interactions.list_items(ctx.store, queue, filters, 100, cursor)
@@ -245,8 +250,8 @@ async def queue_page(
     )
 
 
-@router.get("/interactions/items/{interaction_id}", response_class=HTMLResponse)
-async def interaction_page(request: Request, principal: Viewer, interaction_id: str) -> Response:
+@pages.get("/interactions/items/{interaction_id}")
+async def interaction_page(request: Request, principal: Principal, interaction_id: str) -> Response:
     """An interaction with its parents above and two levels of children below."""
     ctx = request_context(request)
     item = await interactions.read(ctx.store, interaction_id)
@@ -263,27 +268,21 @@ async def interaction_page(request: Request, principal: Viewer, interaction_id: 
 # --- batching --------------------------------------------------------------------------------------
 
 
-@router.get("/batching", response_class=HTMLResponse)
-async def batching_page(request: Request, principal: Viewer) -> Response:
+@pages.get("/batching")
+async def batching_page(request: Request, principal: Principal) -> Response:
     ctx = request_context(request)
     found = [await batching.get_batcher(ctx.store, name) for name in await queries.batcher_names(ctx)]
     return render(request, "batching.html", page="batching", batchers=found)
 
 
-@router.get("/batching/{name}", response_class=HTMLResponse)
-async def batcher_page(
-    request: Request,
-    principal: Viewer,
-    name: str,
-    task: OptName = None,
-    group: OptName = None,
-    package_status: Annotated[Literal["", "ready", "claimed", "done", "failed"] | None, Query()] = None,
-) -> Response:
+@pages.get("/batching/{name}", query=BatcherQuery)
+async def batcher_page(request: Request, principal: Principal, query: BatcherQuery, name: str) -> Response:
     """A batcher's settings, the batch forming with its timer, packages and leases; a task's status and
     a group's version log on request."""
     ctx = request_context(request)
+    task, group, package_status = query.task, query.group, query.package_status
     batcher = await batching.get_batcher(ctx.store, name)
-    packages, _ = await cafe.list_packages(ctx.store, name, _blank(package_status), 100, None)
+    packages, _ = await cafe.list_packages(ctx.store, name, package_status, 100, None)
     found_task: dict[str, Any] | None = None
     task_error: str | None = None
     if task:
@@ -295,37 +294,31 @@ async def batcher_page(
         request, "batcher.html", page="batching", b=batcher, forming=await queries.forming_batch(ctx, name),
         packages=packages, leases=await queries.package_leases(ctx, name), task=task, found_task=found_task,
         task_error=task_error, group=group, versions=(await queries.group_versions(ctx, name, group)) if group else None,
-        package_status=_blank(package_status),
+        package_status=package_status,
     )
 
 
 # --- events ----------------------------------------------------------------------------------------
 
 
-@router.get("/events", response_class=HTMLResponse)
-async def events_page(
-    request: Request, principal: Viewer, types: Annotated[str | None, Query(max_length=2000)] = None
-) -> Response:
+@pages.get("/events", query=EventsQuery)
+async def events_page(request: Request, principal: Principal, query: EventsQuery) -> Response:
     """The latest events, then a live tail over Server-Sent Events from where the page left off."""
     ctx = request_context(request)
+    types = query.types
     top = await outbox.head_position(ctx.store)
     wanted = [t.strip() for t in (types or "").split(",") if t.strip()]
     recent, _ = await outbox.read_events(ctx.store, max(0, top - 50), 50, wanted)
     return render(request, "events.html", page="events", recent=list(reversed(recent)), cursor=str(top), types=types or "")
 
 
-@router.get("/events/stream")
-async def events_stream(
-    request: Request,
-    principal: Viewer,
-    after: Annotated[str | None, Query(max_length=20)] = None,
-    types: Annotated[str | None, Query(max_length=2000)] = None,
-) -> Response:
+@pages.get("/events/stream", query=StreamQuery)
+async def events_stream(request: Request, principal: Principal, query: StreamQuery) -> Response:
     """The API's event stream (same code), for the browser that holds the token in its cookie. Each
     event goes out unnamed, so a browser's ``onmessage`` sees every type (the type is in the data)."""
     principal.require_any(["admin", "ui"])
-    position = event_position(request.headers.get("last-event-id") or after)
-    response = event_stream(request_context(request), position, event_types(types))
+    position = event_position(request.headers.get("last-event-id") or query.after)
+    response = event_stream(request_context(request), position, event_types(query.types))
     named = response.body_iterator
 
     async def unnamed() -> AsyncIterator[Any]:

@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Coroutine
+import re
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
 
-from fastapi import Request, Response
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, RedirectResponse
-from fastapi.routing import APIRoute
-from fastapi.templating import Jinja2Templates
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Route
+from starlette.templating import Jinja2Templates
 
 from mainspring.core.auth import Principal
 from mainspring.core.errors import Forbidden, InvalidRequest, MainspringError, Unauthenticated
 from mainspring.core.runtime import Context
+from mainspring.core.types import NAME_PATTERN
 from mainspring.store import parse_time
 from mainspring.ui.charts import bar_chart
 
@@ -140,22 +142,61 @@ def error_page(request: Request, error: MainspringError) -> HTMLResponse:
     return render(request, "error.html", status_code=error.status, error=error.problem())
 
 
-class UIRoute(APIRoute):
-    """Answers the dashboard's errors as HTML pages (the API's are problem+json)."""
+class PageQuery(BaseModel):
+    """A page's query string, validated; forms send an empty field as ``""``, which means "not given"."""
 
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        original = super().get_route_handler()
+    model_config = ConfigDict(extra="ignore")
 
-        async def handler(request: Request) -> Response:
-            try:
-                return await original(request)
-            except LoginRequired:
-                target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-                return RedirectResponse(f"/ui/login?next={quote(target)}", status_code=303)
-            except MainspringError as exc:
-                return error_page(request, exc)
-            except RequestValidationError as exc:
-                errors = [{"loc": list(e.get("loc", [])), "msg": str(e.get("msg", ""))} for e in exc.errors()]
-                return error_page(request, InvalidRequest("the request does not match what this page takes", errors=errors))
+    @field_validator("*", mode="before")
+    @classmethod
+    def _blank_is_absent(cls, value: Any) -> Any:
+        return None if value == "" else value
 
-        return handler
+
+Page = Callable[..., Awaitable[Response]]
+
+
+class Pages:
+    """The dashboard's pages and actions: each handler is called with the request, who is looking, its path
+    parameters by name and, when it declares one, its validated query (``query=``). Its errors are answered
+    as HTML pages (the API's are problem+json), and a missing login sends the browser to the login page."""
+
+    def __init__(self, prefix: str = "/ui") -> None:
+        self.prefix = prefix
+        self.routes: list[Route] = []
+
+    def get(self, path: str, **options: Any) -> Callable[[Page], Page]:
+        return self._route(path, ["GET"], **options)
+
+    def post(self, path: str, **options: Any) -> Callable[[Page], Page]:
+        return self._route(path, ["POST"], **options)
+
+    def _route(self, path: str, methods: list[str], *, query: type[PageQuery] | None = None, login: bool = True,
+               names: tuple[str, ...] = ()) -> Callable[[Page], Page]:
+        """``names``: path parameters that must be names (``NAME_PATTERN``), as the API's are."""
+
+        def register(handler: Page) -> Page:
+            async def endpoint(request: Request) -> Response:
+                try:
+                    for name in names:
+                        if not re.fullmatch(NAME_PATTERN, request.path_params[name]):
+                            raise InvalidRequest(f"{name} is not a valid name", errors=[{"loc": ["path", name], "msg": "invalid name"}])
+                    args: list[Any] = [request]
+                    if login:
+                        args.append(await viewer(request))
+                    if query is not None:
+                        args.append(query.model_validate(dict(request.query_params)))
+                    return await handler(*args, **request.path_params)
+                except LoginRequired:
+                    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+                    return RedirectResponse(f"/ui/login?next={quote(target)}", status_code=303)
+                except MainspringError as exc:
+                    return error_page(request, exc)
+                except ValidationError as exc:
+                    errors = [{"loc": ["query", *e.get("loc", [])], "msg": str(e.get("msg", ""))} for e in exc.errors()]
+                    return error_page(request, InvalidRequest("the request does not match what this page takes", errors=errors))
+
+            self.routes.append(Route(self.prefix + path, endpoint, methods=methods, name=handler.__name__))
+            return handler
+
+        return register
