@@ -93,6 +93,7 @@ def test_a_bare_install_serves_on_sqlite_with_the_dashboard_and_has_the_clients(
             time.sleep(0.1)
         assert "text/html" in httpx.get(f"{url}/ui/").headers["content-type"]
         assert httpx.get(f"{url}/ui/static/htmx.min.js").status_code == 200
+        assert httpx.get(f"{url}/docs/static/swagger-ui-bundle.js").status_code == 200
         created = run(bin_dir / "mainspring", "interactions", "create", "smoke", "--data", '{"n": 1}', "--url", url, env=env)
         assert json.loads(created.stdout)["status"] == "ready"
     finally:

@@ -9,11 +9,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import Depends, FastAPI
-from fastapi.openapi.docs import get_swagger_ui_html
-from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
-from fastapi.staticfiles import StaticFiles
+from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from swagger_ui_bundle import swagger_ui_path
 
 from mainspring import __version__
 from mainspring.app import App
@@ -21,6 +18,7 @@ from mainspring.batching.face import face as batching_face
 from mainspring.config import Settings
 from mainspring.core import alerts, outbox, tracing
 from mainspring.core.auth import Authenticator, authenticate
+from mainspring.core.docs_page import docs_routes
 from mainspring.core.errors import Unavailable
 from mainspring.core.http import (
     COMMON_PROBLEMS,
@@ -47,7 +45,6 @@ from mainspring.ui.routes import router as ui_router
 log = logging.getLogger("mainspring.server")
 
 SEQUENCER_PAUSE_S = 0.002
-SWAGGER_STATIC = "/docs/static"
 
 FACES: list[Face] = [exchange_face, machines_face, interactions_face, batching_face]
 
@@ -200,16 +197,8 @@ def create_app(
             return problem_response(Unavailable(str(exc)[:200]).problem())
         return JSONResponse({"status": "ready", "engine": store.dialect.name})
 
-    app.mount(SWAGGER_STATIC, StaticFiles(directory=swagger_ui_path), name="swagger-ui")
-
-    @app.get("/docs", include_in_schema=False)
-    async def docs() -> HTMLResponse:
-        """Swagger UI over /openapi.json, with its scripts and styles from this server."""
-        return get_swagger_ui_html(
-            openapi_url=app.openapi_url or "/openapi.json", title="Mainspring API",
-            swagger_js_url=f"{SWAGGER_STATIC}/swagger-ui-bundle.js", swagger_css_url=f"{SWAGGER_STATIC}/swagger-ui.css",
-            swagger_favicon_url=f"{SWAGGER_STATIC}/favicon-32x32.png",
-        )
+    # Swagger UI over /openapi.json, its files from this server (core/docs_page.py).
+    app.router.routes.extend(docs_routes(app.openapi_url or "/openapi.json", title="Mainspring API"))
 
     gauges = Gauges([read_outbox_gauges, read_alert_gauges, *(face.read_gauges for face in FACES if face.read_gauges is not None)])
 
