@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, Gauge, generate_latest
@@ -66,6 +67,20 @@ def health_app(worker: QueueWorker, app: App, stopping: asyncio.Event) -> Starle
     return Starlette(routes=[Route("/healthz", healthz), Route("/metrics", metrics)])
 
 
+def health_server(asgi: Starlette, host: str, port: int) -> Any:
+    """A uvicorn server for ``asgi`` that leaves SIGTERM and SIGINT to the worker. (uvicorn ≥ 0.54 takes them
+    over while ``serve()`` runs and raises them again when it returns; the loop's own handler, woken as well,
+    then saw one SIGTERM twice and stopped by force.)"""
+    import uvicorn
+
+    class HealthServer(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    return HealthServer(uvicorn.Config(asgi, host=host, port=port, log_config=None, access_log=False, lifespan="off"))
+
+
 async def run(settings: Settings, app: App, *, http_host: str = "127.0.0.1", http_port: int | None = None,
               stop: asyncio.Event | None = None, started: asyncio.Event | None = None) -> None:
     """Run ``app``'s queues and batchers until ``stop`` is set, or SIGTERM/SIGINT (graceful: running
@@ -95,11 +110,7 @@ async def run(settings: Settings, app: App, *, http_host: str = "127.0.0.1", htt
         if app.batchers:
             batchers = asyncio.create_task(batching_worker.workers_loop(ctx), name="batchers")
         if http_port is not None:
-            import uvicorn
-
-            http = uvicorn.Server(uvicorn.Config(health_app(queues, app, stop), host=http_host, port=http_port,
-                                                 log_config=None, access_log=False, lifespan="off"))
-            http.install_signal_handlers = lambda: None  # the worker owns SIGTERM/SIGINT
+            http = health_server(health_app(queues, app, stop), http_host, http_port)
             http_task = asyncio.create_task(http.serve(), name="worker-http")
         log.info("worker %s runs %s%s", queues.id, what,
                  f"; /healthz and /metrics on http://{http_host}:{http_port}" if http_port is not None else "")

@@ -22,7 +22,6 @@ Python cannot interrupt a thread, so a timed-out or cancelled sync handler is ab
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import logging
 import os
@@ -409,33 +408,3 @@ class Worker:
         await asyncio.gather(*(r.stop(graceful, timeout_ms) for r in runners))
         for name in [n for n, r in self.runners.items() if r.stopped.is_set()]:
             del self.runners[name]
-
-
-async def run_worker(store: Store, registry: Any, cfg: InteractionsSettings, *, poll_ms: int, graceful_ms: int) -> None:
-    """Run a standalone worker until SIGTERM/SIGINT (graceful; a second signal stops by force)."""
-    import signal
-
-    stop = asyncio.Event()
-    force = asyncio.Event()
-    loop = asyncio.get_running_loop()
-
-    def on_signal() -> None:
-        (force if stop.is_set() else stop).set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, on_signal)
-    await store.start()
-    worker = Worker(store, registry, cfg, poll_ms=poll_ms)
-    await worker.start()
-    await stop.wait()
-    log.info("worker %s stopping (in-flight handlers get %d ms; signal again to stop at once)", worker.id, graceful_ms)
-    graceful = asyncio.create_task(worker.stop(True, graceful_ms))
-    forced = asyncio.create_task(force.wait())
-    await asyncio.wait({graceful, forced}, return_when=asyncio.FIRST_COMPLETED)
-    if not graceful.done():
-        log.warning("worker %s stopping by force: running handlers are cancelled, their leases expire", worker.id)
-        await worker.stop(False)
-        await asyncio.gather(graceful, return_exceptions=True)
-    forced.cancel()
-    await store.close()
