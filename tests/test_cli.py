@@ -71,6 +71,12 @@ def test_config_file_errors_name_the_file_or_the_key(tmp_path: Path) -> None:
     one_line_error(mainspring("migrate", "--config", str(out_of_range)), 2, "server.port")
 
 
+def test_a_mistyped_environment_variable_is_one_line_naming_it_and_exit_code_2(tmp_path: Path) -> None:
+    done = mainspring("migrate", "--data-dir", str(tmp_path / "data"), env={"MAINSPRING_SERVER__PROT": "18102"})
+    one_line_error(done, 2, "MAINSPRING_SERVER__PROT", "MAINSPRING_SERVER__PORT")
+    assert not (tmp_path / "data").exists()
+
+
 def test_a_bad_app_is_one_line_and_exit_code_2(tmp_path: Path) -> None:
     one_line_error(mainspring("worker", "nosuch_module:app", cwd=tmp_path), 2, "no module named 'nosuch_module'")
 
