@@ -81,6 +81,33 @@ def test_a_bad_app_is_one_line_and_exit_code_2(tmp_path: Path) -> None:
     one_line_error(mainspring("worker", "nosuch_module:app", cwd=tmp_path), 2, "no module named 'nosuch_module'")
 
 
+def test_a_worker_in_a_folder_without_the_servers_store_says_where_it_looked_and_how_to_point_it(tmp_path: Path) -> None:
+    (tmp_path / "tasks.py").write_text("from mainspring import App\napp = App()\napp.queue('emails')(lambda item: None)\n")
+    done = mainspring("worker", "tasks:app", cwd=tmp_path)
+    store = tmp_path.resolve() / "mainspring-data" / "mainspring.db"
+    one_line_error(done, 2, f"no store at {store}", "mainspring serve", "--data-dir", "--database", "--url")
+    assert "mainspring migrate" not in done.stderr  # a second, empty store would take nobody's work
+    assert not (tmp_path / "mainspring-data").exists()
+
+
+def test_a_worker_waits_for_an_unreachable_store_without_claiming_to_migrate_it(tmp_path: Path) -> None:
+    (tmp_path / "tasks.py").write_text("from mainspring import App\napp = App()\napp.queue('emails')(lambda item: None)\n")
+    down = f"postgresql://postgres@127.0.0.1:{free_port()}/day_one_nowhere"
+    done = mainspring("worker", "tasks:app", "--database", down, cwd=tmp_path, env={"MAINSPRING_SERVER__STARTUP_WAIT_MS": "300"})
+    assert done.returncode == 3, done.stderr
+    assert "migrat" not in done.stderr and "waiting for the store" in done.stderr, done.stderr
+
+
+def test_the_first_start_says_it_created_the_store_in_one_line_without_alembics_own(tmp_path: Path) -> None:
+    from tests.conftest import ServerProcess
+
+    server = ServerProcess(f"sqlite:///{tmp_path / 'fresh.db'}", tmp_path / "data").start()
+    server.terminate()
+    lines = server.log().splitlines()
+    assert not [line for line in lines if "alembic" in line], lines
+    assert len([line for line in lines if "the store's schema" in line]) == 1, lines
+
+
 def test_debug_shows_the_traceback() -> None:
     done = mainspring("--debug", "alerts", "list", "--url", f"http://127.0.0.1:{free_port()}")
     assert done.returncode == 3 and "Traceback" in done.stderr and "ServiceUnavailable" in done.stderr

@@ -33,6 +33,15 @@ def test_a_worker_refuses_an_app_with_nothing_it_can_run_and_says_what_it_runs()
     assert runnable(app) == "queues emails (concurrency 3); batchers books (concurrency 2)"
 
 
+def test_a_worker_says_where_the_apps_processors_run() -> None:
+    app = App()
+    app.queue("emails")(lambda item: None)
+    app.processor("invoices")(lambda kind, args, machine: {})
+    said = runnable(app)
+    assert said.startswith("queues emails (concurrency 10)")
+    assert "processors invoices run in the server (mainspring serve --app), not here" in said
+
+
 async def test_a_worker_runs_the_batchers_of_an_app_that_has_no_queue(client: httpx.AsyncClient, settings: Settings) -> None:
     seen: list[list[str]] = []
     app = App()

@@ -37,6 +37,7 @@ from mainspring.core.logs import configure_logging
 from mainspring.core.runtime import retry_while_unavailable
 from mainspring.store import Store
 from mainspring.store.migrate import migrate as run_migrations
+from mainspring.store.migrate import pending_revisions
 
 T = TypeVar("T")
 
@@ -79,23 +80,36 @@ def settings_from(config: Path | None, database: str | None = None, data_dir: Pa
     return load_settings(config, server={"database": database, "data_dir": data_dir, **server})
 
 
-def existing_store(settings: Settings) -> None:
+def existing_store(settings: Settings, hint: str = "pass --database or --data-dir, or create it with `mainspring migrate`") -> None:
     """Refuse to open a SQLite store that does not exist: a command run in the wrong folder must not
     create an empty one beside it."""
     url = settings.server.database_url()
     if url.startswith("sqlite:"):
         path = Path(url.split(":///", 1)[1])
         if not path.exists():
-            raise ConfigError(f"no store at {path}: pass --database or --data-dir, or create it with `mainspring migrate`")
+            raise ConfigError(f"no store at {path}: {hint}")
 
 
-def run_with_store(settings: Settings, work: Callable[[Store], Awaitable[T]], *, migrate: bool = True) -> T:
+WORKER_STORE_HINT = ("a worker opens the store of `mainspring serve`, by default ./mainspring-data in the folder it runs in: "
+                     "run it from the server's folder, or pass --data-dir or --database (or --url to work through the server's API)")
+
+
+async def _schema_for_worker(store: Store) -> None:
+    """A worker needs the schema its code was written for, and migrates only when it is behind (a worker's
+    database role need not be allowed DDL when the server migrated first)."""
+    if await pending_revisions(store):
+        await run_migrations(store)
+
+
+def run_with_store(settings: Settings, work: Callable[[Store], Awaitable[T]], *, migrate: bool = True, waiting: str = "migrate") -> T:
+    """``work`` on the store, once it is reachable (``waiting`` names what waits in the log) and migrated."""
     async def main() -> T:
         store = Store(settings.server.database_url(), pool_size=2, sqlite_synchronous=settings.server.sqlite_synchronous)
         try:
             if migrate:
-                await retry_while_unavailable("migrate", lambda: run_migrations(store), settings.server.startup_wait_ms)
-            return await work(store)
+                await retry_while_unavailable(waiting, lambda: run_migrations(store), settings.server.startup_wait_ms)
+                return await work(store)
+            return await retry_while_unavailable(waiting, lambda: work(store), settings.server.startup_wait_ms)
         finally:
             await store.close()
 
@@ -163,7 +177,7 @@ def worker(
     http_port: Annotated[int | None, typer.Option("--http-port", help="Serve /healthz and /metrics on this port.", show_default="off")] = None,
     http_host: Annotated[str, typer.Option("--http-host", help="Address of the /healthz and /metrics port.")] = "127.0.0.1",
 ) -> None:
-    """Run APP's queue handlers and batch workers against an existing store, without serving the API (SIGTERM: graceful stop; a second signal: at once)."""
+    """Run APP's queue handlers and batch workers against the store of `mainspring serve` (the same defaults: ./mainspring-data in the current folder), without serving the API. Its machine processors run in the server. SIGTERM: graceful stop; a second signal: at once."""
     from mainspring.app import load_app
     from mainspring.worker import run, runnable
 
@@ -171,8 +185,8 @@ def worker(
     configure_logging(settings.server.log_level, settings.server.log_format)
     registry = load_app(app)
     what = runnable(registry)
-    existing_store(settings)
-    run_with_store(settings, _noop)
+    existing_store(settings, WORKER_STORE_HINT)
+    run_with_store(settings, _schema_for_worker, migrate=False, waiting="waiting for the store")
     out.print(f"mainspring worker runs {what}", markup=False)
     asyncio.run(run(settings, registry, http_host=http_host, http_port=http_port))
 

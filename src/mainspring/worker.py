@@ -43,6 +43,9 @@ def runnable(app: App) -> str:
     if not parts:
         only = f" (it registers only processors: {', '.join(sorted(app.processors))}; run them with `mainspring serve --app`)" if app.processors else ""
         raise AppError(f"the app has no queue handler or batch worker to run{only}")
+    if app.processors:
+        # The server calls a machine's processor inside its own request or timer: a worker cannot take them.
+        parts.append(f"processors {', '.join(sorted(app.processors))} run in the server (mainspring serve --app), not here")
     return "; ".join(parts)
 
 
