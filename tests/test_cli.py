@@ -188,3 +188,12 @@ async def test_the_batching_commands_show_settings_tasks_and_packages(live_url: 
     assert sorted(t["id"] for t in package["tasks"]) == ["7-en", "7-ru"]
     missing = await invoke("batching", "tasks", "books", "nope", "--url", live_url)
     assert missing.exit_code == 1 and "task_not_found" in missing.output
+
+
+async def test_a_url_that_is_not_the_servers_root_says_there_is_no_mainspring_api_there(live_url: str) -> None:
+    result = await invoke("interactions", "list", "emails", "--url", f"{live_url}/v1")
+    assert result.exit_code == 2, result.output
+    assert f"no Mainspring API at {live_url}/v1" in result.output and f"root, here {live_url}" in result.output, result.output
+    # A resource that is not there is still its own error, not this one.
+    missing = await invoke("interactions", "show", "999999", "--url", live_url)
+    assert missing.exit_code == 1 and "interaction_not_found" in missing.output, missing.output

@@ -18,7 +18,7 @@ from mainspring.batching.face import face as batching_face
 from mainspring.config import Settings
 from mainspring.core import alerts, outbox, tracing
 from mainspring.core.auth import Authenticator, authenticate
-from mainspring.core.docs_page import docs_routes
+from mainspring.core.docs_page import docs_routes, root_routes
 from mainspring.core.errors import Unavailable
 from mainspring.core.http import (
     COMMON_PROBLEMS,
@@ -199,6 +199,7 @@ def create_app(
 
     # Swagger UI over /openapi.json, its files from this server (core/docs_page.py).
     app.router.routes.extend(docs_routes(app.openapi_url or "/openapi.json", title="Mainspring API"))
+    app.router.routes.extend(root_routes(openapi_url=app.openapi_url or "/openapi.json", version=__version__))
 
     gauges = Gauges([read_outbox_gauges, read_alert_gauges, *(face.read_gauges for face in FACES if face.read_gauges is not None)])
 

@@ -100,7 +100,7 @@ def exit_code_of(exc: BaseException) -> int:
     status = getattr(exc, "status", None)
     if isinstance(exc, MainspringError) and (status == 503 or exc.code in ("unreachable", "no_answer")):
         return EXIT_UNREACHABLE
-    if isinstance(exc, MainspringError) and exc.code in ("invalid_config", "invalid_url", "invalid_app"):
+    if isinstance(exc, MainspringError) and exc.code in ("invalid_config", "invalid_url", "invalid_app", "no_mainspring_api"):
         return EXIT_USAGE
     if isinstance(exc, MainspringError):
         return EXIT_REFUSED

@@ -1,4 +1,5 @@
-"""``/docs``: Swagger UI over the server's OpenAPI document, its scripts and styles served by the server itself.
+"""``/docs``: Swagger UI over the server's OpenAPI document, its scripts and styles served by the server
+itself; and ``/``, which sends people to the dashboard and the docs.
 
 The browser fetches nothing from elsewhere (an operator's machine may reach only the server). Swagger UI
 comes from the ``swagger-ui-bundle-v2`` package, which tracks Swagger UI 5 (the first to render OpenAPI
@@ -8,7 +9,7 @@ comes from the ``swagger-ui-bundle-v2`` package, which tracks Swagger UI 5 (the 
 from starlette.applications import Starlette
 from mainspring.core.docs_page import docs_routes
 
-app = Starlette(routes=[*docs_routes(openapi_url="/openapi.json")])
+app = Starlette(routes=[*docs_routes(openapi_url="/openapi.json"), *root_routes()])
 ```
 """
 
@@ -18,7 +19,7 @@ import html
 import json
 
 from starlette.requests import Request
-from starlette.responses import HTMLResponse
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from swagger_ui_bundle import swagger_ui_path
@@ -70,3 +71,17 @@ def docs_routes(openapi_url: str = "/openapi.json", *, path: str = DOCS_PATH, ti
         Route(path, show, methods=["GET", "HEAD"], name="docs"),
         Mount(static_path, StaticFiles(directory=swagger_ui_path), name="docs-static"),
     ]
+
+
+def root_routes(*, ui: str = "/ui/", docs: str = DOCS_PATH, openapi_url: str = "/openapi.json", api: str = "/v1",
+                **about: str) -> list[BaseRoute]:
+    """``GET /``: a browser is sent to the dashboard (which links to the docs); anyone else gets where the
+    dashboard, the docs, the OpenAPI document and the API are (with ``about``, such as the version)."""
+    places = {"name": "Mainspring", **about, "ui": ui, "docs": docs, "openapi": openapi_url, "api": api}
+
+    async def root(request: Request) -> Response:
+        if "text/html" in request.headers.get("accept", ""):
+            return RedirectResponse(ui, status_code=307)
+        return JSONResponse(places)
+
+    return [Route("/", root, methods=["GET", "HEAD"], name="root")]
