@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -61,7 +61,22 @@ class RateLimit(Strict):
     per_ms: PositiveMs
 
 
-class QueueSettingsIn(Strict):
+Backoff = Literal["fixed", "exponential"]
+
+
+class RetrySettings(Strict):
+    """How a queue delays the retry of a failed attempt (API.md §3); unset: the server's defaults."""
+
+    backoff: Backoff | None = None
+    """``fixed``: every retry waits ``error_delay_ms``; ``exponential``: the n-th waits
+    ``min(error_delay_ms × 2^(n−1), max_delay_ms)``."""
+    max_delay_ms: DurationMs | None = None
+    """The longest an exponential backoff waits."""
+    jitter: bool | None = None
+    """Each delay is drawn uniformly between 0 and the backoff's, so items that failed together spread out."""
+
+
+class QueueSettingsIn(RetrySettings):
     rate_limit: RateLimit | None = None
     concurrency: int | None = Field(None, ge=1, le=1_000_000)
     lease_ms: PositiveMs | None = None
@@ -81,6 +96,9 @@ class QueueOut(BaseModel):
     max_attempts: int
     processing_timeout_ms: int | None
     retention_ms: int | None
+    backoff: Backoff = "fixed"
+    max_delay_ms: int = 3_600_000
+    jitter: bool = False
     paused: bool = False
     """A paused queue leases nothing (``POST /v1/queues/{queue}/pause``, ``…/resume``); what is leased runs on."""
     counts: dict[str, int] | None = None

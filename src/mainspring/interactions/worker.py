@@ -44,6 +44,8 @@ from mainspring.store import Store
 log = logging.getLogger("mainspring.interactions.worker")
 
 RELEASE_BATCH = 500
+QUEUE_SETTINGS = ("error_delay_ms", *data.RETRY_SETTINGS, "max_attempts")
+"""The options of ``@app.queue`` that are the queue's settings (used when a worker creates it), not its own."""
 
 
 @dataclass
@@ -58,6 +60,27 @@ class QueueOptions:
     """Processing timeout (default: the queue's ``processing_timeout_ms``)."""
     batch: int = 100
     """Most items leased in one call."""
+    retry_for: tuple[type[Exception], ...] | None = None
+    """Only these exceptions are retried; any other fails the item at once (None: every one is retried)."""
+    fail_for: tuple[type[Exception], ...] = ()
+    """These exceptions fail the item at once."""
+    error_delay_ms: int | None = None
+    backoff: str | None = None
+    max_delay_ms: int | None = None
+    jitter: bool | None = None
+    max_attempts: int | None = None
+
+    def queue_settings(self) -> dict[str, Any]:
+        """The queue's settings these options give, for a queue created by this worker."""
+        return {k: v for k, v in ((k, getattr(self, k)) for k in QUEUE_SETTINGS) if v is not None}
+
+    def outcome_of(self, exc: Exception) -> outcomes.Retry | outcomes.Fail:
+        """What a handler's exception means for its item: retried, unless ``fail_for`` names it or
+        ``retry_for`` is given and does not."""
+        error, detail = f"{type(exc).__name__}: {exc}"[:10_000], error_detail(exc)
+        if isinstance(exc, self.fail_for) or (self.retry_for is not None and not isinstance(exc, self.retry_for)):
+            return outcomes.Fail(error, detail)
+        return outcomes.Retry(error, detail)
 
     @classmethod
     def of(cls, options: dict[str, Any]) -> QueueOptions:
@@ -270,8 +293,9 @@ class QueueRunner:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                outcome = outcomes.Retry(f"{type(exc).__name__}: {exc}"[:10_000], error_detail(exc))
-                log.warning("handler of %s #%s raised %r (attempt %d)", self.name, item_id, exc, entry.item.attempts)
+                outcome = self.options.outcome_of(exc)
+                log.warning("handler of %s #%s raised %r (attempt %d%s)", self.name, item_id, exc, entry.item.attempts,
+                            ": it fails" if isinstance(outcome, outcomes.Fail) else "")
             entry.releasing = True
             release = _Release(item_id, entry.token, outcome)
             self._releases.put_nowait(release)
@@ -389,8 +413,12 @@ class Worker:
         self.runners: dict[str, QueueRunner] = {}
 
     async def start(self) -> None:
+        options = {queue: QueueOptions.of(r.options) for queue, r in self.registry.queues.items()}
+        configured = {queue: o.queue_settings() for queue, o in options.items() if o.queue_settings()}
+        if configured:
+            await service.create_queues(self.store, self.cfg, configured)
         for queue, registration in self.registry.queues.items():
-            runner = QueueRunner(self, queue, registration.target, QueueOptions.of(registration.options))
+            runner = QueueRunner(self, queue, registration.target, options[queue])
             self.runners[queue] = runner
             runner.start()
         if self.runners:
