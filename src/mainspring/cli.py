@@ -174,21 +174,30 @@ def worker(
     config: ConfigOpt = None,
     database: DatabaseOpt = None,
     data_dir: DataDirOpt = None,
+    url: Annotated[str | None, typer.Option("--url", help="Work through this server's HTTP API instead of the store (no database credentials needed).", show_default="the store")] = None,
+    token: TokenOpt = None,
     http_port: Annotated[int | None, typer.Option("--http-port", help="Serve /healthz and /metrics on this port.", show_default="off")] = None,
     http_host: Annotated[str, typer.Option("--http-host", help="Address of the /healthz and /metrics port.")] = "127.0.0.1",
 ) -> None:
-    """Run APP's queue handlers and batch workers against the store of `mainspring serve` (the same defaults: ./mainspring-data in the current folder), without serving the API. Its machine processors run in the server. SIGTERM: graceful stop; a second signal: at once."""
+    """Run APP's queue handlers and batch workers without serving the API: on the store of `mainspring serve` (the same defaults: ./mainspring-data in the current folder), or with --url through a server's HTTP API. Its machine processors run in the server. SIGTERM: graceful stop; a second signal: at once."""
     from mainspring.app import load_app
-    from mainspring.worker import run, runnable
+    from mainspring.client.errors import check_url
+    from mainspring.worker import Remote, run, runnable
 
+    if url is not None and (database is not None or data_dir is not None):
+        raise typer.BadParameter("a worker with --url works through the server's API: it opens no store (no --database or --data-dir)", param_hint="--url")
     settings = settings_from(config, database, data_dir)
     configure_logging(settings.server.log_level, settings.server.log_format)
     registry = load_app(app)
     what = runnable(registry)
-    existing_store(settings, WORKER_STORE_HINT)
-    run_with_store(settings, _schema_for_worker, migrate=False, waiting="waiting for the store")
-    out.print(f"mainspring worker runs {what}", markup=False)
-    asyncio.run(run(settings, registry, http_host=http_host, http_port=http_port))
+    remote = None
+    if url is not None:
+        remote = Remote(check_url(url), token)
+    else:
+        existing_store(settings, WORKER_STORE_HINT)
+        run_with_store(settings, _schema_for_worker, migrate=False, waiting="waiting for the store")
+    out.print(f"mainspring worker runs {what}{f' through {url}' if url else ''}", markup=False)
+    asyncio.run(run(settings, registry, http_host=http_host, http_port=http_port, remote=remote))
 
 
 @cli.command()

@@ -16,7 +16,7 @@ from pydantic import (
     model_validator,
 )
 
-from mainspring.core.types import DurationMs, Limit, Name, PositiveMs
+from mainspring.core.types import DurationMs, Limit, LongText, Name, PositiveMs
 from mainspring.core.types import JsonValue as CoreJsonValue
 from mainspring.core.types import ShortText as CoreShortText
 from mainspring.core.types import Text as CoreText
@@ -237,8 +237,18 @@ class _CompleteBody(Strict):
     result: JsonValue = None
 
 
+class ErrorDetailIn(Strict):
+    """What a Python handler raised, as a worker over HTTP sends it with a ``fail`` or ``retry`` outcome."""
+
+    type: ShortText
+    message: Text
+    traceback: LongText
+
+
 class _ErrorBody(Strict):
     error: Text
+    error_detail: ErrorDetailIn | None = None
+    """When a Python handler raised: kept with the item, as a worker beside the store does."""
 
 
 class _RepeatBody(Strict):
@@ -274,12 +284,16 @@ class OutcomeIn(Strict):
         if self.complete is not None:
             return outcomes.Complete(self.complete.result)
         if self.fail is not None:
-            return outcomes.Fail(self.fail.error)
+            return outcomes.Fail(self.fail.error, _detail(self.fail))
         if self.repeat is not None:
             return outcomes.Repeat(at=_time_of(self.repeat.at), in_ms=self.repeat.in_ms)
         if self.retry is not None:
-            return outcomes.Retry(self.retry.error)
+            return outcomes.Retry(self.retry.error, _detail(self.retry))
         return outcomes.Wait()
+
+
+def _detail(body: _ErrorBody) -> dict[str, Any] | None:
+    return None if body.error_detail is None else body.error_detail.model_dump()
 
 
 class ReleaseIn(Strict):

@@ -12,9 +12,10 @@ async def send(item):
     return Repeat(in_ms=60_000)         # …or an outcome: Complete, Fail, Repeat, Wait, Retry
 ```
 
-It runs inside ``mainspring serve --app mod:app`` or standalone (``mainspring worker mod:app``). Each queue
-leases up to its free local slots at once and releases finished items in batches (one transaction for
-many). A handler that raises, or runs past its timeout, is retried after the queue's ``error_delay_ms``.
+It runs inside ``mainspring serve --app mod:app`` or standalone (``mainspring worker mod:app``), on the store
+or, with ``--url``, through a server's HTTP API (``interactions.sources``). Each queue leases up to its free
+local slots at once and releases finished items in batches (one transaction for many). A handler that
+raises, or runs past its timeout, is retried after the queue's retry delay.
 A handler whose item is cancelled (or whose lease is lost) is cancelled. Sync handlers run in a thread;
 Python cannot interrupt a thread, so a timed-out or cancelled sync handler is abandoned, not stopped.
 """
@@ -35,10 +36,11 @@ from typing import Any
 from mainspring.core import tracing
 from mainspring.core.logs import bind
 from mainspring.core.runtime import log_failure
-from mainspring.interactions import data, leasing, outcomes, service
+from mainspring.interactions import data, outcomes
 from mainspring.interactions.models import Interaction
 from mainspring.interactions.service import finished_channel, queue_channel
 from mainspring.interactions.settings import InteractionsSettings
+from mainspring.interactions.sources import QueueSource, StoreQueues
 from mainspring.store import Store
 
 log = logging.getLogger("mainspring.interactions.worker")
@@ -129,8 +131,7 @@ class HandlerContext:
 
     async def create(self, queue: str, **fields: Any) -> dict[str, Any]:
         """Create an interaction in any queue (fields as in the HTTP create, ``due_at`` in epoch ms)."""
-        item, _ = await service.create(self._runner.store, self._runner.worker.cfg, queue, fields)
-        return item
+        return await self._runner.source.create(queue, fields)
 
     async def create_child(self, name: str, queue: str | None = None, **fields: Any) -> dict[str, Any]:
         """Create a child of the item being handled (in this queue unless ``queue`` says otherwise)."""
@@ -138,8 +139,7 @@ class HandlerContext:
 
     async def children(self, name: str | None = None) -> list[dict[str, Any]]:
         """The item's children (with ``name``), oldest first."""
-        found, _ = await service.children(self._runner.store, self.item.id, name, 1000, None)
-        return found
+        return await self._runner.source.children(self.item.id, name)
 
     def run(self, coroutine: Any) -> Any:
         """From a sync handler (in its thread): run one of the coroutines above and answer its result."""
@@ -189,11 +189,11 @@ class QueueRunner:
         self.stopped = asyncio.Event()
 
     @property
-    def store(self) -> Store:
-        return self.worker.store
+    def source(self) -> QueueSource:
+        return self.worker.source
 
     def start(self) -> None:
-        self._tasks = [
+        self._tasks = [  # the lease loop first: a stop waits for it
             asyncio.create_task(self._lease_loop(), name=f"interactions:{self.name}:lease"),
             asyncio.create_task(self._release_loop(), name=f"interactions:{self.name}:release"),
             asyncio.create_task(self._keep_leases(), name=f"interactions:{self.name}:keeper"),
@@ -212,9 +212,9 @@ class QueueRunner:
                 self._slot.clear()
                 await self._until(self._slot.wait(), None if free <= 0 else 0.005)
                 continue
-            waiter = self.store.notifier.waiter(queue_channel(self.name))
+            waiter = self.source.waiter(queue_channel(self.name))
             try:
-                leased = await leasing.lease(self.store, self.worker.cfg, self.name, self.worker.id, min(free, self.options.batch), self.options.lease_ms)
+                leased = await self.source.lease(self.name, self.worker.id, min(free, self.options.batch), self.options.lease_ms)
                 failures = 0
             except Exception as exc:
                 failures += 1
@@ -228,9 +228,9 @@ class QueueRunner:
             for taken in leased.items:
                 self._start(Interaction.model_validate(taken))
             busy = len(leased.items) == min(free, self.options.batch)
-            if busy:
+            if busy or self.source.long_polls:
                 continue
-            timeout = min(poll_s, leasing.until_next(self.store, leased.next_due))
+            timeout = min(poll_s, self.source.until_next(leased.next_due))
             await self._until(waiter.wait(timeout), timeout)
 
     def _free_slots(self) -> int:
@@ -319,7 +319,7 @@ class QueueRunner:
                 batch.append(self._releases.get_nowait())
             for attempt in range(1, 1_000_000):
                 try:
-                    answers = await leasing.release_many(self.store, self.name, [(r.item_id, r.token, r.outcome) for r in batch])
+                    answers = await self.source.release_many(self.name, [(r.item_id, r.token, r.outcome) for r in batch])
                     break
                 except asyncio.CancelledError:
                     raise
@@ -339,7 +339,7 @@ class QueueRunner:
             # The queue's lease may change while running: beat three times per lease as it is now.
             beat_s = max(0.05, self._lease_ms / 3000)
             next_beat = last_beat + beat_s
-            waiter = self.store.notifier.waiter(finished_channel(self.name))
+            waiter = self.source.waiter(finished_channel(self.name))
             # Short naps: a lease taken meanwhile may be shorter than the one this beat was planned for.
             signalled = await waiter.wait(min(0.1, max(0.0, next_beat - time.monotonic())))
             try:
@@ -350,7 +350,7 @@ class QueueRunner:
                     last_beat = time.monotonic()
                     leases = [(i, e.token) for i, e in list(self.inflight.items()) if not e.releasing]
                     if leases:
-                        kept = await leasing.heartbeat_many(self.store, leases, self._lease_ms)
+                        kept = await self.source.heartbeat_many(leases, self._lease_ms)
                         self._cancel_lost(kept, {i for i, _ in leases})
             except asyncio.CancelledError:
                 raise
@@ -364,9 +364,7 @@ class QueueRunner:
         checking = {i: e.token for i, e in list(self.inflight.items()) if not e.releasing}
         if not checking:
             return set(), set()
-        async with self.store.read() as conn:
-            found = await data.held_leases(conn, checking)
-        return {i for i, (state, token) in found.items() if state == "processing" and token == checking[i]}, set(checking)
+        return await self.source.still_held(checking), set(checking)
 
     def _cancel_lost(self, held: set[int], checked: set[int]) -> None:
         for item_id in checked:
@@ -384,11 +382,16 @@ class QueueRunner:
         when not ``graceful``. Cancelled items keep their leases until they expire, then are retried."""
         self._leasing = False
         self._stop_leasing.set()
-        running = [e.task for e in list(self.inflight.values()) if e.task is not None]
         if self.stopped.is_set():
             return
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout_ms is None else loop.time() + timeout_ms / 1000
+        if graceful and self._tasks:
+            # A lease in flight (a long poll over HTTP) may still take items: they are run, not orphaned.
+            await asyncio.wait([self._tasks[0]], timeout=None if deadline is None else max(0.0, deadline - loop.time()))
+        running = [e.task for e in list(self.inflight.values()) if e.task is not None]
         if graceful and running:
-            _done, pending = await asyncio.wait(running, timeout=None if timeout_ms is None else timeout_ms / 1000)
+            _done, pending = await asyncio.wait(running, timeout=None if deadline is None else max(0.0, deadline - loop.time()))
         else:
             pending = set(running)
         for task in pending:
@@ -402,12 +405,14 @@ class QueueRunner:
 
 
 class Worker:
-    """Runs every queue handler of a ``mainspring.App`` registry against one store."""
+    """Runs every queue handler of a ``mainspring.App`` registry against one store, or another source of
+    items (``interactions.sources``: a server's HTTP API)."""
 
-    def __init__(self, store: Store, registry: Any, cfg: InteractionsSettings | None = None, *, poll_ms: int = 1000, name: str | None = None) -> None:
-        self.store = store
-        self.registry = registry
+    def __init__(self, store: Store | QueueSource, registry: Any, cfg: InteractionsSettings | None = None, *, poll_ms: int = 1000,
+                 name: str | None = None) -> None:
         self.cfg = cfg or InteractionsSettings()
+        self.source: QueueSource = StoreQueues(store, self.cfg) if isinstance(store, Store) else store
+        self.registry = registry
         self.poll_ms = poll_ms
         self.id = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.runners: dict[str, QueueRunner] = {}
@@ -416,7 +421,7 @@ class Worker:
         options = {queue: QueueOptions.of(r.options) for queue, r in self.registry.queues.items()}
         configured = {queue: o.queue_settings() for queue, o in options.items() if o.queue_settings()}
         if configured:
-            await service.create_queues(self.store, self.cfg, configured)
+            await self.source.create_queues(configured)
         for queue, registration in self.registry.queues.items():
             runner = QueueRunner(self, queue, registration.target, options[queue])
             self.runners[queue] = runner
