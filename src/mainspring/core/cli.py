@@ -9,6 +9,7 @@ store themselves.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import sys
 import traceback
@@ -134,6 +135,35 @@ class CommandGroup(TyperGroup):
                 traceback.print_exc(file=sys.stderr)
             err.print("[red]error:[/red] " + escape(describe(exc)), soft_wrap=True, emoji=False)
             raise typer.Exit(exit_code_of(exc)) from None
+
+
+class LazyGroup(CommandGroup):
+    """A group whose commands in ``lazy`` (name → ``"module:attribute"``, a ``typer.Typer`` or a command
+    function) are imported when they are used or listed, as click's docs on lazily loading subcommands
+    describe: a command imports what it runs and nothing else."""
+
+    lazy: dict[str, str] = {}
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return [*super().list_commands(ctx), *(name for name in self.lazy if name not in self.commands)]
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        if cmd_name not in self.commands and cmd_name in self.lazy:
+            self.commands[cmd_name] = _load_command(cmd_name, self.lazy[cmd_name])
+        return super().get_command(ctx, cmd_name)
+
+
+def _load_command(name: str, spec: str) -> Any:
+    module, _, attribute = spec.partition(":")
+    target = getattr(importlib.import_module(module), attribute)
+    if isinstance(target, typer.Typer):
+        command: Any = typer.main.get_group(target)  # as add_typer mounts it: no completion options of its own
+    else:
+        single = typer.Typer(add_completion=False)
+        single.command(name)(target)
+        command = typer.main.get_command(single)
+    command.name = name
+    return command
 
 
 def each(items: Sequence[str], what: str) -> Iterator[str]:
