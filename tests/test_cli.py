@@ -165,6 +165,47 @@ def test_tables_never_cut_the_ids_the_next_command_needs(monkeypatch: pytest.Mon
     assert long_id in buffer.getvalue()
 
 
+ALERTS = [
+    {"id": "a1b2c3d4e5f6", "at": "2026-11-26T09:00:00.123Z", "severity": "error", "code": "machine_failed",
+     "subject": "machine:orders/invoice-7", "detail": "the processor refused: the order book is corrupt and cannot be read any more",
+     "acked_at": None},
+    {"id": "f6e5d4c3b2a1", "at": "2026-11-26T09:05:00.000Z", "severity": "warning", "code": "exchange_in_doubt",
+     "subject": "process:01J9ZQ3V7H2K8M4N6P0R5S1T3V", "detail": "no API_4 or API_5", "acked_at": "2026-11-26T10:00:00.000Z"},
+]
+ALERT_COLUMNS = ["id", "at", "severity", "code", "subject", "detail", "acked_at"]
+
+
+def printed(monkeypatch: pytest.MonkeyPatch, width: int, terminal: bool, rows: list[dict[str, Any]], columns: list[str]) -> list[str]:
+    buffer = io.StringIO()
+    monkeypatch.setattr(common, "out", Console(file=buffer, width=width, force_terminal=terminal, color_system=None))
+    common.print_table("alerts", columns, rows, ids=("id", "subject"))
+    return buffer.getvalue().splitlines()
+
+
+def test_a_table_too_wide_for_an_80_column_terminal_reads_as_one_block_per_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    lines = printed(monkeypatch, 80, True, ALERTS, ALERT_COLUMNS)
+    assert len(lines) <= 20 and all(len(line) <= 80 for line in lines), "\n".join(lines)
+    text = " ".join(" ".join(line.split()) for line in lines)
+    for alert in ALERTS:
+        assert alert["id"] in text and alert["subject"] in text and alert["code"] in text
+    assert "the processor refused: the order book is corrupt and cannot be read any more" in text
+    assert "2026-11-26 09:00:00" in text  # the time whole, to the second
+
+
+def test_a_table_that_fits_the_terminal_is_one_line_per_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    lines = printed(monkeypatch, 220, True, ALERTS, ALERT_COLUMNS)
+    [first] = [line for line in lines if "a1b2c3d4e5f6" in line]
+    assert "machine_failed" in first and "2026-11-26 09:00:00" in first and "cannot be read any more" in first
+
+
+def test_a_piped_table_is_plain_columns_one_line_per_row_nothing_cut(monkeypatch: pytest.MonkeyPatch) -> None:
+    lines = printed(monkeypatch, 80, False, ALERTS, ALERT_COLUMNS)
+    assert len(lines) == 3 and lines[0].split() == ALERT_COLUMNS
+    assert lines[1].split()[:5] == ["a1b2c3d4e5f6", "2026-11-26T09:00:00.123Z", "error", "machine_failed", "machine:orders/invoice-7"]
+    assert ALERTS[0]["detail"] in lines[1] and lines[2].split()[-1] == "2026-11-26T10:00:00.000Z"
+    assert not any(mark in "".join(lines) for mark in "┃│─…")
+
+
 async def invoke(*args: str) -> Any:
     # The server under test runs on this event loop: the blocking CLI runs beside it.
     return await asyncio.to_thread(CliRunner().invoke, cli, list(args), env={"COLUMNS": "200"})
