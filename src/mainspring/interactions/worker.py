@@ -31,8 +31,9 @@ import time
 import traceback
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
+from mainspring.client import models as answers
 from mainspring.core import tracing
 from mainspring.core.logs import bind
 from mainspring.core.runtime import log_failure
@@ -129,17 +130,18 @@ class HandlerContext:
         self.queue = runner.name
         self.worker = runner.worker.id
 
-    async def create(self, queue: str, **fields: Any) -> dict[str, Any]:
-        """Create an interaction in any queue (fields as in the HTTP create, ``due_at`` in epoch ms)."""
-        return await self._runner.source.create(queue, fields)
+    async def create(self, queue: str, **fields: Any) -> answers.Interaction:
+        """Create an interaction in any queue (fields as in the HTTP create, ``due_at`` in epoch ms); answers
+        it as the clients and the producer do."""
+        return cast(answers.Interaction, await self._runner.source.create(queue, fields))
 
-    async def create_child(self, name: str, queue: str | None = None, **fields: Any) -> dict[str, Any]:
+    async def create_child(self, name: str, queue: str | None = None, **fields: Any) -> answers.Interaction:
         """Create a child of the item being handled (in this queue unless ``queue`` says otherwise)."""
         return await self.create(queue or self.queue, parent_id=int(self.item.id), name=name, **fields)
 
-    async def children(self, name: str | None = None) -> list[dict[str, Any]]:
+    async def children(self, name: str | None = None) -> list[answers.Interaction]:
         """The item's children (with ``name``), oldest first."""
-        return await self._runner.source.children(self.item.id, name)
+        return cast(list[answers.Interaction], await self._runner.source.children(self.item.id, name))
 
     def run(self, coroutine: Any) -> Any:
         """From a sync handler (in its thread): run one of the coroutines above and answer its result."""
