@@ -105,7 +105,8 @@ def clock() -> ManualClock:
 def settings(database_url: str, tmp_path: Path) -> Settings:
     return load_settings(
         None,
-        server={"database": database_url, "data_dir": tmp_path / "data", "poll_interval_ms": 200, "sqlite_synchronous": "NORMAL"},
+        server={"database": database_url, "data_dir": tmp_path / "data", "poll_interval_ms": 200, "sqlite_synchronous": "NORMAL",
+                "check_answers": True},
     )
 
 

@@ -4,43 +4,35 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from fastapi import Depends, FastAPI
-from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.routing import Mount
 
 from mainspring import __version__
 from mainspring.app import App
 from mainspring.batching.face import face as batching_face
 from mainspring.config import Settings
-from mainspring.core import alerts, outbox, tracing
-from mainspring.core.auth import Authenticator, authenticate
+from mainspring.core import alerts, openapi, outbox, tracing
+from mainspring.core.auth import Authenticator
 from mainspring.core.docs_page import docs_routes, root_routes
 from mainspring.core.errors import Unavailable
-from mainspring.core.http import (
-    COMMON_PROBLEMS,
-    BodyLimitMiddleware,
-    MetricsMiddleware,
-    RateLimitMiddleware,
-    RequestIdMiddleware,
-    install_error_handlers,
-    problem_response,
-    problems_in_openapi,
-)
+from mainspring.core.http import Api, send_problem
 from mainspring.core.logs import configure_logging
 from mainspring.core.metrics import Gauges, read_alert_gauges, read_outbox_gauges
 from mainspring.core.publishers import prune_published_events, run_publishers
-from mainspring.core.routes import router as core_router
+from mainspring.core.routes import routes as core_routes
+from mainspring.core.routing import Call, Operation, Reply, Routes
 from mainspring.core.runtime import Context, Face, log_failure, retry_while_unavailable, run_loop
 from mainspring.exchange.face import face as exchange_face
 from mainspring.interactions.face import face as interactions_face
 from mainspring.machines.face import face as machines_face
 from mainspring.store import Clock, Store
 from mainspring.store.replication import why_not_synchronous
-from mainspring.ui.routes import router as ui_router
 
 log = logging.getLogger("mainspring.server")
 
@@ -81,7 +73,7 @@ SERVE_SETTINGS_ENV = "MAINSPRING_SERVE_SETTINGS"
 SERVE_APP_ENV = "MAINSPRING_SERVE_APP"
 
 
-def serve_app() -> FastAPI:
+def serve_app() -> Server:
     """The server of one ``mainspring serve --workers N`` process, from the settings the command resolved."""
     import os
 
@@ -101,6 +93,96 @@ async def warn_unless_sync_replica(store: Store) -> None:
                     "the loss of the primary's machine", reason)
 
 
+class Server(Starlette):
+    """The ASGI app of ``mainspring serve``: the declared operations (``/v1`` and the service endpoints) on
+    their own request path, everything else (the dashboard, the API docs' files) on Starlette's routing."""
+
+    def __init__(self, api: Api, *, routes: list[Any], lifespan: Any) -> None:
+        super().__init__(routes=routes, lifespan=lifespan)
+        self.api = api
+        self._described: dict[str, Any] | None = None
+        self._entry: Any = self._dispatch
+        if tracing.enabled():
+            from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
+
+            self._entry = OpenTelemetryMiddleware(self._dispatch)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self._entry(scope, receive, send)
+
+    def openapi(self) -> dict[str, Any]:
+        """This server's API description (what ``/openapi.json`` answers)."""
+        if self._described is None:
+            self._described = openapi.build(self.api.operations, title="Mainspring", version=__version__, description=DESCRIPTION)
+        return self._described
+
+    async def _dispatch(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            raw = scope.get("raw_path") or scope["path"].encode("utf-8")
+            raw = raw.split(b"?", 1)[0]
+            found = self.api.table.find(scope["method"], raw)
+            if found is not None:
+                await self.api.serve(found[0], found[1], scope, receive, send)
+                return
+            if raw.startswith(b"/v1/") or raw == b"/v1":
+                await _no_operation(self.api, scope, raw, send)
+                return
+        await super().__call__(scope, receive, send)
+
+
+async def _no_operation(api: Api, scope: Any, raw: bytes, send: Any) -> None:
+    allowed = api.table.allowed(raw)
+    if allowed:
+        await send_problem(scope, send, 405, "method_not_allowed", "Method not allowed",
+                           f"{scope['method']} is not allowed here; allowed: {', '.join(allowed)}", headers={"Allow": ", ".join(allowed)})
+    else:
+        await send_problem(scope, send, 404, "not_found", "Not found", f"no operation at {scope['path']}")
+
+
+DESCRIPTION = "Durable processing: exchange, machines, interactions and batching on one store."
+
+
+def service_routes(ctx: Context, store: Store, document: Callable[[], dict[str, Any]]) -> Routes:
+    """Health, readiness, metrics and the API description: outside ``/v1``, never behind auth."""
+    routes = Routes("", tag="service")
+    gauges = Gauges([read_outbox_gauges, read_alert_gauges, *(face.read_gauges for face in FACES if face.read_gauges is not None)])
+    described: list[bytes] = []
+
+    @routes.get("/healthz", public=True, answer=dict[str, str])
+    async def healthz(call: Call[None]) -> Any:
+        """The process is alive."""
+        return {"status": "ok"}
+
+    @routes.get("/readyz", public=True, answer=dict[str, str], problems={503: "unavailable"})
+    async def readyz(call: Call[None]) -> Any:
+        """The store answers."""
+        try:
+            await asyncio.wait_for(store.ping(), 5)
+        except Exception as exc:
+            log.warning("readiness check failed: %s", exc)
+            raise Unavailable(str(exc)[:200]) from None
+        return {"status": "ready", "engine": store.dialect.name}
+
+    @routes.get("/metrics", public=True, content={CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}})
+    async def metrics(call: Call[None]) -> Any:
+        """Prometheus text format: request metrics, and each face's business metrics read from the store."""
+        try:
+            await gauges.refresh(ctx)
+        except Exception as exc:
+            # A lost store must not take the scrape down with it: what was read last is answered.
+            log_failure(log, exc, "reading the gauges for /metrics failed")
+        return Reply(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+    @routes.get("/openapi.json", public=True, in_schema=False)
+    async def openapi_json(call: Call[None]) -> Any:
+        """This API's description (OpenAPI 3.1)."""
+        if not described:
+            described.append(json.dumps(document()).encode())
+        return Reply(described[0], media_type="application/json")
+
+    return routes
+
+
 def create_app(
     settings: Settings,
     *,
@@ -108,7 +190,7 @@ def create_app(
     clock: Clock | None = None,
     registry: App | None = None,
     run_background: bool = True,
-) -> FastAPI:
+) -> Server:
     """Build the server. Pass ``store`` (and a ``ManualClock``) in tests; ``run_background=False`` leaves
     the loops to the test."""
     store = store or Store(
@@ -120,11 +202,11 @@ def create_app(
     ctx = Context(settings=settings, store=store, registry=registry or App())
     if settings.server.tracing and tracing.enable():
         tracing.instrument_engine(getattr(store.backend.engine, "sync_engine", store.backend.engine))
+    authenticator = Authenticator(store, settings.auth.tokens, settings.auth.cache_ms)
 
     async def start_up() -> None:
         """Everything before serving; re-run whole if the store goes away meanwhile (recovery is idempotent)."""
         await store.start()
-        authenticator: Authenticator = app.state.authenticator
         if await authenticator.is_open():
             log.warning("no API tokens are configured: the server is OPEN to anyone who can reach it")
         if settings.server.require_sync_replica:
@@ -134,7 +216,7 @@ def create_app(
                 await face.recover(ctx)
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: Server) -> AsyncIterator[None]:
         await retry_while_unavailable("start-up", start_up, settings.server.startup_wait_ms)
         tasks: list[asyncio.Task[None]] = []
         if run_background:
@@ -159,67 +241,28 @@ def create_app(
                 await asyncio.gather(*tasks, return_exceptions=True)
             await store.close()
 
-    app = FastAPI(
-        title="Mainspring",
-        version=__version__,
-        description="Durable processing: exchange, machines, interactions and batching on one store.",
-        lifespan=lifespan,
-        # /docs is served below from the package's own Swagger UI files; ReDoc would load from a CDN.
-        docs_url=None,
-        redoc_url=None,
-    )
-    app.state.context = ctx
-    app.state.authenticator = Authenticator(store, settings.auth.tokens, settings.auth.cache_ms)
-    install_error_handlers(app)
-    app.add_middleware(
-        BodyLimitMiddleware,
-        default=settings.server.max_json_bytes,
-        limits=[("POST", r"/v1/exchange/mailboxes/[^/]+/[^/]+/messages", settings.exchange.max_message_bytes)],
-    )
-    if settings.server.rate_limit:
-        app.add_middleware(RateLimitMiddleware, rate=settings.server.rate_limit)
-    app.add_middleware(MetricsMiddleware)
-    app.add_middleware(RequestIdMiddleware)
-    tracing.instrument_app(app)
-
-    @app.get("/healthz", tags=["service"])
-    async def healthz() -> dict[str, str]:
-        """The process is alive."""
-        return {"status": "ok"}
-
-    @app.get("/readyz", tags=["service"], responses={503: {"description": "store unreachable"}})
-    async def readyz() -> Any:
-        """The store answers."""
-        try:
-            await asyncio.wait_for(store.ping(), 5)
-        except Exception as exc:
-            log.warning("readiness check failed: %s", exc)
-            return problem_response(Unavailable(str(exc)[:200]).problem())
-        return JSONResponse({"status": "ready", "engine": store.dialect.name})
-
-    # Swagger UI over /openapi.json, its files from this server (core/docs_page.py).
-    app.router.routes.extend(docs_routes(app.openapi_url or "/openapi.json", title="Mainspring API"))
-    app.router.routes.extend(root_routes(openapi_url=app.openapi_url or "/openapi.json", version=__version__))
-
-    gauges = Gauges([read_outbox_gauges, read_alert_gauges, *(face.read_gauges for face in FACES if face.read_gauges is not None)])
-
-    @app.get("/metrics", tags=["service"], response_class=PlainTextResponse)
-    async def metrics() -> PlainTextResponse:
-        """Prometheus text format: request metrics, and each face's business metrics read from the store."""
-        try:
-            await gauges.refresh(ctx)
-        except Exception as exc:
-            # A lost store must not take the scrape down with it: what was read last is answered.
-            log_failure(log, exc, "reading the gauges for /metrics failed")
-        return PlainTextResponse(generate_latest().decode(), media_type=CONTENT_TYPE_LATEST)
-
-    # Every /v1 route is behind auth, whatever its own dependencies say.
-    app.include_router(core_router, dependencies=[Depends(authenticate)], responses=COMMON_PROBLEMS)
+    # Every /v1 operation is behind auth unless it says otherwise; the service endpoints never are.
+    operations: list[Operation] = [*core_routes.operations]
     for face in FACES:
-        app.include_router(face.router, dependencies=[Depends(authenticate)], responses=COMMON_PROBLEMS)
-        for router in face.routers_for(settings) if face.routers_for is not None else ():
-            app.include_router(router, dependencies=[Depends(authenticate)], responses=COMMON_PROBLEMS)
-    # The dashboard checks the token in its cookie itself (same tokens, `admin` or `ui` scope).
-    app.include_router(ui_router)
-    problems_in_openapi(app)
+        operations += face.routes.operations
+        for extra in face.routes_for(settings) if face.routes_for is not None else ():
+            operations += extra.operations
+    operations += service_routes(ctx, store, lambda: app.openapi()).operations
+    api = Api(ctx, authenticator, operations, max_json_bytes=settings.server.max_json_bytes,
+              rate_limit=settings.server.rate_limit, check_answers=settings.server.check_answers)
+    app = Server(api, lifespan=lifespan, routes=[
+        # Swagger UI over /openapi.json with its files from this server, and / pointing to it and to /ui.
+        *docs_routes("/openapi.json", title="Mainspring API"),
+        *root_routes(openapi_url="/openapi.json", version=__version__),
+        # The dashboard checks the token in its cookie itself (same tokens, `admin` or `ui` scope).
+        Mount("", app=dashboard_app(ctx, authenticator)),
+    ])
+    app.state.context = ctx
+    app.state.authenticator = authenticator
     return app
+
+
+def dashboard_app(ctx: Context, authenticator: Authenticator) -> Any:
+    from mainspring.ui.routes import dashboard
+
+    return dashboard(ctx, authenticator)

@@ -3,7 +3,7 @@
 from mainspring.batching import metrics, service
 from mainspring.batching.cli import cli
 from mainspring.batching.dispatcher import dispatcher_loop
-from mainspring.batching.routes import router
+from mainspring.batching.routes import routes
 from mainspring.batching.worker import recover, workers_loop
 from mainspring.core.runtime import Context, Face, run_loop
 
@@ -23,6 +23,6 @@ async def retention_loop(ctx: Context) -> None:
 
 
 face = Face(
-    name="batching", router=router, recover=recover, loops=[dispatcher_loop, retention_loop, workers_loop], cli=cli,
+    name="batching", routes=routes, recover=recover, loops=[dispatcher_loop, retention_loop, workers_loop], cli=cli,
     read_gauges=metrics.read_gauges,
 )

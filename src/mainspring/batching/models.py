@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from mainspring.core.types import DurationMs, JsonValue, Name, PositiveMs, ShortText, Text
+from mainspring.core.types import DurationMs, JsonValue, Limit, Name, Page, PositiveMs, Query, ShortText, Text
 
 DEFAULTS: dict[str, Any] = {
     "min_size": 2,
@@ -180,3 +180,16 @@ class VersionList(BaseModel):
 
 class GroupVersions(BaseModel):
     members: dict[str, list[Version]] = Field(description="Each member's permanent log, oldest version first.")
+
+
+class DeleteBatcherQuery(Query):
+    force: bool = False
+    """Delete even while a package of it is claimed under a live lease."""
+
+
+class PackagesQuery(Page):
+    status: Literal["ready", "claimed", "done", "failed"] | None = None
+
+
+class VersionsQuery(Page):
+    limit: Limit = 1000

@@ -14,11 +14,9 @@ import logging
 import secrets
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
-
-from fastapi import Depends, Request
 
 from mainspring.core import data
 from mainspring.core.errors import Forbidden, NotFound, Unauthenticated
@@ -123,23 +121,6 @@ class Authenticator:
         # Operators see refused tokens (a revoked one still in use, a probe); the token itself never is logged.
         log.info("refused a request with an unknown or revoked token")
         raise Unauthenticated("unknown or revoked token")
-
-
-async def authenticate(request: Request) -> Principal:
-    """FastAPI dependency for every ``/v1`` route: who is calling."""
-    principal: Principal = await request.app.state.authenticator.authenticate(request.headers.get("authorization"))
-    request.state.principal = principal
-    return principal
-
-
-def requires(template: str) -> Callable[..., Any]:
-    """A dependency checking one scope, formatted from the path parameters: ``requires("queues:{queue}")``."""
-
-    async def check(request: Request, principal: Principal = Depends(authenticate)) -> Principal:
-        principal.require(template.format(**request.path_params))
-        return principal
-
-    return check
 
 
 async def create_token(store: Store, name: str, scopes: list[str]) -> tuple[str, str]:

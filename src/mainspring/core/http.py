@@ -1,31 +1,44 @@
-"""HTTP plumbing shared by every route: problem+json errors, body limits, request metrics."""
+"""The request path of every declared operation: one ASGI entry does what a stack of middlewares and
+dependency injection did — request id, body limit, authentication and scope, validation, the handler,
+problem+json errors, request metrics — once per request, with everything that can be prepared prepared.
+
+A 2xx is sent only after the handler returned, so it still means what the handler committed is committed.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import logging
-import re
+import os
 import time
-import uuid
+from collections.abc import Callable, Mapping
 from typing import Any
+from urllib.parse import parse_qsl
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from prometheus_client import Counter, Histogram
-from pydantic import BaseModel, ConfigDict
-from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.requests import ClientDisconnect
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+from pydantic_core import to_json
 
-from mainspring.core.errors import InvalidRequest, MainspringError, RateLimited, TooLarge, Unavailable
+from mainspring.core.auth import OPEN, Authenticator
+from mainspring.core.errors import (
+    InvalidRequest,
+    MainspringError,
+    NotFound,
+    RateLimited,
+    TooLarge,
+    Unavailable,
+)
 from mainspring.core.logs import bind_request
-from mainspring.store.errors import STORE_ERRORS, is_unavailable
+from mainspring.core.routing import Call, Operation, PathParamError, RawBody, Reply, RouteTable
+from mainspring.core.runtime import Context
+from mainspring.store.errors import is_unavailable
 
 log = logging.getLogger("mainspring.http")
 
 PROBLEM = "application/problem+json"
+_JSON = [(b"content-type", b"application/json")]
+_PROBLEM = [(b"content-type", PROBLEM.encode())]
 
 HTTP_REQUESTS = Counter("mainspring_http_requests_total", "HTTP requests answered", ["method", "route", "status"])
 HTTP_LATENCY = Histogram(
@@ -34,6 +47,7 @@ HTTP_LATENCY = Histogram(
     ["method", "route"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
+
 
 class Problem(BaseModel):
     """RFC 9457 problem details; ``code`` is stable and is what clients match on."""
@@ -47,242 +61,278 @@ class Problem(BaseModel):
     code: str
 
 
-def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI ``responses`` entries for the problems a route may answer."""
-    schema = Problem.model_json_schema()
-    return {
-        status: {"description": "A problem (RFC 9457)", "content": {PROBLEM: {"schema": schema}}}
-        for status in statuses
-    }
+class ClientGone(Exception):
+    """The client hung up while its request was being read."""
 
 
-def problems_in_openapi(app: FastAPI) -> None:
-    """Every documented 4xx/5xx answer is problem+json, whichever way a route declared it."""
-    original = app.openapi
-
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema is not None:
-            return app.openapi_schema
-        schema = original()
-        schema.setdefault("components", {}).setdefault("schemas", {})["Problem"] = Problem.model_json_schema()
-        for operations in schema.get("paths", {}).values():
-            for operation in operations.values():
-                for status, response in operation.get("responses", {}).items():
-                    if status[0] in "45":
-                        response["content"] = {PROBLEM: {"schema": {"$ref": "#/components/schemas/Problem"}}}
-                        response.setdefault("description", "A problem (RFC 9457)")
-        app.openapi_schema = schema
-        return schema
-
-    app.openapi = openapi  # type: ignore[method-assign]
+def _problem(status: int, code: str, title: str, detail: str, **extra: Any) -> dict[str, Any]:
+    return {"type": f"https://mainspring.dev/problems/{code}", "title": title, "status": status, "detail": detail,
+            "code": code, **extra}
 
 
-# Every /v1 route may answer these, whatever else it documents.
-COMMON_PROBLEMS = problem_responses(401, 403, 413, 422, 429, 503)
-
-_HTTP_CODES = {400: "invalid_request", 404: "not_found", 405: "method_not_allowed", 413: "too_large", 415: "unsupported_media_type"}
-
-
-def problem_response(problem: dict[str, Any], headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse(problem, status_code=problem["status"], media_type=PROBLEM, headers=headers)
-
-
-def _clean_errors(errors: Any) -> list[dict[str, Any]]:
+def _clean_errors(errors: Any, prefix: tuple[str, ...]) -> list[dict[str, Any]]:
     # Never echo back the offending input: it may be 10 MB, binary, or a secret.
-    return [{"loc": list(e.get("loc", [])), "msg": str(e.get("msg", ""))[:500], "type": e.get("type")} for e in errors]
+    return [{"loc": [*prefix, *e.get("loc", ())], "msg": str(e.get("msg", ""))[:500], "type": e.get("type")} for e in errors]
 
 
-def _validation_detail(request: Request, errors: list[dict[str, Any]]) -> str:
-    """Say what is wrong: a body sent as a form (``curl -d``) is the usual mistake, not the schema."""
-    content_type = request.headers.get("content-type", "")
-    media = content_type.split(";", 1)[0].strip().lower()
-    body_error = any(e["loc"][:1] == ["body"] for e in errors)
-    if body_error and media and media != "application/json" and not media.endswith("+json"):
-        return f"expected a JSON body, got Content-Type {media} (send Content-Type: application/json)"
-    return "the request does not match the schema"
+def _invalid(errors: list[dict[str, Any]], detail: str = "the request does not match the schema") -> InvalidRequest:
+    return InvalidRequest(detail, errors=errors)
 
 
-def install_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(MainspringError)
-    async def _mainspring_error(_request: Request, exc: MainspringError) -> JSONResponse:
-        return problem_response(exc.problem())
-
-    @app.exception_handler(RequestValidationError)
-    async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = _clean_errors(exc.errors())
-        return problem_response(InvalidRequest(_validation_detail(request, errors), errors=errors).problem())
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        # FastAPI answers a body it cannot parse with 400; the contract says 422 invalid_request.
-        status = 422 if exc.status_code == 400 else exc.status_code
-        code = _HTTP_CODES.get(exc.status_code, "http_error")
-        problem = {"type": f"https://mainspring.dev/problems/{code}", "title": str(exc.detail), "status": status, "detail": str(exc.detail), "code": code}
-        if status == 422:
-            problem["errors"] = [{"loc": ["body"], "msg": str(exc.detail)}]
-        return problem_response(problem, headers=getattr(exc, "headers", None))
-
-    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        if is_unavailable(exc):
-            log.warning("store unavailable during %s %s: %s", request.method, request.url.path, exc)
-            return problem_response(Unavailable().problem(), headers={"Retry-After": "1"})
-        log.exception("unexpected error in %s %s", request.method, request.url.path)
-        return problem_response({"type": "about:blank", "title": "Internal error", "status": 500, "detail": "internal error; see the server log", "code": "internal"})
-
-    async def _client_gone(request: Request, _exc: ClientDisconnect) -> JSONResponse:
-        # The client hung up while sending its body: nothing happened and nobody reads the answer.
-        log.info("client went away during %s %s", request.method, request.url.path)
-        return problem_response({"type": "about:blank", "title": "Client closed the request", "status": 499,
-                                 "detail": "the client went away before its request was read", "code": "client_gone"})
-
-    app.add_exception_handler(ClientDisconnect, _client_gone)  # type: ignore[arg-type]
-
-    # Starlette re-raises whatever reaches the ``Exception`` handler (so uvicorn logs it a second time); the
-    # store's own errors, the usual ones while a database restarts, are handled one level further in.
-    for error_class in (*STORE_ERRORS, Exception):
-        app.add_exception_handler(error_class, _unexpected)  # type: ignore[arg-type]
+def _media(content_type: str | None) -> str:
+    return (content_type or "").split(";", 1)[0].strip().lower()
 
 
-class BodyLimitMiddleware:
-    """Refuse bodies over the limit with ``413 too_large`` before a route reads them.
-
-    ``limits`` maps (method, path regex) to a byte limit; everything else gets ``default``.
-    """
-
-    def __init__(self, app: ASGIApp, default: int, limits: list[tuple[str, str, int]] | None = None) -> None:
-        self.app = app
-        self.default = default
-        self.limits = [(m, re.compile(p), n) for m, p, n in (limits or [])]
-
-    def limit_for(self, scope: Scope) -> int:
-        for method, pattern, limit in self.limits:
-            if scope["method"] == method and pattern.fullmatch(scope["path"]):
-                return limit
-        return self.default
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        limit = self.limit_for(scope)
-        headers = dict(scope.get("headers") or [])
-        declared = headers.get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
-            await _send_too_large(send, limit)
-            return
-        received = 0
-        started = False
-
-        async def limited_receive() -> Message:
-            nonlocal received
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > limit:
-                    raise TooLarge(f"request body over {limit} bytes")
-            return message
-
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
-        try:
-            await self.app(scope, limited_receive, tracking_send)
-        except TooLarge:
-            if not started:
-                await _send_too_large(send, limit)
+def _is_json(media: str) -> bool:
+    return not media or media == "application/json" or media.endswith("+json")
 
 
-async def _send_too_large(send: Send, limit: int) -> None:
-    body = TooLarge(f"request body over {limit} bytes").problem()
-    payload = json.dumps(body).encode()
-    await send({"type": "http.response.start", "status": 413, "headers": [(b"content-type", PROBLEM.encode()), (b"content-length", str(len(payload)).encode()), (b"connection", b"close")]})
-    await send({"type": "http.response.body", "body": payload})
+class _Metrics:
+    """Request metrics with the label children looked up once per (operation, status)."""
+
+    def __init__(self) -> None:
+        self._counters: dict[tuple[str, str, int], Any] = {}
+        self._latencies: dict[tuple[str, str], Any] = {}
+
+    def observe(self, method: str, route: str, status: int, seconds: float) -> None:
+        counter = self._counters.get((method, route, status))
+        if counter is None:
+            counter = self._counters[(method, route, status)] = HTTP_REQUESTS.labels(method, route, str(status))
+        latency = self._latencies.get((method, route))
+        if latency is None:
+            latency = self._latencies[(method, route)] = HTTP_LATENCY.labels(method, route)
+        counter.inc()
+        latency.observe(seconds)
 
 
-REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+class _RateLimit:
+    """Per-client request rate on ``/v1`` (a moving window in this server's memory). A client is its bearer
+    token (hashed) or, without one, its address. It protects one server from a flood; limits that must hold
+    across servers (queue rate limits) live in the store instead."""
 
-
-class RequestIdMiddleware:
-    """``X-Request-Id``: the caller's (when it is a plain token) or a new one, on every log line of the
-    request and echoed in the answer."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        given = dict(scope.get("headers") or []).get(b"x-request-id", b"").decode("latin-1")
-        request_id = given if REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
-        bind_request(scope, request_id)
-        header = (b"x-request-id", request_id.encode())
-
-        async def send_with_id(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message = {**message, "headers": [*message.get("headers", []), header]}
-            await send(message)
-
-        await self.app(scope, receive, send_with_id)
-
-
-class MetricsMiddleware:
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        status = 500
-
-        async def recording_send(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, recording_send)
-        finally:
-            route = scope.get("route")
-            path = getattr(route, "path", "unmatched")
-            HTTP_REQUESTS.labels(scope["method"], path, str(status)).inc()
-            HTTP_LATENCY.labels(scope["method"], path).observe(time.perf_counter() - started)
-
-
-class RateLimitMiddleware:
-    """Per-client request rate limit on ``/v1`` (a moving window in this server's memory).
-
-    A client is its bearer token (hashed) or, without one, its address. It protects one server from a
-    flood; limits that must hold across servers (queue rate limits) live in the store instead.
-    """
-
-    def __init__(self, app: ASGIApp, rate: str) -> None:
+    def __init__(self, rate: str) -> None:
         from limits import parse
         from limits.storage import MemoryStorage
         from limits.strategies import MovingWindowRateLimiter
 
-        self.app = app
         self.rate = parse(rate)
         self.limiter = MovingWindowRateLimiter(MemoryStorage())
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith("/v1"):
-            await self.app(scope, receive, send)
-            return
-        headers = dict(scope.get("headers") or [])
-        auth = headers.get(b"authorization")
-        client = hashlib.sha256(auth).hexdigest() if auth else str((scope.get("client") or ("?",))[0])
+    def check(self, scope: Mapping[str, Any], authorization: str | None) -> None:
+        client = hashlib.sha256(authorization.encode()).hexdigest() if authorization else str((scope.get("client") or ("?",))[0])
         if not self.limiter.hit(self.rate, client):
             reset = self.limiter.get_window_stats(self.rate, client).reset_time
-            retry_after = max(1, int(reset - time.time() + 0.999))
-            body = json.dumps(RateLimited(f"over {self.rate}").problem()).encode()
-            await send({"type": "http.response.start", "status": 429, "headers": [(b"content-type", PROBLEM.encode()), (b"retry-after", str(retry_after).encode()), (b"content-length", str(len(body)).encode())]})
-            await send({"type": "http.response.body", "body": body})
+            raise RateLimited(f"over {self.rate}", retry_after=max(1, int(reset - time.time() + 0.999)))
+
+
+class Api:
+    """Serves the declared operations. ``find`` tells whether a request is one of them; ``serve`` answers it."""
+
+    def __init__(self, ctx: Context, authenticator: Authenticator, operations: list[Operation], *,
+                 max_json_bytes: int, rate_limit: str | None = None, check_answers: bool = False) -> None:
+        self.ctx = ctx
+        self.authenticator = authenticator
+        self.operations = operations
+        self.table = RouteTable(operations)
+        self.max_json_bytes = max_json_bytes
+        self.rate_limit = _RateLimit(rate_limit) if rate_limit else None
+        self.check_answers = check_answers
+        self.metrics = _Metrics()
+        self._body_limits = {op: op.body_limit(ctx.settings) if op.body_limit else max_json_bytes for op in operations}
+        self._answer_checks: dict[Operation, Callable[[Any], None]] = {}
+        self._body_validators = {op: _json_validator(op.body) for op in operations if op.body not in (None, RawBody)}
+
+    async def serve(self, operation: Operation, params: dict[str, Any] | PathParamError, scope: dict[str, Any],
+                    receive: Any, send: Any) -> None:
+        started = time.perf_counter()
+        method = scope["method"]
+        request_id = _request_id(scope)
+        bind_request(scope, request_id)
+        scope["route_path"] = operation.path
+        if isinstance(params, dict):
+            scope["path_params"] = params
+        sent: list[int] = []
+
+        async def send_marked(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                sent.append(message["status"])
+                message["headers"] = [*message.get("headers", ()), (b"x-request-id", request_id.encode())]
+            await send(message)
+
+        status = 500
+        try:
+            status = await self._answer(operation, params, scope, receive, send_marked)
+        except BaseException:
+            # Cancelled (the server stopping, the client gone under a stream): count it as what was sent.
+            status = sent[0] if sent else 499
+            raise
+        finally:
+            self.metrics.observe(method, operation.path, status, time.perf_counter() - started)
+
+    async def _answer(self, operation: Operation, params: dict[str, Any] | PathParamError, scope: dict[str, Any],
+                      receive: Any, send: Any) -> int:
+        """Run the operation and send its answer; answers the status sent."""
+        try:
+            authorization = _header(scope, b"authorization")
+            if self.rate_limit is not None and not operation.public:
+                self.rate_limit.check(scope, authorization)
+            limit = self._body_limits[operation]
+            declared = _header(scope, b"content-length")
+            if declared is not None and declared.isdigit() and int(declared) > limit:
+                return await _send_problem(send, TooLarge(f"request body over {limit} bytes").problem(), close=True)
+            principal = OPEN if operation.public else await self.authenticator.authenticate(authorization)
+            if isinstance(params, PathParamError):
+                raise _invalid([{"loc": ["path", params.name], "msg": str(params)}], f"path parameter {params.name}: {params}")
+            if operation.scope is not None and not principal.open:
+                principal.require(operation.scope.format(**params))
+            body = await self._body(operation, scope, receive, limit) if operation.body is not None else None
+            query = _query(operation, scope) if operation.query is not None else None
+            result = await operation.handler(Call(self.ctx, scope, receive, principal, params, body, query))
+            return await self._send_result(operation, result, scope, receive, send)
+        except MainspringError as exc:
+            headers = {"Retry-After": str(exc.extra.pop("retry_after"))} if "retry_after" in exc.extra else None
+            return await _send_problem(send, exc.problem(), headers=headers)
+        except ClientGone:
+            # Nothing happened and nobody reads the answer.
+            log.info("client went away during %s %s", scope["method"], scope["path"])
+            return await _send_problem(send, _problem(499, "client_gone", "Client closed the request",
+                                                      "the client went away before its request was read"))
+        except Exception as exc:
+            if is_unavailable(exc):
+                log.warning("store unavailable during %s %s: %s", scope["method"], scope["path"], exc)
+                return await _send_problem(send, Unavailable().problem(), headers={"Retry-After": "1"})
+            log.exception("unexpected error in %s %s", scope["method"], scope["path"])
+            return await _send_problem(send, _problem(500, "internal", "Internal error", "internal error; see the server log"))
+
+    async def _body(self, operation: Operation, scope: dict[str, Any], receive: Any, limit: int) -> Any:
+        raw = await _read_body(receive, limit)
+        if operation.body is RawBody:
+            return raw
+        if not raw:
+            if operation.body_required:
+                raise _invalid([{"loc": ["body"], "msg": "Field required", "type": "missing"}])
+            return None
+        media = _media(_header(scope, b"content-type"))
+        if not _is_json(media):
+            raise _invalid([{"loc": ["body"], "msg": "expected a JSON body"}],
+                           f"expected a JSON body, got Content-Type {media} (send Content-Type: application/json)")
+        try:
+            return self._body_validators[operation](raw)
+        except ValidationError as exc:
+            raise _invalid(_clean_errors(exc.errors(include_input=False), ("body",))) from None
+
+    async def _send_result(self, operation: Operation, result: Any, scope: dict[str, Any], receive: Any, send: Any) -> int:
+        status = operation.status
+        headers: list[tuple[bytes, bytes]] = _JSON
+        if isinstance(result, Reply):
+            status = result.status or status
+            extra = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (result.headers or {}).items()]
+            if result.media_type is not None:
+                content = result.content
+                raw = content if isinstance(content, bytes) else content.encode() if isinstance(content, str) else to_json(content)
+                return await _send(send, status, raw, [(b"content-type", result.media_type.encode("latin-1")), *extra])
+            headers = [*_JSON, *extra]
+            result = result.content
+        elif callable(result) and not isinstance(result, (BaseModel, dict, list)):
+            # An ASGI response (a stream of server-sent events, a file): it sends itself.
+            await result(scope, receive, send)
+            return getattr(result, "status_code", status)
+        if status == 204 or (operation.answer is None and result is None):
+            return await _send(send, status, b"", [])
+        if self.check_answers:
+            self._check_answer(operation, status, result)
+        return await _send(send, status, to_json(result), headers)
+
+    def _check_answer(self, operation: Operation, status: int, result: Any) -> None:
+        """Tests only (``server.check_answers``): the answer is exactly what the API description says — no field
+        missing, none extra, no value of another type."""
+        if operation.answer is None or status not in (operation.status, *operation.answers):
             return
-        await self.app(scope, receive, send)
+        check = self._answer_checks.get(operation)
+        if check is None:
+            adapter: TypeAdapter[Any] = TypeAdapter(operation.answer)
+
+            def check(value: Any) -> None:
+                sent = json.loads(to_json(value))
+                try:
+                    expected = adapter.dump_python(adapter.validate_python(sent), mode="json", by_alias=True)
+                except ValidationError as exc:
+                    raise AssertionError(f"{operation.method} {operation.path} answered {sent!r}: {exc}") from None
+                if sent != expected:
+                    raise AssertionError(f"{operation.method} {operation.path} answered {sent!r}, its schema makes it {expected!r}")
+
+            self._answer_checks[operation] = check
+        check(result)
+
+
+def _json_validator(body: Any) -> Callable[[bytes], Any]:
+    if isinstance(body, type) and issubclass(body, BaseModel):
+        return body.model_validate_json
+    return TypeAdapter(body).validate_json
+
+
+def _request_id(scope: dict[str, Any]) -> str:
+    """The caller's ``X-Request-Id`` when it is a plain token, else a new one."""
+    given = _header(scope, b"x-request-id")
+    if given and len(given) <= 128 and given.replace("-", "").replace(".", "").replace(":", "").replace("_", "").isalnum() and given.isascii():
+        return given
+    return os.urandom(16).hex()
+
+
+def _header(scope: Mapping[str, Any], name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return value.decode("latin-1")  # type: ignore[no-any-return]
+    return None
+
+
+def _query(operation: Operation, scope: Mapping[str, Any]) -> Any:
+    raw = scope.get("query_string", b"")
+    values = dict(parse_qsl(raw.decode("latin-1"), keep_blank_values=True)) if raw else {}
+    try:
+        return operation.query.model_validate(values)
+    except ValidationError as exc:
+        raise _invalid(_clean_errors(exc.errors(include_input=False), ("query",))) from None
+
+
+async def _read_body(receive: Any, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientGone()
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise TooLarge(f"request body over {limit} bytes")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+async def _send(send: Any, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> int:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [*headers, (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+    return status
+
+
+async def _send_problem(send: Any, problem: dict[str, Any], *, headers: Mapping[str, str] | None = None, close: bool = False) -> int:
+    extra = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
+    if close:
+        extra.append((b"connection", b"close"))
+    return await _send(send, problem["status"], to_json(problem), [*_PROBLEM, *extra])
+
+
+async def send_problem(scope: dict[str, Any], send: Any, status: int, code: str, title: str, detail: str, *,
+                       headers: Mapping[str, str] | None = None) -> None:
+    """A problem for a request no operation answers (no such path, a method not allowed)."""
+    await _send_problem(send, _problem(status, code, title, detail), headers=headers)
+
+
+def not_found(path: str) -> NotFound:
+    return NotFound(f"no operation at {path}")
+
+
+__all__ = ["PROBLEM", "Api", "Problem", "send_problem"]

@@ -6,22 +6,19 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, Query, Request
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from mainspring.core import alerts, outbox
-from mainspring.core.auth import Principal, authenticate
 from mainspring.core.errors import InvalidRequest
-from mainspring.core.http import problem_responses
-from mainspring.core.runtime import Context, context_of
-from mainspring.core.types import Limit, Name
+from mainspring.core.routing import Call, Routes
+from mainspring.core.types import Limit, Name, Page, Query
 from mainspring.store.errors import is_unavailable
 
 log = logging.getLogger("mainspring.events")
-router = APIRouter(prefix="/v1", tags=["events and alerts"])
+routes = Routes("/v1", tag="events and alerts", params={"alert_id": Name})
 
 
 class Subject(BaseModel):
@@ -62,7 +59,24 @@ class AlertPage(BaseModel):
     next_cursor: str | None
 
 
-def _position(after: str | None) -> int:
+class EventsQuery(Query):
+    after: str | None = Field(None, max_length=20)
+    """The cursor: the ``id`` of the last event read (absent: from the start)."""
+    types: str | None = Field(None, max_length=2000)
+    """Comma-separated event types; ``prefix*`` matches every type that starts with the prefix."""
+
+
+class EventsPageQuery(EventsQuery):
+    limit: Limit = 100
+    wait_ms: int = Field(0, ge=0, le=60_000)
+    """Wait up to this long for the first event when there is none yet (long poll)."""
+
+
+class AlertsQuery(Page):
+    open: bool = False
+
+
+def event_position(after: str | None) -> int:
     if after is None or after == "":
         return 0
     if not after.isdigit() or len(after) > 18:
@@ -70,26 +84,21 @@ def _position(after: str | None) -> int:
     return int(after)
 
 
-def _types(types: str | None) -> list[str]:
+def event_types(types: str | None) -> list[str]:
     return [t.strip() for t in (types or "").split(",") if t.strip()]
 
 
-@router.get("/events", response_model=EventPage)
-async def list_events(
-    ctx: Annotated[Context, Depends(context_of)],
-    principal: Annotated[Principal, Depends(authenticate)],
-    after: Annotated[str | None, Query(max_length=20)] = None,
-    types: Annotated[str | None, Query(max_length=2000)] = None,
-    limit: Limit = 100,
-    wait_ms: Annotated[int, Query(ge=0, le=60_000)] = 0,
-) -> dict[str, Any]:
+@routes.get("/events", query=EventsPageQuery, answer=EventPage)
+async def list_events(call: Call[None]) -> Any:
     """Events after the cursor, oldest first. With ``wait_ms`` it waits for the first one (long poll)."""
-    principal.require_any(["admin", "ui"])
-    position = _position(after)
-    deadline = asyncio.get_running_loop().time() + ctx.wait_s(wait_ms)
+    call.principal.require_any(["admin", "ui"])
+    query: EventsPageQuery = call.query
+    ctx = call.ctx
+    position = event_position(query.after)
+    deadline = asyncio.get_running_loop().time() + ctx.wait_s(query.wait_ms)
     while True:
         waiter = ctx.store.notifier.waiter(outbox.EVENTS_CHANNEL)
-        items, last = await outbox.read_events(ctx.store, position, limit, _types(types))
+        items, last = await outbox.read_events(ctx.store, position, query.limit, event_types(query.types))
         remaining = deadline - asyncio.get_running_loop().time()
         if items or remaining <= 0 or ctx.stopping.is_set():
             return {"events": items, "next_cursor": str(last)}
@@ -97,19 +106,17 @@ async def list_events(
         await waiter.wait(min(remaining, 1.0))
 
 
-@router.get("/events/stream", response_class=EventSourceResponse)
-async def stream_events(
-    request: Request,
-    ctx: Annotated[Context, Depends(context_of)],
-    principal: Annotated[Principal, Depends(authenticate)],
-    after: Annotated[str | None, Query(max_length=20)] = None,
-    types: Annotated[str | None, Query(max_length=2000)] = None,
-) -> EventSourceResponse:
+@routes.get("/events/stream", query=EventsQuery, content={"text/event-stream": {"schema": {"type": "string"}}})
+async def stream_events(call: Call[None]) -> Any:
     """The event log as Server-Sent Events, live. Each SSE ``id`` is the cursor to resume from
     (the ``Last-Event-ID`` header is honoured too)."""
-    principal.require_any(["admin", "ui"])
-    position = _position(request.headers.get("last-event-id") or after)
-    wanted = _types(types)
+    call.principal.require_any(["admin", "ui"])
+    query: EventsQuery = call.query
+    return event_stream(call.ctx, event_position(call.header("last-event-id") or query.after), event_types(query.types))
+
+
+def event_stream(ctx: Any, position: int, wanted: list[str]) -> EventSourceResponse:
+    """The events after ``position`` (of ``wanted`` types) as a live SSE response."""
 
     async def generate() -> AsyncIterator[ServerSentEvent]:
         nonlocal position
@@ -132,25 +139,17 @@ async def stream_events(
     return EventSourceResponse(generate(), ping=15)
 
 
-@router.get("/alerts", response_model=AlertPage)
-async def list_alerts(
-    ctx: Annotated[Context, Depends(context_of)],
-    principal: Annotated[Principal, Depends(authenticate)],
-    open: bool = False,
-    limit: Limit = 100,
-    cursor: Annotated[str | None, Query(max_length=500)] = None,
-) -> dict[str, Any]:
+@routes.get("/alerts", query=AlertsQuery, answer=AlertPage)
+async def list_alerts(call: Call[None]) -> Any:
     """Alerts, newest first; ``open=true`` hides acknowledged ones."""
-    principal.require_any(["admin", "ui"])
-    items, next_cursor = await alerts.list_alerts(ctx.store, open_only=open, limit=limit, cursor=cursor)
+    call.principal.require_any(["admin", "ui"])
+    query: AlertsQuery = call.query
+    items, next_cursor = await alerts.list_alerts(call.store, open_only=query.open, limit=query.limit, cursor=query.cursor)
     return {"alerts": items, "next_cursor": next_cursor}
 
 
-@router.post("/alerts/{alert_id}/ack", response_model=AlertOut, responses=problem_responses(404))
-async def ack_alert(
-    alert_id: Name,
-    ctx: Annotated[Context, Depends(context_of)],
-    principal: Annotated[Principal, Depends(authenticate)],
-) -> dict[str, Any]:
-    principal.require("admin")
-    return await alerts.ack_alert(ctx.store, alert_id)
+@routes.post("/alerts/{alert_id}/ack", answer=AlertOut, problems={404: "alert_not_found"})
+async def ack_alert(call: Call[None]) -> Any:
+    """Acknowledge an alert: it is no longer open."""
+    call.principal.require("admin")
+    return await alerts.ack_alert(call.store, call.params["alert_id"])

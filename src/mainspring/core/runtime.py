@@ -6,15 +6,17 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from fastapi import APIRouter, Request
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
 
 from mainspring.core import tracing
 from mainspring.core.alerts import FixedAlerts
 from mainspring.store import Store
 from mainspring.store.errors import is_unavailable
+
+if TYPE_CHECKING:
+    from mainspring.core.routing import Routes
 
 log = logging.getLogger("mainspring.runtime")
 T = TypeVar("T")
@@ -43,7 +45,8 @@ class Face:
     """One face of Mainspring as the server mounts it."""
 
     name: str
-    router: APIRouter
+    routes: Routes
+    """The face's HTTP operations (its ``routes.py``)."""
     recover: Callable[[Context], Awaitable[None]] | None = None
     """Start-up recovery; the same code as normal running, run once before the loops start."""
     loops: Sequence[Callable[[Context], Awaitable[None]]] = ()
@@ -54,21 +57,10 @@ class Face:
     """Sets the face's Prometheus gauges from the store (called when ``/metrics`` is scraped, rate-limited)."""
     fixed_alerts: Mapping[str, FixedAlerts] = field(default_factory=dict)
     """Per alert code the face raises, the check that tells which open ones are fixed (``core.alerts``)."""
-    routers_for: Callable[[Any], Sequence[APIRouter]] | None = None
-    """Routers whose paths come from the settings (given the server's ``Settings``), mounted beside ``router``."""
+    routes_for: Callable[[Any], Sequence[Routes]] | None = None
+    """Operations whose paths come from the settings (given the server's ``Settings``), served beside ``routes``."""
     publishers_for: Callable[[Any], Sequence[str]] | None = None
     """Names of the face's own outbox publishers (given ``Settings``): retention keeps what they have not read."""
-
-
-def request_context(request: Request) -> Context:
-    """The server's context, for code that holds the request."""
-    return request.app.state.context  # type: ignore[no-any-return]
-
-
-async def context_of(request: Request) -> Context:
-    """FastAPI dependency: the server's context. (A plain ``def`` dependency would cost every request a
-    hop to FastAPI's thread pool and back.)"""
-    return request_context(request)
 
 
 def log_failure(logger: logging.Logger, exc: BaseException, message: str, *args: object) -> None:

@@ -49,6 +49,9 @@ class ServerSettings(BaseModel):
     (``pip install 'mainspring[otel]'``; exported by the process's tracer provider, else OTLP/HTTP)."""
     access_log: bool = False
     """One line per request (method, path, status) in the server's log."""
+    check_answers: bool = False
+    """Check every API answer against its documented schema before sending it (no field missing or extra, no
+    value of another type) and fail the request when it differs — for tests; it costs time on every request."""
     events_retention_ms: int | None = Field(7 * 86_400_000, ge=1000)
     """Events older than this are deleted once every configured publisher has passed them (null: kept)."""
     retention_interval_ms: int = Field(60_000, ge=10)

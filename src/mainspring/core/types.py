@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 
@@ -54,3 +54,17 @@ LongText = Annotated[str, StringConstraints(max_length=20_000), AfterValidator(_
 DurationMs = Annotated[int, Field(ge=0, le=315_360_000_000)]
 PositiveMs = Annotated[int, Field(ge=1, le=315_360_000_000)]
 Limit = Annotated[int, Field(ge=1, le=1000)]
+
+
+class Query(BaseModel):
+    """A query string's parameters, validated (each operation declares its own; unknown ones are ignored)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+class Page(Query):
+    """The paging parameters every list takes."""
+
+    limit: Limit = 100
+    cursor: str | None = Field(None, max_length=500)
+    """The ``next_cursor`` of the previous page."""

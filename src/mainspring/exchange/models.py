@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
-from mainspring.core.types import Name, ShortText, Text
+from mainspring.core.types import Name, Page, ShortText, Text
 
 State = Literal["STARTED", "READY_TO_COMMIT", "CLEANUP", "DONE", "CANCELLED", "ABORTED", "IN_DOUBT"]
 STATES: tuple[str, ...] = ("STARTED", "READY_TO_COMMIT", "CLEANUP", "DONE", "CANCELLED", "ABORTED", "IN_DOUBT")
@@ -112,3 +112,21 @@ class ResolveRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     committed: StrictBool
+
+
+class ProcessesQuery(Page):
+    state: Literal["STARTED", "READY_TO_COMMIT", "CLEANUP", "DONE", "CANCELLED", "ABORTED", "IN_DOUBT"] | None = None
+    addressee: Name | None = None
+    """Processes of this addressee's mailboxes (without it the caller needs ``admin``)."""
+    database: Name | None = None
+
+
+class Mailbox(BaseModel):
+    addressee: str
+    database: str
+    available: int
+    active_process_id: str | None
+
+
+class MailboxList(BaseModel):
+    mailboxes: list[Mailbox]

@@ -7,7 +7,7 @@ import asyncio
 from mainspring.core.runtime import Context, Face, run_loop
 from mainspring.interactions import leasing, metrics, periodic, service
 from mainspring.interactions.cli import cli
-from mainspring.interactions.routes import router
+from mainspring.interactions.routes import routes
 
 
 async def expire_leases_loop(ctx: Context) -> None:
@@ -72,6 +72,6 @@ async def workers_loop(ctx: Context) -> None:
 
 
 face = Face(
-    name="interactions", router=router, recover=sync_app_schedules, loops=[expire_leases_loop, retention_loop, periodic_loop, workers_loop],
+    name="interactions", routes=routes, recover=sync_app_schedules, loops=[expire_leases_loop, retention_loop, periodic_loop, workers_loop],
     cli=cli, read_gauges=metrics.read_gauges,
 )

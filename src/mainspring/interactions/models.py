@@ -16,7 +16,7 @@ from pydantic import (
     model_validator,
 )
 
-from mainspring.core.types import DurationMs, Limit, LongText, Name, PositiveMs
+from mainspring.core.types import DurationMs, Limit, LongText, Name, Page, PositiveMs, Query
 from mainspring.core.types import JsonValue as CoreJsonValue
 from mainspring.core.types import ShortText as CoreShortText
 from mainspring.core.types import Text as CoreText
@@ -329,3 +329,25 @@ class Periodic(BaseModel):
 class PeriodicList(BaseModel):
     periodic: list[Periodic]
     next_cursor: str | None = None
+
+
+class ListQuery(Page):
+    message_id: Name | None = None
+    status: str | None = Field(None, max_length=200)
+    """Comma-separated statuses."""
+    channel: Name | None = None
+    user: Name | None = None
+    source: Name | None = None
+
+
+class ReadQuery(Query):
+    wait_ms: DurationMs = 0
+    """Answer as soon as the interaction is finished, or when this wait is over."""
+
+
+class ChildrenQuery(Page):
+    name: Name | None = None
+
+
+class LatestChildQuery(Query):
+    name: Name | None = None

@@ -1,20 +1,20 @@
-"""HTTP routes of the interactions face (API.md §3): parse → service → model."""
+"""HTTP operations of the interactions face (API.md §3): parse → service → answer."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, Path, Query, Response, status
-
-from mainspring.core.auth import Principal, authenticate, requires
+from mainspring.core.auth import Principal
 from mainspring.core.errors import InvalidRequest
-from mainspring.core.runtime import Context, context_of
-from mainspring.core.types import DurationMs, Limit, Name
+from mainspring.core.routing import Call, Reply, Routes
+from mainspring.core.runtime import Context
+from mainspring.core.types import Name
 from mainspring.interactions import leasing, periodic, service
 from mainspring.interactions.errors import InteractionNotFound
 from mainspring.interactions.models import (
     BulkCreateIn,
     ChangeIn,
+    ChildrenQuery,
     CompleteIn,
     CreateIn,
     FailIn,
@@ -22,23 +22,25 @@ from mainspring.interactions.models import (
     HeartbeatOut,
     Interaction,
     InteractionList,
+    LatestChildQuery,
     LeaseIn,
+    ListQuery,
     Periodic,
     PeriodicIn,
     PeriodicList,
     QueueOut,
     QueueSettingsIn,
+    ReadQuery,
     ReleaseIn,
     RetryIn,
     ScheduleIn,
 )
 from mainspring.store import format_time
 
-router = APIRouter(prefix="/v1", tags=["interactions"])
+routes = Routes("/v1", tag="interactions", params={"queue": Name, "name": Name})
 
-QueueName = Annotated[Name, Path(description="The queue.")]
-QueueScope = Depends(requires("queues:{queue}"))
-ERRORS: dict[int | str, dict[str, Any]] = {404: {"description": "interaction_not_found"}, 409: {"description": "interaction_finished / lease_lost"}}
+QUEUE = "queues:{queue}"
+ITEM_PROBLEMS = {404: "interaction_not_found", 409: "interaction_finished / lease_lost"}
 
 
 async def _check_item_scope(ctx: Context, principal: Principal, interaction_id: str) -> dict[str, Any]:
@@ -48,51 +50,46 @@ async def _check_item_scope(ctx: Context, principal: Principal, interaction_id: 
     return item
 
 
-@router.put("/queues/{queue}", response_model=QueueOut, dependencies=[QueueScope])
-async def put_queue(queue: QueueName, body: QueueSettingsIn, ctx: Context = Depends(context_of)) -> Any:
+@routes.put("/queues/{queue}", scope=QUEUE, body=QueueSettingsIn, answer=QueueOut)
+async def put_queue(call: Call[QueueSettingsIn]) -> Any:
     """Set a queue's limits and timings; every server applies them at its next lease."""
-    return await service.put_queue(ctx.store, ctx.settings.interactions, queue, body.model_dump())
+    return await service.put_queue(call.store, call.settings.interactions, call.params["queue"], call.body.model_dump())
 
 
-@router.get("/queues/{queue}", response_model=QueueOut, dependencies=[QueueScope])
-async def get_queue(queue: QueueName, ctx: Context = Depends(context_of)) -> Any:
+@routes.get("/queues/{queue}", scope=QUEUE, answer=QueueOut)
+async def get_queue(call: Call[None]) -> Any:
     """A queue's settings and its interactions counted by status."""
-    return await service.get_queue(ctx.store, ctx.settings.interactions, queue)
+    return await service.get_queue(call.store, call.settings.interactions, call.params["queue"])
 
 
-@router.post("/queues/{queue}/pause", response_model=QueueOut, dependencies=[QueueScope])
-async def pause_queue(queue: QueueName, ctx: Context = Depends(context_of)) -> Any:
+@routes.post("/queues/{queue}/pause", scope=QUEUE, answer=QueueOut)
+async def pause_queue(call: Call[None]) -> Any:
     """Stop leasing from the queue on every server (items leased already run on); event ``interaction.queue.paused``."""
-    return await service.pause_queue(ctx.store, ctx.settings.interactions, queue, True)
+    return await service.pause_queue(call.store, call.settings.interactions, call.params["queue"], True)
 
 
-@router.post("/queues/{queue}/resume", response_model=QueueOut, dependencies=[QueueScope])
-async def resume_queue(queue: QueueName, ctx: Context = Depends(context_of)) -> Any:
+@routes.post("/queues/{queue}/resume", scope=QUEUE, answer=QueueOut)
+async def resume_queue(call: Call[None]) -> Any:
     """Lease from a paused queue again; event ``interaction.queue.resumed``."""
-    return await service.pause_queue(ctx.store, ctx.settings.interactions, queue, False)
+    return await service.pause_queue(call.store, call.settings.interactions, call.params["queue"], False)
 
 
-@router.post(
-    "/queues/{queue}/interactions",
-    response_model=Interaction,
-    status_code=status.HTTP_201_CREATED,
-    dependencies=[QueueScope],
-    responses={200: {"description": "the existing interaction with this message_id"}, 404: {"description": "parent_not_found"}},
-)
-async def create_interaction(queue: QueueName, body: CreateIn, response: Response, ctx: Context = Depends(context_of)) -> Any:
+@routes.post("/queues/{queue}/interactions", scope=QUEUE, body=CreateIn, answer=Interaction, status=201,
+             answers={200: "the existing interaction with this message_id"}, problems={404: "parent_not_found"})
+async def create_interaction(call: Call[CreateIn]) -> Any:
     """Create an interaction (201), or answer the existing one of this queue with the same `message_id` (200)."""
-    item, created = await service.create(ctx.store, ctx.settings.interactions, queue, service.spec_from(body, ctx.now_ms()))
-    if not created:
-        response.status_code = status.HTTP_200_OK
-    return item
+    item, created = await service.create(call.store, call.settings.interactions, call.params["queue"],
+                                         service.spec_from(call.body, call.now_ms()))
+    return item if created else Reply(item, status=200)
 
 
-@router.post("/queues/{queue}/interactions/bulk", response_model=InteractionList, status_code=201, dependencies=[QueueScope],
-             responses={404: {"description": "parent_not_found"}})
-async def create_interactions(queue: QueueName, body: BulkCreateIn, ctx: Context = Depends(context_of)) -> Any:
+@routes.post("/queues/{queue}/interactions/bulk", scope=QUEUE, body=BulkCreateIn, answer=InteractionList, status=201,
+             problems={404: "parent_not_found"})
+async def create_interactions(call: Call[BulkCreateIn]) -> Any:
     """Create many interactions in one transaction (all or none), in request order."""
-    now = ctx.now_ms()
-    results = await service.create_many(ctx.store, ctx.settings.interactions, queue, [service.spec_from(b, now) for b in body.interactions])
+    now = call.now_ms()
+    results = await service.create_many(call.store, call.settings.interactions, call.params["queue"],
+                                        [service.spec_from(b, now) for b in call.body.interactions])
     return {"interactions": [item for item, _ in results], "next_cursor": None}
 
 
@@ -106,173 +103,160 @@ def _statuses(value: str | None) -> list[str] | None:
     return wanted
 
 
-@router.get("/queues/{queue}/interactions", response_model=InteractionList, dependencies=[QueueScope])
-async def list_interactions(
-    queue: QueueName,
-    ctx: Context = Depends(context_of),
-    message_id: Name | None = None,
-    status: Annotated[str | None, Query(description="Comma-separated statuses.", max_length=200)] = None,
-    channel: Name | None = None,
-    user: Name | None = None,
-    source: Name | None = None,
-    limit: Limit = 100,
-    cursor: Annotated[str | None, Query(max_length=200)] = None,
-) -> Any:
+@routes.get("/queues/{queue}/interactions", scope=QUEUE, query=ListQuery, answer=InteractionList)
+async def list_interactions(call: Call[None]) -> Any:
     """A queue's interactions, oldest first."""
-    filters = {"message_id": message_id, "channel": channel, "user": user, "source": source, "status": _statuses(status)}
-    found, next_cursor = await service.list_items(ctx.store, queue, filters, limit, cursor)
+    query: ListQuery = call.query
+    filters = {"message_id": query.message_id, "channel": query.channel, "user": query.user, "source": query.source,
+               "status": _statuses(query.status)}
+    found, next_cursor = await service.list_items(call.store, call.params["queue"], filters, query.limit, query.cursor)
     return {"interactions": found, "next_cursor": next_cursor}
 
 
-@router.get("/interactions/{interaction_id}", response_model=Interaction, responses=ERRORS)
-async def read_interaction(
-    interaction_id: str,
-    ctx: Context = Depends(context_of),
-    principal: Principal = Depends(authenticate),
-    wait_ms: DurationMs = 0,
-) -> Any:
+@routes.get("/interactions/{interaction_id}", query=ReadQuery, answer=Interaction, problems=ITEM_PROBLEMS)
+async def read_interaction(call: Call[None]) -> Any:
     """An interaction; with `wait_ms`, answers as soon as it is finished (or when the wait is over)."""
-    item = await _check_item_scope(ctx, principal, interaction_id)
+    interaction_id = call.params["interaction_id"]
+    item = await _check_item_scope(call.ctx, call.principal, interaction_id)
+    wait_ms = call.query.wait_ms
     if wait_ms and item["status"] not in service.FINISHED:
-        item = await service.wait_finished(ctx.store, interaction_id, int(ctx.wait_s(wait_ms) * 1000))
+        item = await service.wait_finished(call.store, interaction_id, int(call.ctx.wait_s(wait_ms) * 1000))
     return item
 
 
-@router.get("/interactions/{interaction_id}/children", response_model=InteractionList, responses=ERRORS)
-async def list_children(
-    interaction_id: str,
-    ctx: Context = Depends(context_of),
-    principal: Principal = Depends(authenticate),
-    name: Name | None = None,
-    limit: Limit = 100,
-    cursor: Annotated[str | None, Query(max_length=200)] = None,
-) -> Any:
+@routes.get("/interactions/{interaction_id}/children", query=ChildrenQuery, answer=InteractionList, problems=ITEM_PROBLEMS)
+async def list_children(call: Call[None]) -> Any:
     """Children of an interaction (with `name`), oldest first."""
-    await _check_item_scope(ctx, principal, interaction_id)
-    found, next_cursor = await service.children(ctx.store, interaction_id, name, limit, cursor)
+    interaction_id = call.params["interaction_id"]
+    await _check_item_scope(call.ctx, call.principal, interaction_id)
+    query: ChildrenQuery = call.query
+    found, next_cursor = await service.children(call.store, interaction_id, query.name, query.limit, query.cursor)
     return {"interactions": found, "next_cursor": next_cursor}
 
 
-@router.get("/interactions/{interaction_id}/children/latest", response_model=Interaction, responses=ERRORS)
-async def latest_child(
-    interaction_id: str, ctx: Context = Depends(context_of), principal: Principal = Depends(authenticate), name: Name | None = None
-) -> Any:
+@routes.get("/interactions/{interaction_id}/children/latest", query=LatestChildQuery, answer=Interaction, problems=ITEM_PROBLEMS)
+async def latest_child(call: Call[None]) -> Any:
     """The most recently created child (with `name`)."""
-    await _check_item_scope(ctx, principal, interaction_id)
-    return await service.latest_child(ctx.store, interaction_id, name)
+    interaction_id = call.params["interaction_id"]
+    await _check_item_scope(call.ctx, call.principal, interaction_id)
+    return await service.latest_child(call.store, interaction_id, call.query.name)
 
 
-@router.post("/interactions/{interaction_id}/complete", response_model=Interaction, responses=ERRORS)
-async def complete(
-    interaction_id: str, body: CompleteIn | None = None, ctx: Context = Depends(context_of), principal: Principal = Depends(authenticate)
-) -> Any:
+@routes.post("/interactions/{interaction_id}/complete", body=CompleteIn, body_required=False, answer=Interaction, problems=ITEM_PROBLEMS)
+async def complete(call: Call[CompleteIn | None]) -> Any:
     """Finish as completed with `result`."""
-    await _check_item_scope(ctx, principal, interaction_id)
-    return await service.complete(ctx.store, interaction_id, body.result if body else None)
+    interaction_id = call.params["interaction_id"]
+    await _check_item_scope(call.ctx, call.principal, interaction_id)
+    return await service.complete(call.store, interaction_id, call.body.result if call.body else None)
 
 
-@router.post("/interactions/{interaction_id}/fail", response_model=Interaction, responses=ERRORS)
-async def fail(interaction_id: str, body: FailIn, ctx: Context = Depends(context_of), principal: Principal = Depends(authenticate)) -> Any:
+@routes.post("/interactions/{interaction_id}/fail", body=FailIn, answer=Interaction, problems=ITEM_PROBLEMS)
+async def fail(call: Call[FailIn]) -> Any:
     """Finish as failed with `error`."""
-    await _check_item_scope(ctx, principal, interaction_id)
-    return await service.fail(ctx.store, interaction_id, body.error)
+    interaction_id = call.params["interaction_id"]
+    await _check_item_scope(call.ctx, call.principal, interaction_id)
+    return await service.fail(call.store, interaction_id, call.body.error)
 
 
-@router.post("/interactions/{interaction_id}/cancel", response_model=Interaction, responses=ERRORS)
-async def cancel(interaction_id: str, ctx: Context = Depends(context_of), principal: Principal = Depends(authenticate)) -> Any:
+@routes.post("/interactions/{interaction_id}/cancel", answer=Interaction, problems=ITEM_PROBLEMS)
+async def cancel(call: Call[None]) -> Any:
     """Cancel; a worker processing it loses its lease and its handler is cancelled."""
-    await _check_item_scope(ctx, principal, interaction_id)
-    return await service.cancel(ctx.store, interaction_id)
+    interaction_id = call.params["interaction_id"]
+    await _check_item_scope(call.ctx, call.principal, interaction_id)
+    return await service.cancel(call.store, interaction_id)
 
 
-@router.post("/interactions/{interaction_id}/schedule", response_model=Interaction, responses=ERRORS)
-async def schedule(interaction_id: str, body: ScheduleIn, ctx: Context = Depends(context_of), principal: Principal = Depends(authenticate)) -> Any:
+@routes.post("/interactions/{interaction_id}/schedule", body=ScheduleIn, answer=Interaction, problems=ITEM_PROBLEMS)
+async def schedule(call: Call[ScheduleIn]) -> Any:
     """Process at `process_at`, or `process_in_ms` from now."""
-    await _check_item_scope(ctx, principal, interaction_id)
-    due = body.due_at(ctx.now_ms())
+    interaction_id = call.params["interaction_id"]
+    await _check_item_scope(call.ctx, call.principal, interaction_id)
+    due = call.body.due_at(call.now_ms())
     assert due is not None
-    return await service.schedule(ctx.store, interaction_id, due)
+    return await service.schedule(call.store, interaction_id, due)
 
 
-@router.post("/interactions/{interaction_id}/retry", response_model=Interaction,
-             responses={404: {"description": "interaction_not_found"},
-                        409: {"description": "interaction_not_finished / interaction_finished (completed)"}})
-async def retry(
-    interaction_id: str, body: RetryIn | None = None, ctx: Context = Depends(context_of), principal: Principal = Depends(authenticate)
-) -> Any:
+@routes.post("/interactions/{interaction_id}/retry", body=RetryIn, body_required=False, answer=Interaction,
+             problems={404: "interaction_not_found", 409: "interaction_not_finished / interaction_finished (completed)"})
+async def retry(call: Call[RetryIn | None]) -> Any:
     """Run a failed or cancelled interaction again (attempts back to 0), now or `process_in_ms` from now."""
-    await _check_item_scope(ctx, principal, interaction_id)
-    due = None if body is None or body.process_in_ms is None else ctx.now_ms() + body.process_in_ms
-    return await service.retry(ctx.store, interaction_id, due)
+    interaction_id = call.params["interaction_id"]
+    await _check_item_scope(call.ctx, call.principal, interaction_id)
+    body = call.body
+    due = None if body is None or body.process_in_ms is None else call.now_ms() + body.process_in_ms
+    return await service.retry(call.store, interaction_id, due)
 
 
-@router.patch("/interactions/{interaction_id}", response_model=Interaction, responses=ERRORS)
-async def change_data(interaction_id: str, body: ChangeIn, ctx: Context = Depends(context_of), principal: Principal = Depends(authenticate)) -> Any:
+@routes.patch("/interactions/{interaction_id}", body=ChangeIn, answer=Interaction, problems=ITEM_PROBLEMS)
+async def change_data(call: Call[ChangeIn]) -> Any:
     """Replace an unfinished interaction's `data` (event `interaction.changed` with the new data)."""
-    await _check_item_scope(ctx, principal, interaction_id)
-    return await service.change_data(ctx.store, interaction_id, body.data)
+    interaction_id = call.params["interaction_id"]
+    await _check_item_scope(call.ctx, call.principal, interaction_id)
+    return await service.change_data(call.store, interaction_id, call.body.data)
 
 
-@router.put("/periodic/{name}", response_model=Periodic, responses={422: {"description": "invalid cron expression or time zone"}})
-async def put_periodic(
-    body: PeriodicIn, name: Name = Path(description="The schedule."), ctx: Context = Depends(context_of),
-    principal: Principal = Depends(authenticate),
-) -> Any:
+@routes.put("/periodic/{name}", body=PeriodicIn, answer=Periodic, problems={422: "invalid cron expression or time zone"})
+async def put_periodic(call: Call[PeriodicIn]) -> Any:
     """Create or replace a cron schedule that creates one interaction in `queue` per tick, exactly once
     across all servers (the tick is its idempotency key)."""
-    principal.require(f"queues:{body.queue}")
-    return await periodic.put_schedule(ctx.store, name, cron=body.cron, queue=body.queue, data_=body.data, timezone=body.timezone,
-                                       catch_up_ms=body.catch_up_ms)
+    body = call.body
+    call.principal.require(f"queues:{body.queue}")
+    return await periodic.put_schedule(call.store, call.params["name"], cron=body.cron, queue=body.queue, data_=body.data,
+                                       timezone=body.timezone, catch_up_ms=body.catch_up_ms)
 
 
-@router.get("/periodic", response_model=PeriodicList)
-async def list_periodic(ctx: Context = Depends(context_of), principal: Principal = Depends(authenticate)) -> Any:
+@routes.get("/periodic", answer=PeriodicList)
+async def list_periodic(call: Call[None]) -> Any:
     """Every schedule whose queue the caller may see."""
-    found = [s for s in await periodic.list_schedules(ctx.store) if principal.allows(f"queues:{s['queue']}")]
+    found = [s for s in await periodic.list_schedules(call.store) if call.principal.allows(f"queues:{s['queue']}")]
     return {"periodic": found, "next_cursor": None}
 
 
-@router.get("/periodic/{name}", response_model=Periodic, responses={404: {"description": "periodic_not_found"}})
-async def get_periodic(name: Name = Path(), ctx: Context = Depends(context_of), principal: Principal = Depends(authenticate)) -> Any:
+@routes.get("/periodic/{name}", answer=Periodic, problems={404: "periodic_not_found"})
+async def get_periodic(call: Call[None]) -> Any:
     """One schedule, with its next tick."""
-    found = await periodic.get_schedule(ctx.store, name)
-    principal.require(f"queues:{found['queue']}")
+    found = await periodic.get_schedule(call.store, call.params["name"])
+    call.principal.require(f"queues:{found['queue']}")
     return found
 
 
-@router.delete("/periodic/{name}", status_code=204, responses={404: {"description": "periodic_not_found"}})
-async def delete_periodic(name: Name = Path(), ctx: Context = Depends(context_of), principal: Principal = Depends(authenticate)) -> Response:
+@routes.delete("/periodic/{name}", status=204, problems={404: "periodic_not_found"})
+async def delete_periodic(call: Call[None]) -> Any:
     """Stop a schedule (interactions it created stay)."""
-    found = await periodic.get_schedule(ctx.store, name)
-    principal.require(f"queues:{found['queue']}")
-    await periodic.delete_schedule(ctx.store, name)
-    return Response(status_code=204)
+    name = call.params["name"]
+    found = await periodic.get_schedule(call.store, name)
+    call.principal.require(f"queues:{found['queue']}")
+    await periodic.delete_schedule(call.store, name)
 
 
-@router.post("/queues/{queue}/lease", response_model=InteractionList, dependencies=[QueueScope])
-async def lease(queue: QueueName, body: LeaseIn, ctx: Context = Depends(context_of)) -> Any:
+@routes.post("/queues/{queue}/lease", scope=QUEUE, body=LeaseIn, answer=InteractionList)
+async def lease(call: Call[LeaseIn]) -> Any:
     """Lease up to `max` due interactions within the queue's limits; `wait_ms` long-polls."""
-    cfg = ctx.settings.interactions
-    wait_ms = int(ctx.wait_s(body.wait_ms) * 1000)
-    taken = await leasing.lease_wait(ctx.store, cfg, queue, body.worker, body.max, body.lease_ms, wait_ms, ctx.settings.server.poll_interval_ms)
+    cfg = call.settings.interactions
+    body = call.body
+    wait_ms = int(call.ctx.wait_s(body.wait_ms) * 1000)
+    taken = await leasing.lease_wait(call.store, cfg, call.params["queue"], body.worker, body.max, body.lease_ms, wait_ms,
+                                     call.settings.server.poll_interval_ms)
     return {"interactions": taken.items, "next_cursor": None}
 
 
-@router.post("/interactions/{interaction_id}/heartbeat", response_model=HeartbeatOut, responses=ERRORS)
-async def heartbeat(interaction_id: str, body: HeartbeatIn, ctx: Context = Depends(context_of), principal: Principal = Depends(authenticate)) -> Any:
+@routes.post("/interactions/{interaction_id}/heartbeat", body=HeartbeatIn, answer=HeartbeatOut, problems=ITEM_PROBLEMS)
+async def heartbeat(call: Call[HeartbeatIn]) -> Any:
     """Extend a held lease."""
-    if not principal.open:
-        await _check_item_scope(ctx, principal, interaction_id)
-    expires = await leasing.heartbeat(ctx.store, interaction_id, body.token, body.lease_ms)
+    interaction_id = call.params["interaction_id"]
+    if not call.principal.open:
+        await _check_item_scope(call.ctx, call.principal, interaction_id)
+    expires = await leasing.heartbeat(call.store, interaction_id, call.body.token, call.body.lease_ms)
     return {"expires_at": format_time(expires)}
 
 
-@router.post("/interactions/{interaction_id}/release", response_model=Interaction, responses=ERRORS)
-async def release(interaction_id: str, body: ReleaseIn, ctx: Context = Depends(context_of), principal: Principal = Depends(authenticate)) -> Any:
+@routes.post("/interactions/{interaction_id}/release", body=ReleaseIn, answer=Interaction, problems=ITEM_PROBLEMS)
+async def release(call: Call[ReleaseIn]) -> Any:
     """End a held lease with an outcome: complete, fail, repeat, wait or retry."""
-    if not principal.open:
-        await _check_item_scope(ctx, principal, interaction_id)
-    return await leasing.release(ctx.store, interaction_id, body.token, body.outcome.to_outcome())
+    interaction_id = call.params["interaction_id"]
+    if not call.principal.open:
+        await _check_item_scope(call.ctx, call.principal, interaction_id)
+    return await leasing.release(call.store, interaction_id, call.body.token, call.body.outcome.to_outcome())
 
 
-__all__ = ["InteractionNotFound", "router"]
+__all__ = ["InteractionNotFound", "routes"]

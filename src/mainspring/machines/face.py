@@ -5,27 +5,26 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from fastapi import APIRouter
-
+from mainspring.core.routing import Routes
 from mainspring.core.runtime import Context, Face
 from mainspring.machines import metrics
 from mainspring.machines.background import machines_loop
 from mainspring.machines.cli import cli
 from mainspring.machines.namespaces import HTTP_CLIENT, save_namespace
-from mainspring.machines.routes import router
+from mainspring.machines.routes import routes
 from mainspring.machines.service import fixed_alerts
 
 log = logging.getLogger("mainspring.machines")
 
 
-def machinegun_routers(settings: Any) -> list[APIRouter]:
-    """The Machinegun Automaton route, when the ``machinegun`` extra (thriftpy2) is installed."""
+def machinegun_routes(settings: Any) -> list[Routes]:
+    """The Machinegun Automaton operation, when the ``machinegun`` extra (thriftpy2) is installed."""
     try:
-        from mainspring.machines.machinegun.automaton import automaton_routers
+        from mainspring.machines.machinegun.automaton import automaton_routes
     except ImportError:  # the bare install: the JSON API only
         log.info("thriftpy2 is not installed: Machinegun's Thrift Automaton is not served (pip install 'mainspring[machinegun]')")
         return []
-    return automaton_routers(settings)
+    return automaton_routes(settings)
 
 
 async def recover(ctx: Context) -> None:
@@ -62,7 +61,7 @@ async def run_machines(ctx: Context) -> None:
 
 
 face = Face(
-    name="machines", router=router, recover=recover, loops=[run_machines, run_machinegun_sinks], cli=cli,
+    name="machines", routes=routes, recover=recover, loops=[run_machines, run_machinegun_sinks], cli=cli,
     read_gauges=metrics.read_gauges, fixed_alerts={"machine_failed": fixed_alerts},
-    routers_for=machinegun_routers, publishers_for=machinegun_publishers,
+    routes_for=machinegun_routes, publishers_for=machinegun_publishers,
 )

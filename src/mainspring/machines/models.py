@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from mainspring.core.types import JsonValue, Name, PositiveMs
+from mainspring.core.types import JsonValue, Name, Page, PositiveMs, Query
 from mainspring.machines.settings import HistoryRange, ProcessorConfig, RetryPolicies, RetryPolicy
 
 
@@ -106,3 +106,15 @@ class NamespaceOut(BaseModel):
     retries: RetryPolicies
     in_process: bool
     updated_at: str | None
+
+
+class MachinesQuery(Page):
+    status: Literal["working", "failed"] | None = None
+    cursor: str | None = Field(None, max_length=1000)
+
+
+class HistoryQuery(Query):
+    after: int | None = Field(None, ge=0)
+    """Only the events after this event id."""
+    limit: int | None = Field(None, ge=1, le=100_000)
+    direction: Literal["forward", "backward"] = "forward"

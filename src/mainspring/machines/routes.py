@@ -1,23 +1,25 @@
-"""HTTP routes of the machines face (API.md §2)."""
+"""HTTP operations of the machines face (API.md §2)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+import re
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Path, Query, Response
-from fastapi.responses import JSONResponse
+from pydantic import StringConstraints
 
-from mainspring.core.auth import requires
+from mainspring.core.errors import InvalidRequest
 from mainspring.core.http import PROBLEM
-from mainspring.core.runtime import Context, context_of
-from mainspring.core.types import Limit
+from mainspring.core.routing import Call, Reply, Routes
+from mainspring.core.types import Name
 from mainspring.machines import namespaces as ns_service
 from mainspring.machines import service
 from mainspring.machines.models import (
     CallIn,
     CallOut,
+    HistoryQuery,
     Machine,
     MachineList,
+    MachinesQuery,
     NamespaceIn,
     NamespaceOut,
     NotifyIn,
@@ -28,93 +30,99 @@ from mainspring.machines.models import (
 )
 from mainspring.machines.settings import HistoryRange, NamespaceConfig
 
-router = APIRouter(prefix="/v1", tags=["machines"])
+OperationKey = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+routes = Routes("/v1", tag="machines", params={"ns": Name, "id": Name, "key": OperationKey})
 
-NAME = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
-NsPath = Annotated[str, Path(pattern=NAME)]
-IdPath = Annotated[str, Path(pattern=NAME)]
-IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=200, pattern=r"^[\x21-\x7e]+$")]
-Ctx = Annotated[Context, Depends(context_of)]
-SCOPE = [Depends(requires("machines:{ns}"))]
-ERRORS: dict[int | str, dict[str, Any]] = {
-    404: {"description": "namespace_not_found / machine_not_found"},
-    409: {"description": "machine_already_exists / machine_failed / machine_already_working"},
-    502: {"description": "processor_failed"},
-    504: {"description": "processor_timeout"},
+SCOPE = "machines:{ns}"
+NOT_FOUND = {404: "namespace_not_found / machine_not_found"}
+STEP_PROBLEMS = {
+    **NOT_FOUND,
+    409: "machine_already_exists / machine_failed / machine_already_working",
+    502: "processor_failed / processor_refused",
+    504: "processor_timeout",
 }
+IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,200}")
 
 
-def _reply(reply: service.Reply) -> JSONResponse:
-    media = PROBLEM if reply.status >= 400 else "application/json"
-    return JSONResponse(reply.body, status_code=reply.status, media_type=media)
+def _idempotency_key(call: Call[Any]) -> str | None:
+    key = call.header("Idempotency-Key")
+    if key is not None and not IDEMPOTENCY_KEY.fullmatch(key):
+        raise InvalidRequest("header Idempotency-Key is not valid",
+                             errors=[{"loc": ["header", "Idempotency-Key"], "msg": "1 to 200 printable ASCII characters"}])
+    return key
 
 
-@router.put("/namespaces/{ns}", dependencies=SCOPE, response_model=NamespaceOut)
-async def put_namespace(ns: NsPath, body: NamespaceIn, ctx: Ctx) -> Any:
+def _reply(reply: service.Reply) -> Reply:
+    if reply.status >= 400:
+        return Reply(reply.body, status=reply.status, media_type=PROBLEM)
+    return Reply(reply.body, status=reply.status)
+
+
+@routes.put("/namespaces/{ns}", scope=SCOPE, body=NamespaceIn, answer=NamespaceOut)
+async def put_namespace(call: Call[NamespaceIn]) -> Any:
     """Create or change a namespace; every server uses the new settings from its next step, no restart."""
-    saved = await ns_service.put_namespace(ctx, ns, NamespaceConfig.model_validate(body.model_dump()))
-    return saved.to_api(ctx)
+    saved = await ns_service.put_namespace(call.ctx, call.params["ns"], NamespaceConfig.model_validate(call.body.model_dump()))
+    return saved.to_api(call.ctx)
 
 
-@router.get("/namespaces/{ns}", dependencies=SCOPE, response_model=NamespaceOut, responses={404: ERRORS[404]})
-async def get_namespace(ns: NsPath, ctx: Ctx) -> Any:
-    return (await ns_service.get_namespace(ctx, ns)).to_api(ctx)
+@routes.get("/namespaces/{ns}", scope=SCOPE, answer=NamespaceOut, problems={404: "namespace_not_found"})
+async def get_namespace(call: Call[None]) -> Any:
+    """A namespace's processor and retry settings."""
+    return (await ns_service.get_namespace(call.ctx, call.params["ns"])).to_api(call.ctx)
 
 
-@router.post("/namespaces/{ns}/machines", status_code=201, dependencies=SCOPE, response_model=Machine, responses=ERRORS)
-async def start(ns: NsPath, body: StartIn, ctx: Ctx, idempotency_key: IdempotencyKey = None) -> Any:
+@routes.post("/namespaces/{ns}/machines", scope=SCOPE, body=StartIn, answer=Machine, status=201, problems=STEP_PROBLEMS)
+async def start(call: Call[StartIn]) -> Any:
     """Start a machine: the processor's ``init`` answer becomes its first events, aux state and timer."""
-    return _reply(await service.start_machine(ctx, ns, body.id, body.args, idempotency_key))
+    return _reply(await service.start_machine(call.ctx, call.params["ns"], call.body.id, call.body.args, _idempotency_key(call)))
 
 
-@router.get("/namespaces/{ns}/machines", dependencies=SCOPE, response_model=MachineList, responses={404: ERRORS[404]})
-async def list_machines(
-    ns: NsPath,
-    ctx: Ctx,
-    status: Literal["working", "failed"] | None = None,
-    limit: Limit = 100,
-    cursor: Annotated[str | None, Query(max_length=1000)] = None,
-) -> Any:
-    items, next_cursor = await service.list_machines(ctx, ns, status, limit, cursor)
+@routes.get("/namespaces/{ns}/machines", scope=SCOPE, query=MachinesQuery, answer=MachineList, problems=NOT_FOUND)
+async def list_machines(call: Call[None]) -> Any:
+    """A namespace's machines, by status."""
+    query: MachinesQuery = call.query
+    items, next_cursor = await service.list_machines(call.ctx, call.params["ns"], query.status, query.limit, query.cursor)
     return {"machines": items, "next_cursor": next_cursor}
 
 
-@router.get("/namespaces/{ns}/machines/{id}", dependencies=SCOPE, response_model=Machine, responses={404: ERRORS[404]})
-async def get_machine(
-    ns: NsPath,
-    id: IdPath,
-    ctx: Ctx,
-    after: Annotated[int | None, Query(ge=0)] = None,
-    limit: Annotated[int | None, Query(ge=1, le=100_000)] = None,
-    direction: Literal["forward", "backward"] = "forward",
-) -> Any:
+@routes.get("/namespaces/{ns}/machines/{id}", scope=SCOPE, query=HistoryQuery, answer=Machine, problems=NOT_FOUND)
+async def get_machine(call: Call[None]) -> Any:
     """The machine with the requested part of its history and its failure journal."""
-    return await service.get_machine(ctx, ns, id, HistoryRange(after=after, limit=limit, direction=direction))
+    query: HistoryQuery = call.query
+    return await service.get_machine(call.ctx, call.params["ns"], call.params["id"],
+                                     HistoryRange(after=query.after, limit=query.limit, direction=query.direction))
 
 
-@router.post("/namespaces/{ns}/machines/{id}/call", dependencies=SCOPE, response_model=CallOut, responses=ERRORS)
-async def call(ns: NsPath, id: IdPath, body: CallIn, ctx: Ctx, idempotency_key: IdempotencyKey = None) -> Any:
-    return _reply(await service.call_machine(ctx, ns, id, body.args, idempotency_key, body.timeout_ms))
+@routes.post("/namespaces/{ns}/machines/{id}/call", scope=SCOPE, body=CallIn, answer=CallOut, problems=STEP_PROBLEMS)
+async def call_machine(call: Call[CallIn]) -> Any:
+    """Call the machine: the processor's answer to ``call`` is saved, its ``response`` answered."""
+    return _reply(await service.call_machine(call.ctx, call.params["ns"], call.params["id"], call.body.args,
+                                             _idempotency_key(call), call.body.timeout_ms))
 
 
-@router.post("/namespaces/{ns}/machines/{id}/notifications", status_code=202, dependencies=SCOPE, response_model=NotifyOut, responses={404: ERRORS[404]})
-async def notify(ns: NsPath, id: IdPath, body: NotifyIn, ctx: Ctx, idempotency_key: IdempotencyKey = None) -> Any:
+@routes.post("/namespaces/{ns}/machines/{id}/notifications", scope=SCOPE, body=NotifyIn, answer=NotifyOut, status=202,
+             problems=NOT_FOUND)
+async def notify(call: Call[NotifyIn]) -> Any:
     """Queue a notification for the machine; it is delivered later, in order, at least once."""
-    return _reply(await service.notify_machine(ctx, ns, id, body.args, idempotency_key))
+    return _reply(await service.notify_machine(call.ctx, call.params["ns"], call.params["id"], call.body.args,
+                                               _idempotency_key(call)))
 
 
-@router.post("/namespaces/{ns}/machines/{id}/repair", dependencies=SCOPE, response_model=CallOut, responses=ERRORS)
-async def repair(ns: NsPath, id: IdPath, body: RepairIn, ctx: Ctx, idempotency_key: IdempotencyKey = None) -> Any:
-    return _reply(await service.repair_machine(ctx, ns, id, body.args, idempotency_key, body.simple))
+@routes.post("/namespaces/{ns}/machines/{id}/repair", scope=SCOPE, body=RepairIn, answer=CallOut, problems=STEP_PROBLEMS)
+async def repair(call: Call[RepairIn]) -> Any:
+    """Repair a failed machine through the processor's ``repair`` (or at once with ``simple``)."""
+    return _reply(await service.repair_machine(call.ctx, call.params["ns"], call.params["id"], call.body.args,
+                                               _idempotency_key(call), call.body.simple))
 
 
-@router.delete("/namespaces/{ns}/machines/{id}", status_code=204, dependencies=SCOPE, responses={404: ERRORS[404]})
-async def remove(ns: NsPath, id: IdPath, ctx: Ctx) -> Response:
-    await service.remove_machine(ctx, ns, id)
-    return Response(status_code=204)
+@routes.delete("/namespaces/{ns}/machines/{id}", scope=SCOPE, status=204, problems=NOT_FOUND)
+async def remove(call: Call[None]) -> Any:
+    """Remove a machine and its history."""
+    await service.remove_machine(call.ctx, call.params["ns"], call.params["id"])
 
 
-@router.get("/namespaces/{ns}/machines/{id}/operations/{key}", dependencies=SCOPE, response_model=Operation, responses={404: {"description": "operation_not_found"}})
-async def operation(ns: NsPath, id: IdPath, key: Annotated[str, Path(max_length=200)], ctx: Ctx) -> Any:
+@routes.get("/namespaces/{ns}/machines/{id}/operations/{key}", scope=SCOPE, answer=Operation,
+            problems={404: "operation_not_found"})
+async def operation(call: Call[None]) -> Any:
     """Whether and how the operation sent with this Idempotency-Key ended."""
-    return await service.get_operation(ctx, ns, id, key)
+    return await service.get_operation(call.ctx, call.params["ns"], call.params["id"], call.params["key"])

@@ -15,7 +15,7 @@ from mainspring.batching import service as batching
 from mainspring.core import alerts, outbox
 from mainspring.core.auth import Principal
 from mainspring.core.errors import MainspringError
-from mainspring.core.routes import stream_events
+from mainspring.core.routes import event_position, event_stream, event_types
 from mainspring.core.types import NAME_PATTERN
 from mainspring.exchange import messages as exchange_messages
 from mainspring.exchange import service as exchange
@@ -323,7 +323,9 @@ async def events_stream(
 ) -> Response:
     """The API's event stream (same code), for the browser that holds the token in its cookie. Each
     event goes out unnamed, so a browser's ``onmessage`` sees every type (the type is in the data)."""
-    response = await stream_events(request, request_context(request), principal, after, types)
+    principal.require_any(["admin", "ui"])
+    position = event_position(request.headers.get("last-event-id") or after)
+    response = event_stream(request_context(request), position, event_types(types))
     named = response.body_iterator
 
     async def unnamed() -> AsyncIterator[Any]:

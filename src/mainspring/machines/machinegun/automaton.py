@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from fastapi import APIRouter, Request, Response
+from starlette.responses import Response
 from thriftpy2.protocol.binary import TBinaryProtocol
 from thriftpy2.thrift import TApplicationException, TException, TProcessor
 
@@ -26,7 +26,8 @@ from thriftpy2.transport.memory import TMemoryBuffer
 
 from mainspring.core.auth import Principal
 from mainspring.core.errors import Forbidden, MainspringError
-from mainspring.core.runtime import Context, request_context
+from mainspring.core.routing import Call, RawBody, Routes
+from mainspring.core.runtime import Context
 from mainspring.machines import errors, namespaces, service
 from mainspring.machines.machinegun import codec, woody
 from mainspring.machines.machinegun.idl import Automaton, stateproc
@@ -169,9 +170,10 @@ def _refused(status: int, reason: str, trace: dict[str, str] | None = None) -> R
     return _answer(status, headers=woody.error_headers(woody.RESULT_UNEXPECTED, reason), trace=trace)
 
 
-async def serve_automaton(request: Request) -> Response:
+async def serve_automaton(call: Call[bytes]) -> Response:
     """One woody call of the Automaton service: checks the transport as woody's server does, decodes the
     Thrift message, runs the method and encodes its result or declared exception."""
+    request = call.request
     if request.headers.get("content-type", "").split(";")[0].strip() != woody.CONTENT_TYPE:
         return _refused(415, f"wrong content type: {request.headers.get('content-type')}")
     accept = request.headers.get("accept")
@@ -187,11 +189,10 @@ async def serve_automaton(request: Request) -> Response:
             deadline_ms = woody.parse_deadline(request.headers[woody.DEADLINE])
         except ValueError:
             return _refused(400, f"bad {woody.DEADLINE} header", trace)
-    ctx = request_context(request)
-    body = await request.body()
+    body = call.body
     if not body:
         return _refused(400, "body empty", trace)
-    handler = AutomatonHandler(ctx, request.state.principal, deadline_ms)
+    handler = AutomatonHandler(call.ctx, call.principal, deadline_ms)
     processor = TProcessor(Automaton, handler)
     try:
         api, seqid, result, call = processor.process_in(TBinaryProtocol(TMemoryBuffer(body)))
@@ -231,22 +232,22 @@ async def serve_automaton(request: Request) -> Response:
     return _answer(200, out.getvalue(), trace=trace)
 
 
-def automaton_routers(settings: Any) -> list[APIRouter]:
-    """The Automaton's route at the configured path (``machines.machinegun.automaton_path``)."""
-    router = APIRouter(tags=["machinegun"])
-    router.add_api_route(
-        settings.machines.machinegun.automaton_path, serve_automaton, methods=["POST"], include_in_schema=True,
-        summary="Machinegun's Automaton service (Thrift binary over HTTP, woody)",
+def automaton_routes(settings: Any) -> list[Routes]:
+    """The Automaton's operation at the configured path (``machines.machinegun.automaton_path``)."""
+    routes = Routes("", tag="machinegun")
+    routes.add(
+        "POST", settings.machines.machinegun.automaton_path, serve_automaton, body=RawBody,
+        content={woody.CONTENT_TYPE: {"schema": {"type": "string", "format": "binary"}}},
         # woody's own answers: a business error is 200 with woody.error-class; these are its system errors.
-        responses={
-            400: {"description": "woody: a malformed request or Thrift message (Result Unexpected)"},
-            403: {"description": "the token may not use the machine's namespace"},
-            406: {"description": "woody: the client does not accept application/x-thrift"},
-            415: {"description": "woody: the body is not application/x-thrift"},
-            500: {"description": "woody: the call failed inside Mainspring (Result Unexpected)"},
-            502: {"description": "woody: the user's processor failed (Result Unexpected)"},
-            503: {"description": "woody: unavailable, nothing was done (Resource Unavailable)"},
-            504: {"description": "woody: the processor or the deadline timed out (Result Unknown)"},
+        answers={
+            400: "woody: a malformed request or Thrift message (Result Unexpected)",
+            403: "the token may not use the machine's namespace",
+            406: "woody: the client does not accept application/x-thrift",
+            415: "woody: the body is not application/x-thrift",
+            500: "woody: the call failed inside Mainspring (Result Unexpected)",
+            502: "woody: the user's processor failed (Result Unexpected)",
+            503: "woody: unavailable, nothing was done (Resource Unavailable)",
+            504: "woody: the processor or the deadline timed out (Result Unknown)",
         },
     )
-    return [router]
+    return [routes]
