@@ -71,6 +71,15 @@ def test_every_faces_command_group_is_mounted() -> None:
     assert all(f" {name} " in top for name in MainspringGroup.lazy), top
 
 
+def test_make_run_takes_the_port_and_the_database() -> None:
+    root = Path(__file__).resolve().parents[1]
+    plan = subprocess.run(["make", "-n", "run", "PORT=19601", "DATABASE=postgresql://mainspring@db.internal/mainspring"],
+                          cwd=root, capture_output=True, text=True, check=True).stdout
+    assert ".venv/bin/mainspring serve --port 19601 --database 'postgresql://mainspring@db.internal/mainspring'" in plan, plan
+    default = subprocess.run(["make", "-n", "run"], cwd=root, capture_output=True, text=True, check=True).stdout
+    assert ".venv/bin/mainspring serve --port 8080\n" in default, default
+
+
 def test_help_texts_render_their_defaults_and_no_jargon() -> None:
     result = CliRunner().invoke(cli, ["serve", "--help"], env={"COLUMNS": "200"})
     assert result.exit_code == 0
