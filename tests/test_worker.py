@@ -164,4 +164,4 @@ async def test_one_sigterm_stops_a_worker_with_a_health_port_gracefully_and_its_
     output = log_path.read_text()
     assert "by force" not in output, output
     done = (await client.get(f"/v1/interactions/{item}")).json()
-    assert done["status"] == "completed" and done["result"] == {"finished": True}, done
+    assert done["status"] == "completed" and done["result"] == {"finished": True}, str(done)
