@@ -15,15 +15,18 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e ".[test]"
 	touch $@
 
-## Install the runtime only (no test tools) and run the server on the embedded SQLite default
-## (http://127.0.0.1:8080/docs).
+## Install the runtime only (no test tools) and run the server: on the embedded SQLite default and port 8080
+## (http://127.0.0.1:8080/docs), or `make run PORT=9000 DATABASE=postgresql://user@host/db`.
+PORT ?= 8080
+DATABASE ?=
 run: $(VENV)/.runtime
-	$(BIN)/mainspring serve
+	$(BIN)/mainspring serve --port $(PORT)$(if $(DATABASE), --database '$(DATABASE)')
 
+# With PostgreSQL's driver, so that DATABASE=postgresql://… works too.
 $(VENV)/.runtime: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e .
+	$(BIN)/pip install -q -e '.[postgres]'
 	touch $@
 
 ## Set up (with the test tools), make sure PostgreSQL and NATS are up, lint, and run the whole suite on both engines.

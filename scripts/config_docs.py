@@ -29,7 +29,10 @@ INTRO = """# Configuration
 Sources, later winning key by key: the TOML file (`--config FILE` or `$MAINSPRING_CONFIG`), environment
 variables `MAINSPRING_<SECTION>__<KEY>` (for example `MAINSPRING_SERVER__PORT=9000`; lists and tables as
 JSON), then command-line flags. Durations are integers in milliseconds (`*_ms`). A config file that does not
-exist, does not parse, or names a key that is not below is an error that names it.
+exist, does not parse, or names a key that is not below is an error that names it; so is a `MAINSPRING_*`
+variable that names no setting (`MAINSPRING_SERVER__PROT` is refused, with the setting it most likely meant),
+apart from the commands' own `MAINSPRING_CONFIG`, `MAINSPRING_URL`, `MAINSPRING_TOKEN` and `MAINSPRING_DEBUG`
+and the project's test tools' `MAINSPRING_TEST_*`, `MAINSPRING_BENCH_*`, `MAINSPRING_CHAOS_*`, `MAINSPRING_FUZZ_*`.
 """
 
 EXAMPLE = """## An example

@@ -41,6 +41,45 @@ def test_version_flag_prints_the_version() -> None:
     assert done.returncode == 0 and done.stdout.strip() == "mainspring 0.1.0"
 
 
+SERVER_MODULES = ("fastapi", "sqlalchemy", "alembic", "uvicorn", "mainspring.api", "mainspring.store", "mainspring.config")
+
+
+@pytest.mark.parametrize("command", [["--version"], ["interactions", "list", "emails"], ["alerts", "list"],
+                                     ["machines", "list", "invoices"], ["exchange", "mailboxes"], ["batching", "tasks", "books"]])
+def test_client_commands_import_the_client_and_no_server_code(command: list[str]) -> None:
+    """What makes a command slow to start is what it imports (2.4 s when every command loaded the server)."""
+    probe = ("import sys; from typer.testing import CliRunner; from mainspring.cli import cli; "
+             "CliRunner().invoke(cli, sys.argv[1:]); "
+             f"print(sorted(m for m in sys.modules if m.startswith({SERVER_MODULES!r})))")
+    url = ["--url", f"http://127.0.0.1:{free_port()}"] if command != ["--version"] else []
+    done = subprocess.run([sys.executable, "-c", probe, *command, *url], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout
+
+
+def test_every_faces_command_group_is_mounted() -> None:
+    from mainspring.api import FACES
+    from mainspring.cli import MainspringGroup
+
+    faces = {face.name for face in FACES if face.cli is not None}
+    assert faces <= set(MainspringGroup.lazy)
+    for face in FACES:
+        if face.cli is not None:
+            module, _, attribute = MainspringGroup.lazy[face.name].partition(":")
+            assert getattr(sys.modules[module], attribute) is face.cli
+    top = CliRunner().invoke(cli, ["--help"], env={"COLUMNS": "200"}).output
+    assert all(f" {name} " in top for name in MainspringGroup.lazy), top
+
+
+def test_make_run_takes_the_port_and_the_database() -> None:
+    root = Path(__file__).resolve().parents[1]
+    plan = subprocess.run(["make", "-n", "run", "PORT=19601", "DATABASE=postgresql://mainspring@db.internal/mainspring"],
+                          cwd=root, capture_output=True, text=True, check=True).stdout
+    assert ".venv/bin/mainspring serve --port 19601 --database 'postgresql://mainspring@db.internal/mainspring'" in plan, plan
+    default = subprocess.run(["make", "-n", "run"], cwd=root, capture_output=True, text=True, check=True).stdout
+    assert ".venv/bin/mainspring serve --port 8080\n" in default, default
+
+
 def test_help_texts_render_their_defaults_and_no_jargon() -> None:
     result = CliRunner().invoke(cli, ["serve", "--help"], env={"COLUMNS": "200"})
     assert result.exit_code == 0
@@ -71,8 +110,41 @@ def test_config_file_errors_name_the_file_or_the_key(tmp_path: Path) -> None:
     one_line_error(mainspring("migrate", "--config", str(out_of_range)), 2, "server.port")
 
 
+def test_a_mistyped_environment_variable_is_one_line_naming_it_and_exit_code_2(tmp_path: Path) -> None:
+    done = mainspring("migrate", "--data-dir", str(tmp_path / "data"), env={"MAINSPRING_SERVER__PROT": "18102"})
+    one_line_error(done, 2, "MAINSPRING_SERVER__PROT", "MAINSPRING_SERVER__PORT")
+    assert not (tmp_path / "data").exists()
+
+
 def test_a_bad_app_is_one_line_and_exit_code_2(tmp_path: Path) -> None:
     one_line_error(mainspring("worker", "nosuch_module:app", cwd=tmp_path), 2, "no module named 'nosuch_module'")
+
+
+def test_a_worker_in_a_folder_without_the_servers_store_says_where_it_looked_and_how_to_point_it(tmp_path: Path) -> None:
+    (tmp_path / "tasks.py").write_text("from mainspring import App\napp = App()\napp.queue('emails')(lambda item: None)\n")
+    done = mainspring("worker", "tasks:app", cwd=tmp_path)
+    store = tmp_path.resolve() / "mainspring-data" / "mainspring.db"
+    one_line_error(done, 2, f"no store at {store}", "mainspring serve", "--data-dir", "--database", "--url")
+    assert "mainspring migrate" not in done.stderr  # a second, empty store would take nobody's work
+    assert not (tmp_path / "mainspring-data").exists()
+
+
+def test_a_worker_waits_for_an_unreachable_store_without_claiming_to_migrate_it(tmp_path: Path) -> None:
+    (tmp_path / "tasks.py").write_text("from mainspring import App\napp = App()\napp.queue('emails')(lambda item: None)\n")
+    down = f"postgresql://postgres@127.0.0.1:{free_port()}/day_one_nowhere"
+    done = mainspring("worker", "tasks:app", "--database", down, cwd=tmp_path, env={"MAINSPRING_SERVER__STARTUP_WAIT_MS": "300"})
+    assert done.returncode == 3, done.stderr
+    assert "migrat" not in done.stderr and "waiting for the store" in done.stderr, done.stderr
+
+
+def test_the_first_start_says_it_created_the_store_in_one_line_without_alembics_own(tmp_path: Path) -> None:
+    from tests.conftest import ServerProcess
+
+    server = ServerProcess(f"sqlite:///{tmp_path / 'fresh.db'}", tmp_path / "data").start()
+    server.terminate()
+    lines = server.log().splitlines()
+    assert not [line for line in lines if "alembic" in line], lines
+    assert len([line for line in lines if "the store's schema" in line]) == 1, lines
 
 
 def test_debug_shows_the_traceback() -> None:
@@ -100,6 +172,47 @@ def test_tables_never_cut_the_ids_the_next_command_needs(monkeypatch: pytest.Mon
     common.print_table("processes", ["id", "addressee", "state", "started_at"],
                        [{"id": long_id, "addressee": "mobile-with-a-long-name", "state": "IN_DOUBT", "started_at": "2026-11-26T09:00:00.000Z"}])
     assert long_id in buffer.getvalue()
+
+
+ALERTS = [
+    {"id": "a1b2c3d4e5f6", "at": "2026-11-26T09:00:00.123Z", "severity": "error", "code": "machine_failed",
+     "subject": "machine:orders/invoice-7", "detail": "the processor refused: the order book is corrupt and cannot be read any more",
+     "acked_at": None},
+    {"id": "f6e5d4c3b2a1", "at": "2026-11-26T09:05:00.000Z", "severity": "warning", "code": "exchange_in_doubt",
+     "subject": "process:01J9ZQ3V7H2K8M4N6P0R5S1T3V", "detail": "no API_4 or API_5", "acked_at": "2026-11-26T10:00:00.000Z"},
+]
+ALERT_COLUMNS = ["id", "at", "severity", "code", "subject", "detail", "acked_at"]
+
+
+def printed(monkeypatch: pytest.MonkeyPatch, width: int, terminal: bool, rows: list[dict[str, Any]], columns: list[str]) -> list[str]:
+    buffer = io.StringIO()
+    monkeypatch.setattr(common, "out", Console(file=buffer, width=width, force_terminal=terminal, color_system=None))
+    common.print_table("alerts", columns, rows, ids=("id", "subject"))
+    return buffer.getvalue().splitlines()
+
+
+def test_a_table_too_wide_for_an_80_column_terminal_reads_as_one_block_per_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    lines = printed(monkeypatch, 80, True, ALERTS, ALERT_COLUMNS)
+    assert len(lines) <= 20 and all(len(line) <= 80 for line in lines), "\n".join(lines)
+    text = " ".join(" ".join(line.split()) for line in lines)
+    for alert in ALERTS:
+        assert alert["id"] in text and alert["subject"] in text and alert["code"] in text
+    assert "the processor refused: the order book is corrupt and cannot be read any more" in text
+    assert "2026-11-26 09:00:00" in text  # the time whole, to the second
+
+
+def test_a_table_that_fits_the_terminal_is_one_line_per_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    lines = printed(monkeypatch, 220, True, ALERTS, ALERT_COLUMNS)
+    [first] = [line for line in lines if "a1b2c3d4e5f6" in line]
+    assert "machine_failed" in first and "2026-11-26 09:00:00" in first and "cannot be read any more" in first
+
+
+def test_a_piped_table_is_plain_columns_one_line_per_row_nothing_cut(monkeypatch: pytest.MonkeyPatch) -> None:
+    lines = printed(monkeypatch, 80, False, ALERTS, ALERT_COLUMNS)
+    assert len(lines) == 3 and lines[0].split() == ALERT_COLUMNS
+    assert lines[1].split()[:5] == ["a1b2c3d4e5f6", "2026-11-26T09:00:00.123Z", "error", "machine_failed", "machine:orders/invoice-7"]
+    assert ALERTS[0]["detail"] in lines[1] and lines[2].split()[-1] == "2026-11-26T10:00:00.000Z"
+    assert not any(mark in "".join(lines) for mark in "┃│─…")
 
 
 async def invoke(*args: str) -> Any:
@@ -155,3 +268,12 @@ async def test_the_batching_commands_show_settings_tasks_and_packages(live_url: 
     assert sorted(t["id"] for t in package["tasks"]) == ["7-en", "7-ru"]
     missing = await invoke("batching", "tasks", "books", "nope", "--url", live_url)
     assert missing.exit_code == 1 and "task_not_found" in missing.output
+
+
+async def test_a_url_that_is_not_the_servers_root_says_there_is_no_mainspring_api_there(live_url: str) -> None:
+    result = await invoke("interactions", "list", "emails", "--url", f"{live_url}/v1")
+    assert result.exit_code == 2, result.output
+    assert f"no Mainspring API at {live_url}/v1" in result.output and f"root, here {live_url}" in result.output, result.output
+    # A resource that is not there is still its own error, not this one.
+    missing = await invoke("interactions", "show", "999999", "--url", live_url)
+    assert missing.exit_code == 1 and "interaction_not_found" in missing.output, missing.output

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -26,6 +31,15 @@ def test_a_worker_refuses_an_app_with_nothing_it_can_run_and_says_what_it_runs()
     app.queue("emails", concurrency=3)(lambda item: None)
     app.batcher("books", concurrency=2)(lambda package: None)
     assert runnable(app) == "queues emails (concurrency 3); batchers books (concurrency 2)"
+
+
+def test_a_worker_says_where_the_apps_processors_run() -> None:
+    app = App()
+    app.queue("emails")(lambda item: None)
+    app.processor("invoices")(lambda kind, args, machine: {})
+    said = runnable(app)
+    assert said.startswith("queues emails (concurrency 10)")
+    assert "processors invoices run in the server (mainspring serve --app), not here" in said
 
 
 async def test_a_worker_runs_the_batchers_of_an_app_that_has_no_queue(client: httpx.AsyncClient, settings: Settings) -> None:
@@ -89,3 +103,65 @@ async def test_a_worker_serves_healthz_and_metrics_on_its_port(client: httpx.Asy
     finally:
         stop.set()
         await asyncio.wait_for(worker, 30)
+
+
+SLOW_APP = '''
+import asyncio
+import pathlib
+
+from mainspring import App
+
+app = App()
+
+
+@app.queue("slow", concurrency=1)
+async def slow(item):
+    pathlib.Path(item.data["started"]).touch()
+    while not pathlib.Path(item.data["go"]).exists():
+        await asyncio.sleep(0.02)
+    return {"finished": True}
+'''
+
+
+@pytest.mark.slow
+async def test_one_sigterm_stops_a_worker_with_a_health_port_gracefully_and_its_handler_completes_the_item(
+    client: httpx.AsyncClient, database_url: str, tmp_path: Path
+) -> None:
+    (tmp_path / "slowapp.py").write_text(SLOW_APP)
+    started, go = tmp_path / "started", tmp_path / "go"
+    port = free_port()
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("MAINSPRING_")},
+           "MAINSPRING_SERVER__GRACEFUL_SHUTDOWN_MS": "60000", "MAINSPRING_SERVER__POLL_INTERVAL_MS": "200"}
+    log_path = tmp_path / "worker.log"
+    with log_path.open("wb") as log:
+        worker = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "mainspring.cli", "worker", "slowapp:app", "--database", database_url, "--http-port", str(port),
+            cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        reply = await client.post("/v1/queues/slow/interactions",
+                                  json={"data": {"started": str(started), "go": str(go)}, "process_at": "2000-01-01T00:00:00Z"})
+        item = reply.json()["id"]
+
+        async def handler_running() -> bool:
+            assert worker.returncode is None, log_path.read_text()
+            return started.exists()
+
+        await eventually(handler_running, 60, "the handler to start")
+        worker.send_signal(signal.SIGTERM)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as probe:
+
+            async def stopping() -> bool:
+                assert worker.returncode is None, log_path.read_text()
+                return (await probe.get("/healthz")).json()["status"] == "stopping"
+
+            await eventually(stopping, 30, "the worker to report it is stopping")
+        go.touch()
+        assert await asyncio.wait_for(worker.wait(), 60) == 0, log_path.read_text()
+    finally:
+        if worker.returncode is None:
+            worker.kill()
+            await worker.wait()
+    output = log_path.read_text()
+    assert "by force" not in output, output
+    done = (await client.get(f"/v1/interactions/{item}")).json()
+    assert done["status"] == "completed" and done["result"] == {"finished": True}, str(done)

@@ -13,8 +13,6 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.routing import Mount
-from starlette.staticfiles import StaticFiles
-from swagger_ui_bundle import swagger_ui_path
 
 from mainspring import __version__
 from mainspring.app import App
@@ -22,6 +20,7 @@ from mainspring.batching.face import face as batching_face
 from mainspring.config import Settings
 from mainspring.core import alerts, openapi, outbox, tracing
 from mainspring.core.auth import Authenticator
+from mainspring.core.docs_page import docs_routes, root_routes
 from mainspring.core.errors import Unavailable
 from mainspring.core.http import Api, send_problem
 from mainspring.core.logs import configure_logging
@@ -40,7 +39,6 @@ from mainspring.ui.routes import dashboard, http_error
 log = logging.getLogger("mainspring.server")
 
 SEQUENCER_PAUSE_S = 0.002
-SWAGGER_STATIC = "/docs/static"
 
 FACES: list[Face] = [exchange_face, machines_face, interactions_face, batching_face]
 
@@ -184,23 +182,7 @@ def service_routes(ctx: Context, store: Store, document: Callable[[], dict[str, 
             described.append(json.dumps(document()).encode())
         return Reply(described[0], media_type="application/json")
 
-    @routes.get("/docs", public=True, in_schema=False)
-    async def docs(call: Call[None]) -> Any:
-        """Swagger UI over /openapi.json, with its scripts and styles from this server."""
-        return Reply(SWAGGER_PAGE, media_type="text/html; charset=utf-8")
-
     return routes
-
-
-SWAGGER_PAGE = f"""<!DOCTYPE html>
-<html><head><title>Mainspring API</title>
-<link type="text/css" rel="stylesheet" href="{SWAGGER_STATIC}/swagger-ui.css">
-<link rel="shortcut icon" href="{SWAGGER_STATIC}/favicon-32x32.png"></head>
-<body><div id="swagger-ui"></div>
-<script src="{SWAGGER_STATIC}/swagger-ui-bundle.js"></script>
-<script>SwaggerUIBundle({{url: '/openapi.json', dom_id: '#swagger-ui', layout: 'BaseLayout', deepLinking: true,
-  presets: [SwaggerUIBundle.presets.apis, SwaggerUIBundle.SwaggerUIStandalonePreset]}})</script>
-</body></html>"""
 
 
 def create_app(
@@ -271,7 +253,9 @@ def create_app(
     api = Api(ctx, authenticator, operations, max_json_bytes=settings.server.max_json_bytes,
               rate_limit=settings.server.rate_limit, check_answers=settings.server.check_answers)
     app = Server(api, lifespan=lifespan, routes=[
-        Mount(SWAGGER_STATIC, app=StaticFiles(directory=swagger_ui_path), name="swagger-ui"),
+        # Swagger UI over /openapi.json with its files from this server, and / pointing to it and to /ui.
+        *docs_routes("/openapi.json", title="Mainspring API"),
+        *root_routes(openapi_url="/openapi.json", version=__version__),
         # The dashboard checks the token in its cookie itself (same tokens, `admin` or `ui` scope).
         Mount("", app=dashboard()),
     ])

@@ -51,6 +51,18 @@ class QueueOptions(BaseModel):
     """Processing timeout (default: the queue's ``processing_timeout_ms``)."""
     batch: int = Field(100, ge=1, le=10_000)
     """Most items leased in one call."""
+    retry_for: tuple[type[Exception], ...] | None = None
+    """Only these exceptions (and their subclasses) are retried; any other fails the item at once. Default:
+    every exception is retried."""
+    fail_for: tuple[type[Exception], ...] | None = None
+    """These exceptions fail the item at once, even when ``retry_for`` names a base class of theirs."""
+    # The queue's own settings, used when the queue is first created (stored settings win afterwards, as
+    # `PUT /v1/queues/{queue}` sets them).
+    error_delay_ms: int | None = Field(None, ge=0)
+    backoff: Literal["fixed", "exponential"] | None = None
+    max_delay_ms: int | None = Field(None, ge=0)
+    jitter: bool | None = None
+    max_attempts: int | None = Field(None, ge=1)
 
 
 class BatcherOptions(BaseModel):
@@ -102,15 +114,27 @@ class App:
         lease_ms: int | None = None,
         timeout_ms: int | None = None,
         batch: int = 100,
+        retry_for: type[Exception] | tuple[type[Exception], ...] | None = None,
+        fail_for: type[Exception] | tuple[type[Exception], ...] | None = None,
+        error_delay_ms: int | None = None,
+        backoff: Literal["fixed", "exponential"] | None = None,
+        max_delay_ms: int | None = None,
+        jitter: bool | None = None,
+        max_attempts: int | None = None,
     ) -> Callable[[T], T]:
         """Handle the items of interaction queue ``name`` with the decorated function (async or sync).
 
         It is called with the ``Interaction`` (and, if it takes a second argument, a ``HandlerContext``)
         and returns an outcome (``Complete``, ``Fail``, ``Repeat``, ``Wait``, ``Retry``) or a plain value,
-        which completes the item with that result. Raising means ``Retry``. See ``QueueOptions``.
+        which completes the item with that result. Raising means ``Retry`` — unless ``retry_for`` is given
+        and does not name the exception, or ``fail_for`` does: then ``Fail``. ``error_delay_ms``,
+        ``backoff``, ``max_delay_ms``, ``jitter`` and ``max_attempts`` set the queue's retry policy when the
+        queue is first created. See ``QueueOptions``.
         """
         options = _checked(QueueOptions, f"queue {name!r}", concurrency=concurrency, lease_ms=lease_ms,
-                           timeout_ms=timeout_ms, batch=batch)
+                           timeout_ms=timeout_ms, batch=batch, retry_for=_as_tuple(retry_for), fail_for=_as_tuple(fail_for),
+                           error_delay_ms=error_delay_ms, backoff=backoff, max_delay_ms=max_delay_ms, jitter=jitter,
+                           max_attempts=max_attempts)
         return self._register(self.queues, "queue", name, options)
 
     def periodic(
@@ -207,6 +231,11 @@ class App:
             return target
 
         return decorator
+
+
+def _as_tuple(value: Any) -> Any:
+    """One exception class as a tuple of one, as ``except`` takes either."""
+    return (value,) if isinstance(value, type) else value
 
 
 def _checked(model: type[BaseModel], what: str, **given: Any) -> dict[str, Any]:

@@ -8,24 +8,20 @@ traceback.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
 from mainspring import __version__
-from mainspring.client.events import EventsClient
-from mainspring.config import ConfigError, Settings, load_settings
-from mainspring.core import auth
 from mainspring.core.cli import (
     DEFAULT_URL,
-    CommandGroup,
     Debug,
     JsonOpt,
+    LazyGroup,
     TokenOpt,
     UrlOpt,
     out,
@@ -33,18 +29,32 @@ from mainspring.core.cli import (
     print_table,
     working,
 )
-from mainspring.core.logs import configure_logging
-from mainspring.core.runtime import retry_while_unavailable
-from mainspring.store import Store
-from mainspring.store.migrate import migrate as run_migrations
+
+if TYPE_CHECKING:
+    from mainspring.config import Settings
+    from mainspring.store import Store
+
+# What a command needs is imported when it runs: `mainspring --version` and the commands that talk to a
+# server over HTTP import the client only, not the server (issue 28: 2.4 s for --version before).
 
 T = TypeVar("T")
+
+
+class MainspringGroup(LazyGroup):
+    lazy = {
+        "exchange": "mainspring.exchange.cli:cli",
+        "machines": "mainspring.machines.cli:cli",
+        "interactions": "mainspring.interactions.cli:cli",
+        "batching": "mainspring.batching.cli:cli",
+        "selftest": "mainspring.batching.selftest:selftest",
+    }
+
 
 cli = typer.Typer(
     name="mainspring",
     help="Mainspring: durable exchange, machines, interactions and batching on one store.",
     no_args_is_help=True,
-    cls=CommandGroup,
+    cls=MainspringGroup,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -76,34 +86,60 @@ def root(
 
 
 def settings_from(config: Path | None, database: str | None = None, data_dir: Path | None = None, **server: Any) -> Settings:
+    from mainspring.config import load_settings
+
     return load_settings(config, server={"database": database, "data_dir": data_dir, **server})
 
 
-def existing_store(settings: Settings) -> None:
+def existing_store(settings: Settings, hint: str = "pass --database or --data-dir, or create it with `mainspring migrate`") -> None:
     """Refuse to open a SQLite store that does not exist: a command run in the wrong folder must not
     create an empty one beside it."""
+    from mainspring.config import ConfigError
+
     url = settings.server.database_url()
     if url.startswith("sqlite:"):
         path = Path(url.split(":///", 1)[1])
         if not path.exists():
-            raise ConfigError(f"no store at {path}: pass --database or --data-dir, or create it with `mainspring migrate`")
+            raise ConfigError(f"no store at {path}: {hint}")
 
 
-def run_with_store(settings: Settings, work: Callable[[Store], Awaitable[T]], *, migrate: bool = True) -> T:
+WORKER_STORE_HINT = ("a worker opens the store of `mainspring serve`, by default ./mainspring-data in the folder it runs in: "
+                     "run it from the server's folder, or pass --data-dir or --database (or --url to work through the server's API)")
+
+
+async def _schema_for_worker(store: Store) -> None:
+    """A worker needs the schema its code was written for, and migrates only when it is behind (a worker's
+    database role need not be allowed DDL when the server migrated first)."""
+    from mainspring.store.migrate import migrate as run_migrations
+    from mainspring.store.migrate import pending_revisions
+
+    if await pending_revisions(store):
+        await run_migrations(store)
+
+
+def run_with_store(settings: Settings, work: Callable[[Store], Awaitable[T]], *, migrate: bool = True, waiting: str = "migrate") -> T:
+    """``work`` on the store, once it is reachable (``waiting`` names what waits in the log) and migrated."""
+    import asyncio
+
+    from mainspring.core.runtime import retry_while_unavailable
+    from mainspring.store import Store
+    from mainspring.store.migrate import migrate as run_migrations
+
     async def main() -> T:
         store = Store(settings.server.database_url(), pool_size=2, sqlite_synchronous=settings.server.sqlite_synchronous)
         try:
             if migrate:
-                await retry_while_unavailable("migrate", lambda: run_migrations(store), settings.server.startup_wait_ms)
-            return await work(store)
+                await retry_while_unavailable(waiting, lambda: run_migrations(store), settings.server.startup_wait_ms)
+                return await work(store)
+            return await retry_while_unavailable(waiting, lambda: work(store), settings.server.startup_wait_ms)
         finally:
             await store.close()
 
     return asyncio.run(main())
 
 
-def _noop(_store: Store) -> Awaitable[None]:
-    return asyncio.sleep(0)
+async def _noop(_store: Store) -> None:
+    """Nothing: ``run_with_store(settings, _noop)`` only migrates."""
 
 
 WORKER_HEALTHCHECK_S = 60
@@ -124,6 +160,7 @@ def serve(
 
     from mainspring.api import SERVE_APP_ENV, SERVE_SETTINGS_ENV, create_app
     from mainspring.app import load_app
+    from mainspring.core.logs import configure_logging
 
     settings = settings_from(config, database, data_dir, host=host, port=port)
     configure_logging(settings.server.log_level, settings.server.log_format, access_log=settings.server.access_log)
@@ -160,21 +197,33 @@ def worker(
     config: ConfigOpt = None,
     database: DatabaseOpt = None,
     data_dir: DataDirOpt = None,
+    url: Annotated[str | None, typer.Option("--url", help="Work through this server's HTTP API instead of the store (no database credentials needed).", show_default="the store")] = None,
+    token: TokenOpt = None,
     http_port: Annotated[int | None, typer.Option("--http-port", help="Serve /healthz and /metrics on this port.", show_default="off")] = None,
     http_host: Annotated[str, typer.Option("--http-host", help="Address of the /healthz and /metrics port.")] = "127.0.0.1",
 ) -> None:
-    """Run APP's queue handlers and batch workers against an existing store, without serving the API (SIGTERM: graceful stop; a second signal: at once)."""
+    """Run APP's queue handlers and batch workers without serving the API: on the store of `mainspring serve` (the same defaults: ./mainspring-data in the current folder), or with --url through a server's HTTP API. Its machine processors run in the server. SIGTERM: graceful stop; a second signal: at once."""
     from mainspring.app import load_app
-    from mainspring.worker import run, runnable
+    from mainspring.client.errors import check_url
+    from mainspring.core.logs import configure_logging
+    from mainspring.worker import Remote, run, runnable
 
+    if url is not None and (database is not None or data_dir is not None):
+        raise typer.BadParameter("a worker with --url works through the server's API: it opens no store (no --database or --data-dir)", param_hint="--url")
     settings = settings_from(config, database, data_dir)
     configure_logging(settings.server.log_level, settings.server.log_format)
     registry = load_app(app)
     what = runnable(registry)
-    existing_store(settings)
-    run_with_store(settings, _noop)
-    out.print(f"mainspring worker runs {what}", markup=False)
-    asyncio.run(run(settings, registry, http_host=http_host, http_port=http_port))
+    remote = None
+    if url is not None:
+        remote = Remote(check_url(url), token)
+    else:
+        existing_store(settings, WORKER_STORE_HINT)
+        run_with_store(settings, _schema_for_worker, migrate=False, waiting="waiting for the store")
+    out.print(f"mainspring worker runs {what}{f' through {url}' if url else ''}", markup=False)
+    import asyncio
+
+    asyncio.run(run(settings, registry, http_host=http_host, http_port=http_port, remote=remote))
 
 
 @cli.command()
@@ -201,6 +250,8 @@ def token_create(
     data_dir: DataDirOpt = None,
 ) -> None:
     """Create a token. It is printed once; only its sha256 is stored."""
+    from mainspring.core import auth
+
     settings = settings_from(config, database, data_dir)
     existing_store(settings)
     token_id, token = run_with_store(settings, lambda s: auth.create_token(s, name, scope))
@@ -210,6 +261,8 @@ def token_create(
 @token_cli.command("list")
 def token_list(config: ConfigOpt = None, database: DatabaseOpt = None, data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
     """List stored tokens (never the tokens themselves)."""
+    from mainspring.core import auth
+
     settings = settings_from(config, database, data_dir)
     existing_store(settings)
     rows = run_with_store(settings, auth.list_tokens)
@@ -228,6 +281,8 @@ def token_revoke(
     data_dir: DataDirOpt = None,
 ) -> None:
     """Revoke a token by id (every server stops accepting it within auth.cache_ms)."""
+    from mainspring.core import auth
+
     settings = settings_from(config, database, data_dir)
     existing_store(settings)
     run_with_store(settings, lambda s: auth.revoke_token(s, token_id))
@@ -243,6 +298,8 @@ def events_tail(
     token: TokenOpt = None,
 ) -> None:
     """Print events as JSON lines, oldest first (scope admin or ui)."""
+    from mainspring.client.events import EventsClient
+
     try:
         with EventsClient(url, token) as client:
             for event in client.follow(after, types, forever=follow):
@@ -259,6 +316,8 @@ def alerts_list(
     as_json: JsonOpt = False,
 ) -> None:
     """List alerts, newest first."""
+    from mainspring.client.events import EventsClient
+
     with EventsClient(url, token) as client:
         items = list(client.iterate_alerts(open_only=not all_))
     if as_json:
@@ -275,22 +334,11 @@ def alerts_ack(
     token: TokenOpt = None,
 ) -> None:
     """Acknowledge an alert (scope admin)."""
+    from mainspring.client.events import EventsClient
+
     with EventsClient(url, token) as client:
         client.ack_alert(alert_id)
     out.print(f"acknowledged {alert_id}", markup=False)
-
-
-def _mount_face_clis() -> None:
-    from mainspring.api import FACES
-    from mainspring.batching.selftest import selftest
-
-    for face in FACES:
-        if face.cli is not None:
-            cli.add_typer(face.cli, name=face.name)
-    cli.command("selftest")(selftest)
-
-
-_mount_face_clis()
 
 
 def main() -> None:

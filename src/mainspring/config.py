@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 import tomllib
 import types
 import typing
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -118,10 +120,48 @@ def _is_mapping_of_models(annotation: Any) -> bool:
     return origin is dict
 
 
+ENV_PREFIX = "MAINSPRING_"
+COMMAND_VARIABLES = frozenset({"MAINSPRING_CONFIG", "MAINSPRING_URL", "MAINSPRING_TOKEN", "MAINSPRING_DEBUG",
+                               "MAINSPRING_SERVE_SETTINGS", "MAINSPRING_SERVE_APP"})
+"""Variables the commands read that are not settings (``MAINSPRING_SERVE_*`` pass ``serve --workers``'s
+settings to its processes)."""
+TOOL_PREFIXES = ("MAINSPRING_TEST_", "MAINSPRING_BENCH_", "MAINSPRING_CHAOS_", "MAINSPRING_FUZZ_")
+"""Variables of the project's own test, chaos and benchmark tools, which start servers in their environment."""
+
+
+def setting_variables(model: type[BaseModel] = Settings, prefix: str = ENV_PREFIX) -> Iterator[str]:
+    """Every ``MAINSPRING_<SECTION>__<KEY>`` variable that names a setting (nested tables too)."""
+    for key, field in model.model_fields.items():
+        name = f"{prefix}{key.upper()}"
+        yield name
+        for nested in _models_in(field.annotation):
+            if not _is_mapping_of_models(field.annotation) and typing.get_origin(field.annotation) is not list:
+                yield from setting_variables(nested, f"{name}__")
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """What is wrong with each ``MAINSPRING_*`` variable of ``environ`` that names no setting (pydantic-settings
+    would ignore it silently), with the setting it most likely meant."""
+    known = set(setting_variables())
+    found = []
+    for name in sorted(environ):
+        upper = name.upper()
+        if not upper.startswith(ENV_PREFIX) or upper in COMMAND_VARIABLES or upper.startswith(TOOL_PREFIXES) or upper in known:
+            continue
+        meant = difflib.get_close_matches(upper, known, n=1, cutoff=0.8)
+        found.append(f"{name} names no setting{f' (did you mean {meant[0]}?)' if meant else ''}")
+    return found
+
+
 def load_settings(config_file: Path | None = None, **sections: dict[str, Any]) -> Settings:
     """Settings from ``config_file`` (or ``$MAINSPRING_CONFIG``), the environment, then ``sections``
     (what flags set, section by section), later ones winning key by key. A config file that does not
-    exist, does not parse or names an unknown key is a ``ConfigError``; so is a value out of range."""
+    exist, does not parse or names an unknown key is a ``ConfigError``; so is a ``MAINSPRING_*`` variable that
+    names no setting (``COMMAND_VARIABLES`` and ``TOOL_PREFIXES`` aside), and a value out of range."""
+    unknown = unknown_variables(os.environ)
+    if unknown:
+        raise ConfigError(f"environment: {'; '.join(unknown)}; settings are MAINSPRING_<SECTION>__<KEY>, "
+                          "listed in docs/configuration.md")
     previous = os.environ.get("MAINSPRING_CONFIG")
     named = config_file or (Path(previous) if previous else None)
     if named is not None:

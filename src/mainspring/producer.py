@@ -11,7 +11,9 @@ async with producer(database="postgresql://…/mainspring") as mainspring:
     answer = await mainspring.call("invoices", "inv-1", {"pay": 100})
 ```
 
-It runs the same service code and data layer as the server's routes — the same validation, the same
+Its answers are the clients' typed answers (``mainspring.client.models``: ``Interaction``, ``Task``,
+``Message``, ``Machine``), field for field what the HTTP API answers, so code moves between the producer and
+a client without change. It runs the same service code and data layer as the server's routes — the same validation, the same
 transaction with its event, the same wake-ups (NOTIFY on PostgreSQL, the wake-up sockets beside SQLite), so
 servers and workers in other processes see the work at once — and gives the same guarantees: when a call
 returns, its change is committed. It does not run background work (timers, leases, the events sequencer):
@@ -22,12 +24,13 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 from pydantic import JsonValue
 
 from mainspring.batching import service as batching
 from mainspring.batching.models import Task, TaskIn
+from mainspring.client import models as answers
 from mainspring.client.errors import error_from_problem
 from mainspring.config import Settings, load_settings
 from mainspring.core.runtime import Context
@@ -68,7 +71,7 @@ class Producer:
     async def __aexit__(self, *_exc: type[BaseException] | BaseException | TracebackType | None) -> None:
         await self.close()
 
-    async def create(self, queue: str, data: Any = None, **fields: Any) -> Interaction:
+    async def create(self, queue: str, data: Any = None, **fields: Any) -> answers.Interaction:
         """Create an interaction in ``queue`` (fields as in ``POST /v1/queues/{queue}/interactions``:
         ``parent_id``, ``name``, ``message_id``, ``channel``, ``user``, ``source``, ``process_at`` or
         ``process_in_ms``, ``completed`` and ``result``). A ``message_id`` already used in the queue answers
@@ -77,31 +80,31 @@ class Producer:
         created, _ = await interactions.create(
             self.store, self.settings.interactions, queue, interactions.spec_from(body, self.store.now_ms())
         )
-        return Interaction.model_validate(created)
+        return cast(answers.Interaction, Interaction.model_validate(created).model_dump(mode="json"))
 
-    async def submit(self, batcher: str, *, id: str, group: str, member: str, content: JsonValue, data: JsonValue = None) -> Task:
+    async def submit(self, batcher: str, *, id: str, group: str, member: str, content: JsonValue, data: JsonValue = None) -> answers.Task:
         """Submit a task to ``batcher`` (as ``POST /v1/batchers/{batcher}/tasks``). A known id answers the
         stored task; content this member already has answers a task with status ``rejected``, reason
         ``duplicate``."""
         body = TaskIn(id=id, group=group, member=member, content=content, data=data)
         task, _ = await batching.submit_task(self.store, batcher, body, batching.registration_defaults(self.context.registry, batcher))
-        return Task.model_validate(task)
+        return cast(answers.Task, Task.model_validate(task).model_dump(mode="json"))
 
     async def put(
         self, addressee: str, database: str, body: bytes, *,
         content_type: str | None = None, message_key: str | None = None, sender: str | None = None,
-    ) -> Message:
+    ) -> answers.Message:
         """Store a message in the mailbox of ``addressee``/``database`` (as ``POST …/messages``): the body is
         written and fsynced in the server's data directory, so the producer must share it. A repeated
         ``message_key`` with the same bytes answers the stored message; with other bytes ``Conflict``."""
         message, _ = await messages.store_message(
             self.context, addressee, database, body, content_type=content_type, message_key=message_key, sender=sender
         )
-        return Message.model_validate(message)
+        return cast(answers.Message, Message.model_validate(message).model_dump(mode="json"))
 
-    async def start(self, namespace: str, machine_id: str, args: JsonValue = None, *, idempotency_key: str | None = None) -> dict[str, Any]:
+    async def start(self, namespace: str, machine_id: str, args: JsonValue = None, *, idempotency_key: str | None = None) -> answers.Machine:
         """Start a machine; answers it as ``POST /v1/namespaces/{namespace}/machines`` does."""
-        return self._answer(await machines.start_machine(self.context, namespace, machine_id, args, idempotency_key))
+        return cast(answers.Machine, self._answer(await machines.start_machine(self.context, namespace, machine_id, args, idempotency_key)))
 
     async def call(
         self, namespace: str, machine_id: str, args: JsonValue = None, *,

@@ -1,5 +1,6 @@
 """``mainspring worker``: everything an App registers that can run outside the server — its queue handlers
-and its batch workers — against the store, with an optional ``/healthz`` and ``/metrics`` port.
+and its batch workers — against the store, or (``--url``) through a server's HTTP API without any database
+credentials, with an optional ``/healthz`` and ``/metrics`` port.
 
 Machine processors are not run here: the server calls them (registered in-process with ``mainspring serve
 --app``, or over HTTP).
@@ -11,6 +12,8 @@ import asyncio
 import contextlib
 import logging
 import signal
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, Gauge, generate_latest
@@ -18,17 +21,23 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_exponential_jitter
 
 from mainspring.app import App, AppError
 from mainspring.batching import worker as batching_worker
+from mainspring.client._async.batching import AsyncBatchingClient
+from mainspring.client._async.interactions import AsyncInteractionsClient
+from mainspring.client.errors import NotFound, ServiceUnavailable
 from mainspring.config import Settings
 from mainspring.core.runtime import Context
+from mainspring.interactions.sources import LONG_POLL_MS, HttpQueues, QueueSource
 from mainspring.interactions.worker import Worker as QueueWorker
 from mainspring.store import Store
 
 log = logging.getLogger("mainspring.worker")
 
 IN_FLIGHT = Gauge("mainspring_worker_in_flight", "Items a worker's queue handlers are running", ["queue"])
+BATCHER_SETTINGS = ("min_size", "max_size", "linger_ms", "max_wait_ms", "group_size", "incomplete_group")
 HANDLED = Gauge("mainspring_worker_handled", "Items a worker's queue handlers have finished", ["queue"])
 
 
@@ -42,6 +51,9 @@ def runnable(app: App) -> str:
     if not parts:
         only = f" (it registers only processors: {', '.join(sorted(app.processors))}; run them with `mainspring serve --app`)" if app.processors else ""
         raise AppError(f"the app has no queue handler or batch worker to run{only}")
+    if app.processors:
+        # The server calls a machine's processor inside its own request or timer: a worker cannot take them.
+        parts.append(f"processors {', '.join(sorted(app.processors))} run in the server (mainspring serve --app), not here")
     return "; ".join(parts)
 
 
@@ -66,10 +78,34 @@ def health_app(worker: QueueWorker, app: App, stopping: asyncio.Event) -> Starle
     return Starlette(routes=[Route("/healthz", healthz), Route("/metrics", metrics)])
 
 
+def health_server(asgi: Starlette, host: str, port: int) -> Any:
+    """A uvicorn server for ``asgi`` that leaves SIGTERM and SIGINT to the worker. (uvicorn ≥ 0.54 takes them
+    over while ``serve()`` runs and raises them again when it returns; the loop's own handler, woken as well,
+    then saw one SIGTERM twice and stopped by force.)"""
+    import uvicorn
+
+    class HealthServer(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    return HealthServer(uvicorn.Config(asgi, host=host, port=port, log_config=None, access_log=False, lifespan="off"))
+
+
+@dataclass
+class Remote:
+    """A worker that works through a server's HTTP API (``mainspring worker --url``) instead of the store."""
+
+    url: str
+    token: str | None = None
+    long_poll_ms: int = LONG_POLL_MS
+
+
 async def run(settings: Settings, app: App, *, http_host: str = "127.0.0.1", http_port: int | None = None,
-              stop: asyncio.Event | None = None, started: asyncio.Event | None = None) -> None:
+              stop: asyncio.Event | None = None, started: asyncio.Event | None = None, remote: Remote | None = None) -> None:
     """Run ``app``'s queues and batchers until ``stop`` is set, or SIGTERM/SIGINT (graceful: running
-    handlers get ``server.graceful_shutdown_ms``; a second signal stops at once)."""
+    handlers get ``server.graceful_shutdown_ms``; a second signal stops at once). On the store of
+    ``settings``, or with ``remote`` through that server's HTTP API (no database needed)."""
     what = runnable(app)
     stop = stop or asyncio.Event()
     force = asyncio.Event()
@@ -82,36 +118,74 @@ async def run(settings: Settings, app: App, *, http_host: str = "127.0.0.1", htt
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, on_signal)
     server = settings.server
-    store = Store(server.database_url(), pool_size=server.pool_size, sqlite_synchronous=server.sqlite_synchronous)
-    await store.start()
-    ctx = Context(settings=settings, store=store, registry=app)
-    queues = QueueWorker(store, app, settings.interactions, poll_ms=server.poll_interval_ms)
+    async with contextlib.AsyncExitStack() as resources:
+        stopping = asyncio.Event()
+        queue_source: Store | QueueSource
+        package_source: batching_worker.PackageSource
+        if remote is None:
+            store = Store(server.database_url(), pool_size=server.pool_size, sqlite_synchronous=server.sqlite_synchronous)
+            await store.start()
+            resources.push_async_callback(store.close)
+            ctx = Context(settings=settings, store=store, registry=app, stopping=stopping)
+            await batching_worker.recover(ctx)
+            queue_source, package_source = store, batching_worker.StoreCafe(ctx)
+        else:
+            items = await resources.enter_async_context(AsyncInteractionsClient(remote.url, remote.token))
+            packages = await resources.enter_async_context(AsyncBatchingClient(remote.url, remote.token))
+            await wait_for_server(items, packages, app, server.startup_wait_ms)
+            queue_source = HttpQueues(items, long_poll_ms=remote.long_poll_ms)
+            package_source = batching_worker.HttpCafe(packages, long_poll_ms=remote.long_poll_ms)
+        queues = QueueWorker(queue_source, app, settings.interactions, poll_ms=server.poll_interval_ms)
+        await work(queues, package_source, app, stopping, stop, force, started, settings,
+                   f"; /healthz and /metrics on http://{http_host}:{http_port}" if http_port is not None else "",
+                   None if http_port is None else health_server(health_app(queues, app, stop), http_host, http_port), what)
+
+
+async def wait_for_server(items: AsyncInteractionsClient, packages: AsyncBatchingClient, app: App, within_ms: int) -> None:
+    """Read each queue's and batcher's settings once (creating a batcher that does not exist yet), so a wrong
+    URL or token stops the worker at once; an unreachable server is waited for up to ``within_ms``."""
+    retrying = AsyncRetrying(
+        retry=retry_if_exception_type(ServiceUnavailable),
+        stop=stop_after_delay(within_ms / 1000),
+        wait=wait_exponential_jitter(initial=0.1, max=2.0),
+        before_sleep=lambda state: log.warning("waiting for the server: %s", state.outcome.exception() if state.outcome else "?"),
+        reraise=True,
+    )
+    async for attempt in retrying:
+        with attempt:
+            for queue in app.queues:
+                await items.get_queue(queue)
+            for batcher, registration in app.batchers.items():
+                try:
+                    await packages.get_batcher(batcher)
+                except NotFound:
+                    # A new batcher is created with @app.batcher's settings, as a worker with the store does.
+                    given = {k: registration.options[k] for k in BATCHER_SETTINGS if registration.options.get(k) is not None}
+                    await packages.put_batcher(batcher, **given)
+
+
+async def work(queues: QueueWorker, package_source: batching_worker.PackageSource, app: App, stopping: asyncio.Event,
+               stop: asyncio.Event, force: asyncio.Event, started: asyncio.Event | None, settings: Settings, where: str,
+               http: Any, what: str) -> None:
+    """Run until ``stop``, then stop gracefully (or by force when ``force`` is set meanwhile)."""
+    graceful_ms = settings.server.graceful_shutdown_ms
     batchers: asyncio.Task[None] | None = None
-    http: Any = None
     http_task: asyncio.Task[None] | None = None
     try:
-        await batching_worker.recover(ctx)
         await queues.start()
         if app.batchers:
-            batchers = asyncio.create_task(batching_worker.workers_loop(ctx), name="batchers")
-        if http_port is not None:
-            import uvicorn
-
-            http = uvicorn.Server(uvicorn.Config(health_app(queues, app, stop), host=http_host, port=http_port,
-                                                 log_config=None, access_log=False, lifespan="off"))
-            http.install_signal_handlers = lambda: None  # the worker owns SIGTERM/SIGINT
+            batchers = asyncio.create_task(batching_worker.run_workers(package_source, app.batchers, stopping), name="batchers")
+        if http is not None:
             http_task = asyncio.create_task(http.serve(), name="worker-http")
-        log.info("worker %s runs %s%s", queues.id, what,
-                 f"; /healthz and /metrics on http://{http_host}:{http_port}" if http_port is not None else "")
+        log.info("worker %s runs %s%s", queues.id, what, where)
         if started is not None:
             started.set()
         await stop.wait()
-        log.info("worker %s stopping (running handlers get %d ms; signal again to stop at once)",
-                 queues.id, server.graceful_shutdown_ms)
-        ctx.stopping.set()
+        log.info("worker %s stopping (running handlers get %d ms; signal again to stop at once)", queues.id, graceful_ms)
+        stopping.set()
         graceful: asyncio.Future[Any] = asyncio.gather(
-            queues.stop(True, server.graceful_shutdown_ms),
-            *([asyncio.wait_for(asyncio.shield(batchers), server.graceful_shutdown_ms / 1000)] if batchers else []),
+            queues.stop(True, graceful_ms),
+            *([asyncio.wait_for(asyncio.shield(batchers), graceful_ms / 1000)] if batchers else []),
             return_exceptions=True)
         forced: asyncio.Future[Any] = asyncio.ensure_future(force.wait())
         await asyncio.wait({graceful, forced}, return_when=asyncio.FIRST_COMPLETED)
@@ -121,11 +195,10 @@ async def run(settings: Settings, app: App, *, http_host: str = "127.0.0.1", htt
         forced.cancel()
         await asyncio.gather(graceful, return_exceptions=True)
     finally:
-        ctx.stopping.set()
+        stopping.set()
         if batchers is not None:
             batchers.cancel()
             await asyncio.gather(batchers, return_exceptions=True)
         if http is not None and http_task is not None:
             http.should_exit = True
             await asyncio.gather(http_task, return_exceptions=True)
-        await store.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import httpx
 import pytest
 from pydantic import ValidationError
 
@@ -20,14 +21,33 @@ async def test_a_produced_interaction_is_committed_with_its_event(database_url: 
     async with producer(database=database_url, data_dir=tmp_path) as mainspring:
         item = await mainspring.create("emails", data={"to": "ada"}, message_id="order-17", process_in_ms=0)
         again = await mainspring.create("emails", data={"to": "someone else"}, message_id="order-17")
-    assert again.id == item.id and again.data == {"to": "ada"}
+    assert again["id"] == item["id"] and again["data"] == {"to": "ada"}
     store = Store(database_url)
     try:
         await outbox.wait_numbered(store)
         events, _ = await outbox.read_events(store, 0, 100, ["interaction.created"])
     finally:
         await store.close()
-    assert [e["subject"]["id"] for e in events] == [item.id]
+    assert [e["subject"]["id"] for e in events] == [item["id"]]
+
+
+async def test_the_producer_answers_what_the_client_answers_typed_the_same(
+    database_url: str, tmp_path: Path, client: httpx.AsyncClient
+) -> None:
+    """One typed answer everywhere: the producer's are the clients' TypedDicts, field for field the API's."""
+    from typing import get_type_hints
+
+    from mainspring.client import models as answers
+    from mainspring.client._async.interactions import AsyncInteractionsClient
+    from mainspring.producer import Producer
+
+    for method, typed in (("create", answers.Interaction), ("submit", answers.Task), ("put", answers.Message), ("start", answers.Machine)):
+        assert get_type_hints(getattr(Producer, method))["return"] is typed, method
+        assert get_type_hints(AsyncInteractionsClient.create)["return"] is answers.Interaction
+    async with producer(database=database_url, data_dir=tmp_path) as mainspring:
+        item = await mainspring.create("emails", {"to": "ada"}, message_id="welcome-ada")
+    over_http = (await client.get(f"/v1/interactions/{item['id']}")).json()
+    assert item == over_http
 
 
 async def test_a_produced_interaction_is_validated_like_a_request(database_url: str, tmp_path: Path) -> None:
@@ -54,7 +74,7 @@ async def test_a_produced_interaction_wakes_a_worker_in_another_store_at_once(da
             taken = await asyncio.wait_for(waiting, 5)
         finally:
             await worker_side.close()
-    assert [i["id"] for i in taken.items] == [item.id]
+    assert [i["id"] for i in taken.items] == [item["id"]]
 
 
 async def test_a_produced_task_is_accepted_and_its_duplicate_rejected(database_url: str, tmp_path: Path) -> None:
@@ -62,9 +82,9 @@ async def test_a_produced_task_is_accepted_and_its_duplicate_rejected(database_u
         task = await mainspring.submit("books", id="b1-en", group="b1", member="en", content="Chapter 1")
         again = await mainspring.submit("books", id="b1-en", group="b1", member="en", content="Chapter 1")
         duplicate = await mainspring.submit("books", id="b1-en-bis", group="b1", member="en", content="Chapter 1")
-    assert (task.status, task.version) == ("pending", 1)
-    assert again.id == task.id and again.status == "pending"
-    assert (duplicate.status, duplicate.reason) == ("rejected", "duplicate")
+    assert (task["status"], task["version"]) == ("pending", 1)
+    assert again["id"] == task["id"] and again["status"] == "pending"
+    assert (duplicate["status"], duplicate["reason"]) == ("rejected", "duplicate")
 
 
 async def test_a_produced_message_is_stored_once_per_key_and_readable_by_the_server(database_url: str, tmp_path: Path) -> None:
@@ -76,8 +96,8 @@ async def test_a_produced_message_is_stored_once_per_key_and_readable_by_the_ser
         again = await mainspring.put("erp", "main", b"<order id='17'/>", message_key="order-17")
         with pytest.raises(Conflict) as refused:
             await mainspring.put("erp", "main", b"<order id='18'/>", message_key="order-17")
-        _, body = await messages.read_message(mainspring.context, "erp", "main", stored.id)
-    assert again.id == stored.id and stored.size == len(body) and body == b"<order id='17'/>"
+        _, body = await messages.read_message(mainspring.context, "erp", "main", stored["id"])
+    assert again["id"] == stored["id"] and stored["size"] == len(body) and body == b"<order id='17'/>"
     assert refused.value.code == "message_id_conflict"
 
 

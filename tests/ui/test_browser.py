@@ -261,3 +261,25 @@ async def test_pause_a_queue_and_no_worker_leases_from_it_until_resumed(page: An
     await page.wait_for_selector(".flash.ok")
     assert await page.locator("#queue-state").inner_text() == "running"
     assert len((await api_client.post("/v1/queues/reports/lease", json=lease, headers=headers)).json()["interactions"]) == 1
+
+
+async def test_the_api_docs_render_the_openapi_document_and_list_its_operations(page: Any, live_url: str) -> None:
+    """/docs in a browser that can reach nothing but this server: Swagger UI renders the OpenAPI 3.1 document."""
+    elsewhere: list[str] = []
+
+    async def only_this_server(route: Any) -> None:
+        if route.request.url.startswith(live_url):
+            await route.continue_()
+        else:
+            elsewhere.append(route.request.url)
+            await route.abort()
+
+    await page.route("**/*", only_this_server)
+    await page.goto("/docs")
+    # Swagger UI shows either the operations or why it cannot render the document.
+    await page.locator(".opblock, .errors-wrapper").first.wait_for()
+    assert not await page.locator(".errors-wrapper").count(), await page.locator(".errors-wrapper").inner_text()
+    paths = await page.locator(".opblock-summary-path").all_inner_texts()
+    assert "/v1/queues/{queue}/interactions" in [p.replace("\u200b", "") for p in paths]
+    assert await page.locator(".opblock").count() >= 50
+    assert elsewhere == []

@@ -20,10 +20,12 @@ import logging
 import os
 import socket
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from mainspring.batching import cafe
 from mainspring.batching.service import ensure_batcher
+from mainspring.client._async.batching import AsyncBatchingClient
+from mainspring.client.errors import ServiceUnavailable
 from mainspring.core.errors import LeaseLost
 from mainspring.core.runtime import Context, log_failure
 
@@ -81,24 +83,94 @@ async def _call(target: Any, package: BatchPackage) -> Any:
     return result
 
 
-async def _keep_alive(ctx: Context, package_id: str, token: str, lease_ms: int) -> None:
+class PackageSource(Protocol):
+    """Where a batch worker claims packages and finishes them: the store (``StoreCafe``) or a server's HTTP
+    API (``HttpCafe``, a worker without database credentials). Both fence every write by the lease token."""
+
+    async def claim(self, name: str, worker: str, lease_ms: int | None) -> dict[str, Any] | None:
+        """A claimed package (waiting a while for one), or None."""
+
+    async def heartbeat(self, package_id: str, token: str, lease_ms: int) -> None: ...
+
+    async def complete(self, package_id: str, token: str, results: Any) -> None: ...
+
+    async def fail(self, package_id: str, token: str, error: str, retry: bool) -> None: ...
+
+
+class StoreCafe:
+    """The store itself, woken by its notifier while it waits for a package."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+
+    async def claim(self, name: str, worker: str, lease_ms: int | None) -> dict[str, Any] | None:
+        settings = self.ctx.settings
+        return await cafe.claim(self.ctx.store, name, worker, lease_ms, settings.batching.worker_poll_ms, settings.server.poll_interval_ms)
+
+    async def heartbeat(self, package_id: str, token: str, lease_ms: int) -> None:
+        await cafe.heartbeat_package(self.ctx.store, package_id, token, lease_ms)
+
+    async def complete(self, package_id: str, token: str, results: Any) -> None:
+        await cafe.complete_package(self.ctx.store, package_id, token, results)
+
+    async def fail(self, package_id: str, token: str, error: str, retry: bool) -> None:
+        await cafe.fail_package(self.ctx.store, package_id, token, error, retry)
+
+
+LONG_POLL_MS = 2000
+"""How long one claim over HTTP waits for a package (a stop lets the claim in flight end first)."""
+FINISH_RETRY_MAX_S = 5.0
+
+
+class HttpCafe:
+    """A server's HTTP API: ``POST /v1/batchers/{name}/packages/claim`` with ``wait_ms``, then the package's
+    heartbeat, complete or fail, with the token's ``batchers:<name>`` scope."""
+
+    def __init__(self, client: AsyncBatchingClient, *, long_poll_ms: int = LONG_POLL_MS) -> None:
+        self.client = client
+        self.long_poll_ms = long_poll_ms
+
+    async def claim(self, name: str, worker: str, lease_ms: int | None) -> dict[str, Any] | None:
+        package = await self.client.claim(name, worker, lease_ms, wait_ms=self.long_poll_ms)
+        return None if package is None else dict(package)
+
+    async def heartbeat(self, package_id: str, token: str, lease_ms: int) -> None:
+        await self.client.heartbeat(package_id, token, lease_ms)
+
+    async def complete(self, package_id: str, token: str, results: Any) -> None:
+        # Sent again while the server cannot be reached: a repeat of a stored completion answers the same.
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                await self.client.complete(package_id, token, results)
+                return
+            except ServiceUnavailable as exc:
+                log_failure(log, exc, "completing package %s failed (attempt %d); retrying", package_id, attempt)
+                await asyncio.sleep(min(FINISH_RETRY_MAX_S, 0.05 * 2**attempt))
+
+    async def fail(self, package_id: str, token: str, error: str, retry: bool) -> None:
+        await self.client.fail(package_id, token, error, retry)
+
+
+async def _keep_alive(source: PackageSource, package_id: str, token: str, lease_ms: int) -> None:
     while True:
         await asyncio.sleep(max(lease_ms / 3000, 0.05))
         try:
-            await cafe.heartbeat_package(ctx.store, package_id, token, lease_ms)
+            await source.heartbeat(package_id, token, lease_ms)
         except LeaseLost:
             log.warning("lost the lease of package %s while working on it", package_id)
             return
-        except Exception:
-            log.exception("heartbeat of package %s failed; retrying", package_id)
+        except Exception as exc:
+            log_failure(log, exc, "heartbeat of package %s failed; retrying", package_id)
 
 
-async def work_on(ctx: Context, name: str, registration: Any, package: dict[str, Any]) -> None:
+async def work_on(source: PackageSource, name: str, registration: Any, package: dict[str, Any]) -> None:
     """Run the handler on one claimed package and finish it (complete, retry or fail)."""
     token = package["lease"]["token"]
     lease_ms = int(registration.options.get("lease_ms") or 60_000)
     max_attempts = int(registration.options.get("max_attempts", 3))
-    keeper = asyncio.create_task(_keep_alive(ctx, package["id"], token, lease_ms))
+    keeper = asyncio.create_task(_keep_alive(source, package["id"], token, lease_ms))
     try:
         try:
             results = await _call(registration.target, BatchPackage.from_api(package))
@@ -106,25 +178,28 @@ async def work_on(ctx: Context, name: str, registration: Any, package: dict[str,
             keeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await keeper
-        await cafe.complete_package(ctx.store, package["id"], token, results)
+        await source.complete(package["id"], token, results)
     except LeaseLost:
         log.warning("package %s was taken over before it was finished here", package["id"])
     except Exception as exc:
         retry = package["attempts"] < max_attempts
         log.exception("batch worker %s failed on package %s (attempt %d)", name, package["id"], package["attempts"])
-        with contextlib.suppress(LeaseLost):
-            await cafe.fail_package(ctx.store, package["id"], token, f"{type(exc).__name__}: {exc}"[:2000], retry)
+        try:
+            await source.fail(package["id"], token, f"{type(exc).__name__}: {exc}"[:2000], retry)
+        except LeaseLost:
+            pass
+        except Exception as failed:
+            # Its lease runs out and the cafe hands it out again: nothing is lost.
+            log_failure(log, failed, "giving package %s back failed; its lease will expire", package["id"])
 
 
-async def run_worker(ctx: Context, name: str, registration: Any, index: int) -> None:
+async def run_worker(source: PackageSource, stopping: asyncio.Event, name: str, registration: Any, index: int) -> None:
     worker = f"{socket.gethostname()}:{os.getpid()}:{name}:{index}"
     lease_ms = registration.options.get("lease_ms")
     failures = 0
-    while not ctx.stopping.is_set():
+    while not stopping.is_set():
         try:
-            package = await cafe.claim(
-                ctx.store, name, worker, lease_ms, ctx.settings.batching.worker_poll_ms, ctx.settings.server.poll_interval_ms
-            )
+            package = await source.claim(name, worker, lease_ms)
             failures = 0
         except Exception as exc:
             failures += 1
@@ -132,14 +207,14 @@ async def run_worker(ctx: Context, name: str, registration: Any, index: int) -> 
             await asyncio.sleep(min(5.0, 0.05 * 2**failures))
             continue
         if package is not None:
-            await work_on(ctx, name, registration, package)
+            await work_on(source, name, registration, package)
 
 
-async def workers_loop(ctx: Context) -> None:
-    """Run every registered batcher's workers until the server stops."""
+async def run_workers(source: PackageSource, batchers: dict[str, Any], stopping: asyncio.Event) -> None:
+    """Run the workers of ``batchers`` (name → registration) on ``source`` until ``stopping`` is set."""
     runners = [
-        asyncio.create_task(run_worker(ctx, name, registration, i), name=f"batcher:{name}:{i}")
-        for name, registration in registered(ctx).items()
+        asyncio.create_task(run_worker(source, stopping, name, registration, i), name=f"batcher:{name}:{i}")
+        for name, registration in batchers.items()
         for i in range(int(registration.options.get("concurrency", 1)))
     ]
     if not runners:
@@ -149,3 +224,8 @@ async def workers_loop(ctx: Context) -> None:
     finally:
         for runner in runners:
             runner.cancel()
+
+
+async def workers_loop(ctx: Context) -> None:
+    """Run every registered batcher's workers until the server stops."""
+    await run_workers(StoreCafe(ctx), registered(ctx), ctx.stopping)

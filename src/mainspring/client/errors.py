@@ -29,8 +29,8 @@ from mainspring.core.errors import MainspringError
 
 __all__ = [
     "ApiError", "Busy", "Cancelled", "Conflict", "Forbidden", "InvalidRequest", "InvalidURL", "LeaseLost",
-    "MainspringError", "MessagesUnavailable", "NotFound", "ProcessorRefused", "RateLimited", "ServiceUnavailable", "TooLarge",
-    "Unauthenticated", "check_url", "error_for", "error_from_problem", "unreachable",
+    "MainspringError", "MessagesUnavailable", "NoMainspringApi", "NotFound", "ProcessorRefused", "RateLimited",
+    "ServiceUnavailable", "TooLarge", "Unauthenticated", "check_url", "error_for", "error_from_problem", "unreachable",
 ]
 
 _STANDARD = ("type", "title", "status", "detail", "code")
@@ -67,6 +67,11 @@ class Forbidden(ApiError, core.Forbidden):
 
 class NotFound(ApiError, core.NotFound):
     """404: ``code`` names what was not found (``interaction_not_found``, ``machine_not_found``…)."""
+
+
+class NoMainspringApi(NotFound):
+    """404 for the route itself: the URL is not a Mainspring server's root (``http://HOST:PORT``, without
+    ``/v1``), or not a Mainspring server at all. Every missing resource has its own ``*_not_found`` code."""
 
 
 class Conflict(ApiError, core.Conflict):
@@ -150,14 +155,25 @@ _BY_CODE: dict[str, type[ApiError]] = {
 }
 
 
-def error_for(response: httpx.Response) -> ApiError:
-    """The error a problem answer stands for."""
+def error_for(response: httpx.Response, base_url: str | None = None) -> ApiError:
+    """The error a problem answer stands for (``NoMainspringApi`` when ``base_url`` has no such route)."""
     try:
         body = response.json()
     except ValueError:
         body = None
     problem: dict[str, Any] = body if isinstance(body, dict) else {"detail": response.text[:500] or response.reason_phrase}
+    if base_url is not None and response.status_code == 404 and problem.get("code") in (None, core.NotFound.code):
+        return NoMainspringApi(404, no_api_problem(base_url, response.request.method, response.request.url.path))
     return error_from_problem(response.status_code, problem)
+
+
+def no_api_problem(base_url: str, method: str, path: str) -> dict[str, Any]:
+    """What to say when ``base_url`` has no route ``path``: it is not a Mainspring server's root."""
+    url = httpx.URL(base_url)
+    root = str(url.copy_with(path="/", query=None, fragment=None)).rstrip("/")
+    hint = f"a server's URL is its root, here {root}" if url.path not in ("", "/") else "is it a Mainspring server?"
+    return {"code": "no_mainspring_api", "title": "No Mainspring API at this URL",
+            "detail": f"no Mainspring API at {base_url} (it has no {method} {path}): {hint}"}
 
 
 def error_from_problem(status: int, problem: Mapping[str, Any]) -> ApiError:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass
-from typing import Any, NotRequired, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 # --- shared ------------------------------------------------------------------------------------------
 
@@ -72,6 +72,9 @@ class Queue(TypedDict):
     max_attempts: int
     processing_timeout_ms: int | None
     retention_ms: NotRequired[int | None]
+    backoff: NotRequired[Literal["fixed", "exponential"]]
+    max_delay_ms: NotRequired[int]
+    jitter: NotRequired[bool]
     paused: NotRequired[bool]
     counts: NotRequired[dict[str, int] | None]
 

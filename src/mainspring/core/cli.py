@@ -9,6 +9,7 @@ store themselves.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import sys
 import traceback
@@ -16,8 +17,10 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Annotated, Any
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.table import Table
 from typer.core import TyperGroup
 
@@ -62,18 +65,57 @@ def print_json(value: Any) -> None:
 
 
 def print_table(title: str, columns: Sequence[str], rows: Iterable[Mapping[str, Any]], *, ids: Sequence[str] = ("id",)) -> None:
-    """A table for people. The ``ids`` columns are never cut: the next command needs them whole."""
-    materialized = list(rows)
-    table = Table(title=title)
+    """Rows for people, or for scripts when the output is not a terminal.
+
+    On a terminal: one line per row when the table fits its width (times without their milliseconds,
+    columns empty in every row left out);
+    otherwise each row as a block of ``column  value`` lines, long values folded (as psql's expanded
+    display does), so no cell is ever cut into one character per line. Piped: plain columns, a header line
+    and one line per row, nothing cut or folded, separated by two spaces. The ``ids`` columns are never
+    cut either way: the next command needs them whole."""
+    materialized = [{c: _cell(r.get(c)) for c in columns} for r in rows]
+    if not out.is_terminal:
+        _print_plain(columns, materialized)
+        return
+    # A column empty in every row says nothing to a person (scripts, above, keep every column).
+    columns = [c for c in columns if c in ids or any(r[c] for r in materialized)]
+    shown = [{c: _short_time(r[c]) if _is_time(c) else r[c] for c in columns} for r in materialized]
+    table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
     for column in columns:
-        if column in ids:
-            width = max([len(column), *(len(_cell(r.get(column))) for r in materialized)])
-            table.add_column(column, no_wrap=True, min_width=width, overflow="fold")
-        else:
-            table.add_column(column, overflow="fold")
-    for row in materialized:
-        table.add_row(*[_cell(row.get(c)) for c in columns])
-    out.print(table)
+        table.add_column(column, no_wrap=True, overflow="ignore" if column in ids else "ellipsis")
+    for row in shown:
+        table.add_row(*row.values())
+    if Measurement.get(out, out.options.update(max_width=UNBOUNDED), table).maximum <= out.width:
+        out.print(table)
+        return
+    out.print(f"{title} ({len(shown)})", markup=False, style="bold")
+    for number, row in enumerate(shown, 1):
+        record = Table.grid(padding=(0, 2))
+        record.add_column(style="dim", no_wrap=True)
+        record.add_column(overflow="fold")
+        for column, value in row.items():
+            record.add_row(column, value)
+        out.print(f"── {number} " + "─" * max(0, min(out.width, 40) - len(str(number)) - 4), style="dim", markup=False)
+        out.print(record)
+
+
+UNBOUNDED = 100_000
+"""A width no table reaches: its natural width is measured against it."""
+
+
+def _print_plain(columns: Sequence[str], rows: list[dict[str, str]]) -> None:
+    widths = {c: max([len(c), *(len(r[c]) for r in rows)]) for c in columns}
+    for line in [dict(zip(columns, columns, strict=True)), *rows]:
+        out.file.write("  ".join(line[c].ljust(widths[c]) for c in columns).rstrip() + "\n")
+
+
+def _is_time(column: str) -> bool:
+    return column in ("at", "deadline", "next_processing") or column.endswith("_at")
+
+
+def _short_time(value: str) -> str:
+    """``2026-11-26T09:00:00.123Z`` as ``2026-11-26 09:00:00`` (UTC, as every time the API writes)."""
+    return value[:19].replace("T", " ") if len(value) >= 19 and value[10:11] == "T" else value
 
 
 def _cell(value: Any) -> str:
@@ -100,7 +142,7 @@ def exit_code_of(exc: BaseException) -> int:
     status = getattr(exc, "status", None)
     if isinstance(exc, MainspringError) and (status == 503 or exc.code in ("unreachable", "no_answer")):
         return EXIT_UNREACHABLE
-    if isinstance(exc, MainspringError) and exc.code in ("invalid_config", "invalid_url", "invalid_app"):
+    if isinstance(exc, MainspringError) and exc.code in ("invalid_config", "invalid_url", "invalid_app", "no_mainspring_api"):
         return EXIT_USAGE
     if isinstance(exc, MainspringError):
         return EXIT_REFUSED
@@ -134,6 +176,35 @@ class CommandGroup(TyperGroup):
                 traceback.print_exc(file=sys.stderr)
             err.print("[red]error:[/red] " + escape(describe(exc)), soft_wrap=True, emoji=False)
             raise typer.Exit(exit_code_of(exc)) from None
+
+
+class LazyGroup(CommandGroup):
+    """A group whose commands in ``lazy`` (name → ``"module:attribute"``, a ``typer.Typer`` or a command
+    function) are imported when they are used or listed, as click's docs on lazily loading subcommands
+    describe: a command imports what it runs and nothing else."""
+
+    lazy: dict[str, str] = {}
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return [*super().list_commands(ctx), *(name for name in self.lazy if name not in self.commands)]
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        if cmd_name not in self.commands and cmd_name in self.lazy:
+            self.commands[cmd_name] = _load_command(cmd_name, self.lazy[cmd_name])
+        return super().get_command(ctx, cmd_name)
+
+
+def _load_command(name: str, spec: str) -> Any:
+    module, _, attribute = spec.partition(":")
+    target = getattr(importlib.import_module(module), attribute)
+    if isinstance(target, typer.Typer):
+        command: Any = typer.main.get_group(target)  # as add_typer mounts it: no completion options of its own
+    else:
+        single = typer.Typer(add_completion=False)
+        single.command(name)(target)
+        command = typer.main.get_command(single)
+    command.name = name
+    return command
 
 
 def each(items: Sequence[str], what: str) -> Iterator[str]:

@@ -88,8 +88,9 @@ def _json_formatter() -> logging.Formatter:
     return _Json("%(asctime)s %(levelname)s %(name)s %(message)s", rename_fields={"levelname": "level", "asctime": "time"})
 
 
-QUIET = ("httpx", "httpcore")
-"""Libraries whose per-request INFO lines are noise in a server's log."""
+QUIET = ("httpx", "httpcore", "alembic")
+"""Libraries whose INFO lines are noise in a server's log (per request; Alembic's per revision: the store
+logs one line when it migrates)."""
 
 
 def configure_logging(level: str = "INFO", fmt: str = "text", *, access_log: bool = False) -> None:

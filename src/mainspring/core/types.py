@@ -47,6 +47,8 @@ JsonValue = Annotated[Any, AfterValidator(_check_json)]
 # Free text a client stores (errors, details, worker names).
 Text = Annotated[str, StringConstraints(max_length=10_000), AfterValidator(_check_json)]
 ShortText = Annotated[str, StringConstraints(max_length=400), AfterValidator(_check_json)]
+# Longer text a client sends: a handler's traceback (``error_detail``), kept to its last 16,000 characters.
+LongText = Annotated[str, StringConstraints(max_length=20_000), AfterValidator(_check_json)]
 
 # Durations in milliseconds: non-negative, at most about 10 years.
 DurationMs = Annotated[int, Field(ge=0, le=315_360_000_000)]

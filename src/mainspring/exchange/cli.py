@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from mainspring.client.exchange import ExchangeClient
+from mainspring.client import ExchangeClient
 from mainspring.core.cli import (
     DEFAULT_URL,
     CommandGroup,

@@ -87,6 +87,9 @@ class QueueRow:
     created_at: int
     updated_at: int
     paused: bool
+    backoff: str
+    max_delay_ms: int
+    jitter: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,8 +140,10 @@ def _queue(row: Any) -> QueueRow:
 
 # --- queues ---------------------------------------------------------------------------------------------
 
+RETRY_SETTINGS = ("backoff", "max_delay_ms", "jitter")
+"""How a queue delays the retry of a failed attempt (``interactions.retry``)."""
 QUEUE_SETTINGS = ("rate_limit_count", "rate_limit_per_ms", "concurrency", "lease_ms", "error_delay_ms", "max_attempts",
-                  "processing_timeout_ms", "retention_ms")
+                  "processing_timeout_ms", "retention_ms", *RETRY_SETTINGS)
 
 
 async def ensure_queue(tx: Transaction, name: str, defaults: dict[str, Any]) -> None:

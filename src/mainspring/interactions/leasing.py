@@ -19,6 +19,7 @@ from mainspring.core.errors import LeaseLost
 from mainspring.core.leases import new_token
 from mainspring.interactions import data, metrics, outcomes
 from mainspring.interactions.data import InteractionRow, QueueRow
+from mainspring.interactions.retry import retry_delay_ms
 from mainspring.interactions.service import (
     KIND,
     cancel_children,
@@ -81,14 +82,17 @@ async def expire_leases(tx: Transaction, q: QueueRow, now: int) -> int:
         if row.attempts >= q.max_attempts:
             await finish(tx, row, "failed", now, error=LEASE_EXPIRED)
     if retry:
-        due = now + q.error_delay_ms
-        await data.update_many(
-            tx, [r.id for r in retry], state="queued", next_processing=due, error=LEASE_EXPIRED, lease_token=None, lease_expires_at=None,
-            updated_at=now,
-        )
+        # Items due at the same time are updated together: one statement with a fixed backoff, a few
+        # with an exponential one (one per attempt count), one per item with jitter.
+        due_of = {r.id: now + retry_delay_ms(q, r.attempts) for r in retry}
+        for due in sorted(set(due_of.values())):
+            await data.update_many(
+                tx, [i for i, d in due_of.items() if d == due], state="queued", next_processing=due, error=LEASE_EXPIRED,
+                lease_token=None, lease_expires_at=None, updated_at=now,
+            )
         await outbox.emit_many(tx, [
-            outbox.Event("interaction.changed", KIND, str(r.id), {"queue": q.name, "status": "scheduled" if due > now else "ready",
-                                                                  "next_processing": format_time(due), "error": LEASE_EXPIRED})
+            outbox.Event("interaction.changed", KIND, str(r.id), {"queue": q.name, "status": "scheduled" if due_of[r.id] > now else "ready",
+                                                                  "next_processing": format_time(due_of[r.id]), "error": LEASE_EXPIRED})
             for r in retry
         ])
         tx.notify(queue_channel(q.name))
@@ -348,7 +352,7 @@ async def apply_outcome(tx: Transaction, row: InteractionRow, token: str, outcom
         return await finish(tx, row, "completed", now, result=outcome.result)
     if isinstance(outcome, outcomes.Fail):
         _count(tx, row.queue, "failed")
-        return await finish(tx, row, "failed", now, error=outcome.error)
+        return await finish(tx, row, "failed", now, error=outcome.error, error_detail=outcome.detail)
     values: dict[str, Any] = {"state": "queued", "lease_token": None, "lease_expires_at": None, "wake": False, "updated_at": now}
     if isinstance(outcome, outcomes.Retry):
         q = await data.get_queue(tx, row.queue)
@@ -356,7 +360,7 @@ async def apply_outcome(tx: Transaction, row: InteractionRow, token: str, outcom
         if row.attempts >= q.max_attempts:
             _count(tx, row.queue, "failed")
             return await finish(tx, row, "failed", now, error=outcome.error, error_detail=outcome.detail)
-        values.update(next_processing=now + q.error_delay_ms, error=outcome.error, error_detail=outcome.detail)
+        values.update(next_processing=now + retry_delay_ms(q, row.attempts), error=outcome.error, error_detail=outcome.detail)
     elif isinstance(outcome, outcomes.Repeat):
         at = outcome.at if outcome.at is not None else now + (outcome.in_ms or 0)
         values.update(next_processing=min(at, now) if row.wake else at, attempts=0)

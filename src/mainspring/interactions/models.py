@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -16,7 +16,7 @@ from pydantic import (
     model_validator,
 )
 
-from mainspring.core.types import DurationMs, Limit, Name, Page, PositiveMs, Query
+from mainspring.core.types import DurationMs, Limit, LongText, Name, Page, PositiveMs, Query
 from mainspring.core.types import JsonValue as CoreJsonValue
 from mainspring.core.types import ShortText as CoreShortText
 from mainspring.core.types import Text as CoreText
@@ -61,7 +61,22 @@ class RateLimit(Strict):
     per_ms: PositiveMs
 
 
-class QueueSettingsIn(Strict):
+Backoff = Literal["fixed", "exponential"]
+
+
+class RetrySettings(Strict):
+    """How a queue delays the retry of a failed attempt (API.md §3); unset: the server's defaults."""
+
+    backoff: Backoff | None = None
+    """``fixed``: every retry waits ``error_delay_ms``; ``exponential``: the n-th waits
+    ``min(error_delay_ms × 2^(n−1), max_delay_ms)``."""
+    max_delay_ms: DurationMs | None = None
+    """The longest an exponential backoff waits."""
+    jitter: bool | None = None
+    """Each delay is drawn uniformly between 0 and the backoff's, so items that failed together spread out."""
+
+
+class QueueSettingsIn(RetrySettings):
     rate_limit: RateLimit | None = None
     concurrency: int | None = Field(None, ge=1, le=1_000_000)
     lease_ms: PositiveMs | None = None
@@ -81,6 +96,9 @@ class QueueOut(BaseModel):
     max_attempts: int
     processing_timeout_ms: int | None
     retention_ms: int | None
+    backoff: Backoff = "fixed"
+    max_delay_ms: int = 3_600_000
+    jitter: bool = False
     paused: bool = False
     """A paused queue leases nothing (``POST /v1/queues/{queue}/pause``, ``…/resume``); what is leased runs on."""
     counts: dict[str, int] | None = None
@@ -219,8 +237,18 @@ class _CompleteBody(Strict):
     result: JsonValue = None
 
 
+class ErrorDetailIn(Strict):
+    """What a Python handler raised, as a worker over HTTP sends it with a ``fail`` or ``retry`` outcome."""
+
+    type: ShortText
+    message: Text
+    traceback: LongText
+
+
 class _ErrorBody(Strict):
     error: Text
+    error_detail: ErrorDetailIn | None = None
+    """When a Python handler raised: kept with the item, as a worker beside the store does."""
 
 
 class _RepeatBody(Strict):
@@ -256,12 +284,16 @@ class OutcomeIn(Strict):
         if self.complete is not None:
             return outcomes.Complete(self.complete.result)
         if self.fail is not None:
-            return outcomes.Fail(self.fail.error)
+            return outcomes.Fail(self.fail.error, _detail(self.fail))
         if self.repeat is not None:
             return outcomes.Repeat(at=_time_of(self.repeat.at), in_ms=self.repeat.in_ms)
         if self.retry is not None:
-            return outcomes.Retry(self.retry.error)
+            return outcomes.Retry(self.retry.error, _detail(self.retry))
         return outcomes.Wait()
+
+
+def _detail(body: _ErrorBody) -> dict[str, Any] | None:
+    return None if body.error_detail is None else body.error_detail.model_dump()
 
 
 class ReleaseIn(Strict):

@@ -22,6 +22,8 @@ class Fail:
     """Finished unsuccessfully for good; ``error`` says why."""
 
     error: str
+    detail: dict[str, Any] | None = None
+    """What the handler raised, when it raised: ``{"type", "message", "traceback"}`` (bounded)."""
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,8 @@ class Wait:
 
 @dataclass(frozen=True)
 class Retry:
-    """This attempt failed: try again after the queue's ``error_delay_ms`` (failed once attempts are spent)."""
+    """This attempt failed: try again after the queue's retry delay (``backoff`` of ``error_delay_ms``; failed
+    once attempts are spent)."""
 
     error: str
     detail: dict[str, Any] | None = None

@@ -97,6 +97,9 @@ def queue_defaults(cfg: InteractionsSettings) -> dict[str, Any]:
         "max_attempts": cfg.max_attempts,
         "processing_timeout_ms": cfg.processing_timeout_ms,
         "retention_ms": cfg.retention_ms,
+        "backoff": cfg.backoff,
+        "max_delay_ms": cfg.max_delay_ms,
+        "jitter": cfg.jitter,
     }
 
 
@@ -112,6 +115,7 @@ def queue_to_api(settings: dict[str, Any], name: str) -> dict[str, Any]:
         "name": name,
         "rate_limit": rate,
         **{k: settings[k] for k in ("concurrency", "lease_ms", "error_delay_ms", "max_attempts", "processing_timeout_ms", "retention_ms")},
+        **{k: settings[k] for k in data.RETRY_SETTINGS},
     }
 
 
@@ -122,7 +126,7 @@ def _settings_of(row: QueueRow) -> dict[str, Any]:
 async def put_queue(store: Store, cfg: InteractionsSettings, queue: str, values: dict[str, Any]) -> dict[str, Any]:
     """Replace a queue's settings; every server applies them at its next lease."""
     settings = queue_defaults(cfg)
-    for key in ("concurrency", "lease_ms", "error_delay_ms", "max_attempts", "processing_timeout_ms", "retention_ms"):
+    for key in ("concurrency", "lease_ms", "error_delay_ms", "max_attempts", "processing_timeout_ms", "retention_ms", *data.RETRY_SETTINGS):
         if values.get(key) is not None:
             settings[key] = values[key]
     rate = values.get("rate_limit")
@@ -133,6 +137,14 @@ async def put_queue(store: Store, cfg: InteractionsSettings, queue: str, values:
         # A looser limit may let waiting workers lease at once.
         tx.notify(queue_channel(queue))
     return await get_queue(store, cfg, queue)
+
+
+async def create_queues(store: Store, cfg: InteractionsSettings, settings: dict[str, dict[str, Any]]) -> None:
+    """Create each queue of ``settings`` that does not exist yet with those settings over the defaults
+    (``@app.queue``'s retry policy); existing queues keep what they have."""
+    async with store.transaction() as tx:
+        for queue, given in settings.items():
+            await data.ensure_queue(tx, queue, {**queue_defaults(cfg), **given})
 
 
 async def get_queue(store: Store, cfg: InteractionsSettings, queue: str) -> dict[str, Any]:

@@ -25,6 +25,10 @@ interaction_queues = Table(
     Column("updated_at", Millis, nullable=False),
     # A paused queue leases nothing (migration interactions_0006); what is leased already runs on.
     Column("paused", Boolean, nullable=False, server_default=text("false")),
+    # How a failed attempt's retry is delayed (migration interactions_0009, API.md §3).
+    Column("backoff", String(16), nullable=False, server_default="fixed"),
+    Column("max_delay_ms", Millis, nullable=False, server_default=text("3600000")),
+    Column("jitter", Boolean, nullable=False, server_default=text("false")),
 )
 
 # ``state`` is what is stored: queued | processing | completed | failed | cancelled. The API's status

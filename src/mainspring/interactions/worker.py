@@ -12,9 +12,10 @@ async def send(item):
     return Repeat(in_ms=60_000)         # …or an outcome: Complete, Fail, Repeat, Wait, Retry
 ```
 
-It runs inside ``mainspring serve --app mod:app`` or standalone (``mainspring worker mod:app``). Each queue
-leases up to its free local slots at once and releases finished items in batches (one transaction for
-many). A handler that raises, or runs past its timeout, is retried after the queue's ``error_delay_ms``.
+It runs inside ``mainspring serve --app mod:app`` or standalone (``mainspring worker mod:app``), on the store
+or, with ``--url``, through a server's HTTP API (``interactions.sources``). Each queue leases up to its free
+local slots at once and releases finished items in batches (one transaction for many). A handler that
+raises, or runs past its timeout, is retried after the queue's retry delay.
 A handler whose item is cancelled (or whose lease is lost) is cancelled. Sync handlers run in a thread;
 Python cannot interrupt a thread, so a timed-out or cancelled sync handler is abandoned, not stopped.
 """
@@ -22,7 +23,6 @@ Python cannot interrupt a thread, so a timed-out or cancelled sync handler is ab
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import logging
 import os
@@ -31,20 +31,24 @@ import time
 import traceback
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
+from mainspring.client import models as answers
 from mainspring.core import tracing
 from mainspring.core.logs import bind
 from mainspring.core.runtime import log_failure
-from mainspring.interactions import data, leasing, outcomes, service
+from mainspring.interactions import data, outcomes
 from mainspring.interactions.models import Interaction
 from mainspring.interactions.service import finished_channel, queue_channel
 from mainspring.interactions.settings import InteractionsSettings
+from mainspring.interactions.sources import QueueSource, StoreQueues
 from mainspring.store import Store
 
 log = logging.getLogger("mainspring.interactions.worker")
 
 RELEASE_BATCH = 500
+QUEUE_SETTINGS = ("error_delay_ms", *data.RETRY_SETTINGS, "max_attempts")
+"""The options of ``@app.queue`` that are the queue's settings (used when a worker creates it), not its own."""
 
 
 @dataclass
@@ -59,6 +63,27 @@ class QueueOptions:
     """Processing timeout (default: the queue's ``processing_timeout_ms``)."""
     batch: int = 100
     """Most items leased in one call."""
+    retry_for: tuple[type[Exception], ...] | None = None
+    """Only these exceptions are retried; any other fails the item at once (None: every one is retried)."""
+    fail_for: tuple[type[Exception], ...] = ()
+    """These exceptions fail the item at once."""
+    error_delay_ms: int | None = None
+    backoff: str | None = None
+    max_delay_ms: int | None = None
+    jitter: bool | None = None
+    max_attempts: int | None = None
+
+    def queue_settings(self) -> dict[str, Any]:
+        """The queue's settings these options give, for a queue created by this worker."""
+        return {k: v for k, v in ((k, getattr(self, k)) for k in QUEUE_SETTINGS) if v is not None}
+
+    def outcome_of(self, exc: Exception) -> outcomes.Retry | outcomes.Fail:
+        """What a handler's exception means for its item: retried, unless ``fail_for`` names it or
+        ``retry_for`` is given and does not."""
+        error, detail = f"{type(exc).__name__}: {exc}"[:10_000], error_detail(exc)
+        if isinstance(exc, self.fail_for) or (self.retry_for is not None and not isinstance(exc, self.retry_for)):
+            return outcomes.Fail(error, detail)
+        return outcomes.Retry(error, detail)
 
     @classmethod
     def of(cls, options: dict[str, Any]) -> QueueOptions:
@@ -105,19 +130,18 @@ class HandlerContext:
         self.queue = runner.name
         self.worker = runner.worker.id
 
-    async def create(self, queue: str, **fields: Any) -> dict[str, Any]:
-        """Create an interaction in any queue (fields as in the HTTP create, ``due_at`` in epoch ms)."""
-        item, _ = await service.create(self._runner.store, self._runner.worker.cfg, queue, fields)
-        return item
+    async def create(self, queue: str, **fields: Any) -> answers.Interaction:
+        """Create an interaction in any queue (fields as in the HTTP create, ``due_at`` in epoch ms); answers
+        it as the clients and the producer do."""
+        return cast(answers.Interaction, await self._runner.source.create(queue, fields))
 
-    async def create_child(self, name: str, queue: str | None = None, **fields: Any) -> dict[str, Any]:
+    async def create_child(self, name: str, queue: str | None = None, **fields: Any) -> answers.Interaction:
         """Create a child of the item being handled (in this queue unless ``queue`` says otherwise)."""
         return await self.create(queue or self.queue, parent_id=int(self.item.id), name=name, **fields)
 
-    async def children(self, name: str | None = None) -> list[dict[str, Any]]:
+    async def children(self, name: str | None = None) -> list[answers.Interaction]:
         """The item's children (with ``name``), oldest first."""
-        found, _ = await service.children(self._runner.store, self.item.id, name, 1000, None)
-        return found
+        return cast(list[answers.Interaction], await self._runner.source.children(self.item.id, name))
 
     def run(self, coroutine: Any) -> Any:
         """From a sync handler (in its thread): run one of the coroutines above and answer its result."""
@@ -167,11 +191,11 @@ class QueueRunner:
         self.stopped = asyncio.Event()
 
     @property
-    def store(self) -> Store:
-        return self.worker.store
+    def source(self) -> QueueSource:
+        return self.worker.source
 
     def start(self) -> None:
-        self._tasks = [
+        self._tasks = [  # the lease loop first: a stop waits for it
             asyncio.create_task(self._lease_loop(), name=f"interactions:{self.name}:lease"),
             asyncio.create_task(self._release_loop(), name=f"interactions:{self.name}:release"),
             asyncio.create_task(self._keep_leases(), name=f"interactions:{self.name}:keeper"),
@@ -190,9 +214,9 @@ class QueueRunner:
                 self._slot.clear()
                 await self._until(self._slot.wait(), None if free <= 0 else 0.005)
                 continue
-            waiter = self.store.notifier.waiter(queue_channel(self.name))
+            waiter = self.source.waiter(queue_channel(self.name))
             try:
-                leased = await leasing.lease(self.store, self.worker.cfg, self.name, self.worker.id, min(free, self.options.batch), self.options.lease_ms)
+                leased = await self.source.lease(self.name, self.worker.id, min(free, self.options.batch), self.options.lease_ms)
                 failures = 0
             except Exception as exc:
                 failures += 1
@@ -206,9 +230,9 @@ class QueueRunner:
             for taken in leased.items:
                 self._start(Interaction.model_validate(taken))
             busy = len(leased.items) == min(free, self.options.batch)
-            if busy:
+            if busy or self.source.long_polls:
                 continue
-            timeout = min(poll_s, leasing.until_next(self.store, leased.next_due))
+            timeout = min(poll_s, self.source.until_next(leased.next_due))
             await self._until(waiter.wait(timeout), timeout)
 
     def _free_slots(self) -> int:
@@ -271,8 +295,9 @@ class QueueRunner:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                outcome = outcomes.Retry(f"{type(exc).__name__}: {exc}"[:10_000], error_detail(exc))
-                log.warning("handler of %s #%s raised %r (attempt %d)", self.name, item_id, exc, entry.item.attempts)
+                outcome = self.options.outcome_of(exc)
+                log.warning("handler of %s #%s raised %r (attempt %d%s)", self.name, item_id, exc, entry.item.attempts,
+                            ": it fails" if isinstance(outcome, outcomes.Fail) else "")
             entry.releasing = True
             release = _Release(item_id, entry.token, outcome)
             self._releases.put_nowait(release)
@@ -296,7 +321,7 @@ class QueueRunner:
                 batch.append(self._releases.get_nowait())
             for attempt in range(1, 1_000_000):
                 try:
-                    answers = await leasing.release_many(self.store, self.name, [(r.item_id, r.token, r.outcome) for r in batch])
+                    answers = await self.source.release_many(self.name, [(r.item_id, r.token, r.outcome) for r in batch])
                     break
                 except asyncio.CancelledError:
                     raise
@@ -316,7 +341,7 @@ class QueueRunner:
             # The queue's lease may change while running: beat three times per lease as it is now.
             beat_s = max(0.05, self._lease_ms / 3000)
             next_beat = last_beat + beat_s
-            waiter = self.store.notifier.waiter(finished_channel(self.name))
+            waiter = self.source.waiter(finished_channel(self.name))
             # Short naps: a lease taken meanwhile may be shorter than the one this beat was planned for.
             signalled = await waiter.wait(min(0.1, max(0.0, next_beat - time.monotonic())))
             try:
@@ -327,7 +352,7 @@ class QueueRunner:
                     last_beat = time.monotonic()
                     leases = [(i, e.token) for i, e in list(self.inflight.items()) if not e.releasing]
                     if leases:
-                        kept = await leasing.heartbeat_many(self.store, leases, self._lease_ms)
+                        kept = await self.source.heartbeat_many(leases, self._lease_ms)
                         self._cancel_lost(kept, {i for i, _ in leases})
             except asyncio.CancelledError:
                 raise
@@ -341,9 +366,7 @@ class QueueRunner:
         checking = {i: e.token for i, e in list(self.inflight.items()) if not e.releasing}
         if not checking:
             return set(), set()
-        async with self.store.read() as conn:
-            found = await data.held_leases(conn, checking)
-        return {i for i, (state, token) in found.items() if state == "processing" and token == checking[i]}, set(checking)
+        return await self.source.still_held(checking), set(checking)
 
     def _cancel_lost(self, held: set[int], checked: set[int]) -> None:
         for item_id in checked:
@@ -361,11 +384,16 @@ class QueueRunner:
         when not ``graceful``. Cancelled items keep their leases until they expire, then are retried."""
         self._leasing = False
         self._stop_leasing.set()
-        running = [e.task for e in list(self.inflight.values()) if e.task is not None]
         if self.stopped.is_set():
             return
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout_ms is None else loop.time() + timeout_ms / 1000
+        if graceful and self._tasks:
+            # A lease in flight (a long poll over HTTP) may still take items: they are run, not orphaned.
+            await asyncio.wait([self._tasks[0]], timeout=None if deadline is None else max(0.0, deadline - loop.time()))
+        running = [e.task for e in list(self.inflight.values()) if e.task is not None]
         if graceful and running:
-            _done, pending = await asyncio.wait(running, timeout=None if timeout_ms is None else timeout_ms / 1000)
+            _done, pending = await asyncio.wait(running, timeout=None if deadline is None else max(0.0, deadline - loop.time()))
         else:
             pending = set(running)
         for task in pending:
@@ -379,19 +407,25 @@ class QueueRunner:
 
 
 class Worker:
-    """Runs every queue handler of a ``mainspring.App`` registry against one store."""
+    """Runs every queue handler of a ``mainspring.App`` registry against one store, or another source of
+    items (``interactions.sources``: a server's HTTP API)."""
 
-    def __init__(self, store: Store, registry: Any, cfg: InteractionsSettings | None = None, *, poll_ms: int = 1000, name: str | None = None) -> None:
-        self.store = store
-        self.registry = registry
+    def __init__(self, store: Store | QueueSource, registry: Any, cfg: InteractionsSettings | None = None, *, poll_ms: int = 1000,
+                 name: str | None = None) -> None:
         self.cfg = cfg or InteractionsSettings()
+        self.source: QueueSource = StoreQueues(store, self.cfg) if isinstance(store, Store) else store
+        self.registry = registry
         self.poll_ms = poll_ms
         self.id = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.runners: dict[str, QueueRunner] = {}
 
     async def start(self) -> None:
+        options = {queue: QueueOptions.of(r.options) for queue, r in self.registry.queues.items()}
+        configured = {queue: o.queue_settings() for queue, o in options.items() if o.queue_settings()}
+        if configured:
+            await self.source.create_queues(configured)
         for queue, registration in self.registry.queues.items():
-            runner = QueueRunner(self, queue, registration.target, QueueOptions.of(registration.options))
+            runner = QueueRunner(self, queue, registration.target, options[queue])
             self.runners[queue] = runner
             runner.start()
         if self.runners:
@@ -409,33 +443,3 @@ class Worker:
         await asyncio.gather(*(r.stop(graceful, timeout_ms) for r in runners))
         for name in [n for n, r in self.runners.items() if r.stopped.is_set()]:
             del self.runners[name]
-
-
-async def run_worker(store: Store, registry: Any, cfg: InteractionsSettings, *, poll_ms: int, graceful_ms: int) -> None:
-    """Run a standalone worker until SIGTERM/SIGINT (graceful; a second signal stops by force)."""
-    import signal
-
-    stop = asyncio.Event()
-    force = asyncio.Event()
-    loop = asyncio.get_running_loop()
-
-    def on_signal() -> None:
-        (force if stop.is_set() else stop).set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, on_signal)
-    await store.start()
-    worker = Worker(store, registry, cfg, poll_ms=poll_ms)
-    await worker.start()
-    await stop.wait()
-    log.info("worker %s stopping (in-flight handlers get %d ms; signal again to stop at once)", worker.id, graceful_ms)
-    graceful = asyncio.create_task(worker.stop(True, graceful_ms))
-    forced = asyncio.create_task(force.wait())
-    await asyncio.wait({graceful, forced}, return_when=asyncio.FIRST_COMPLETED)
-    if not graceful.done():
-        log.warning("worker %s stopping by force: running handlers are cancelled, their leases expire", worker.id)
-        await worker.stop(False)
-        await asyncio.gather(graceful, return_exceptions=True)
-    forced.cancel()
-    await store.close()

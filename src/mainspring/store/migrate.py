@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from alembic import command
@@ -12,6 +13,8 @@ from sqlalchemy import Connection, func, select
 
 from mainspring.store.engine import Store
 from mainspring.store.postgres import lock_key
+
+log = logging.getLogger("mainspring.store")
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 MIGRATION_LOCK = "mainspring:migrations"
@@ -25,9 +28,15 @@ def alembic_config() -> Config:
 
 
 def _upgrade(connection: Connection) -> None:
+    # Alembic's own INFO lines (one per revision, 22 on a new store) are quieted by core.logs: this says it once.
+    created = not MigrationContext.configure(connection).get_current_heads()
+    pending = _pending(connection)
+    if not pending:
+        return
     config = alembic_config()
     config.attributes["connection"] = connection
     command.upgrade(config, "heads")
+    log.info("%s the store's schema (%s)", "created" if created else "brought up to date", ", ".join(sorted(pending)))
 
 
 def _pending(connection: Connection) -> set[str]:

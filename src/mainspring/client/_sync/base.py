@@ -78,7 +78,7 @@ class BaseClient:
                 except httpx.TransportError as exc:
                     raise unreachable(exc, self.base_url) from exc
                 if response.status_code >= 400:
-                    raise error_for(response)
+                    raise error_for(response, self.base_url)
                 return response
         raise AssertionError("unreachable: the retry loop returns or raises")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Iterator, Mapping
-from typing import Any, cast
+from typing import Any, Literal, cast
 from urllib.parse import quote
 
 from mainspring.client._sync.base import BaseClient, body
@@ -35,11 +35,17 @@ class InteractionsClient(BaseClient):
         max_attempts: int | None = None,
         processing_timeout_ms: int | None = None,
         retention_ms: int | None = None,
+        backoff: Literal["fixed", "exponential"] | None = None,
+        max_delay_ms: int | None = None,
+        jitter: bool | None = None,
     ) -> Queue:
-        """Store the settings of ``queue`` (created if new); every server applies them at its next lease."""
+        """Store the settings of ``queue`` (created if new); every server applies them at its next lease.
+        A retry waits ``error_delay_ms`` (``backoff="fixed"``) or ``min(error_delay_ms × 2^(n−1), max_delay_ms)``
+        after the n-th failed attempt (``"exponential"``); ``jitter`` draws it between 0 and that."""
         settings = {"rate_limit": rate_limit, "concurrency": concurrency, "lease_ms": lease_ms,
                     "error_delay_ms": error_delay_ms, "max_attempts": max_attempts,
-                    "processing_timeout_ms": processing_timeout_ms, "retention_ms": retention_ms}
+                    "processing_timeout_ms": processing_timeout_ms, "retention_ms": retention_ms,
+                    "backoff": backoff, "max_delay_ms": max_delay_ms, "jitter": jitter}
         return cast(Queue, self._json("PUT", _queue(queue), idempotent=True, json=body(**settings)))
 
     def get_queue(self, queue: str) -> Queue:

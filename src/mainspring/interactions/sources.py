@@ -1,0 +1,230 @@
+"""Where a worker's queue handlers get their items, and where their outcomes go: the store itself
+(``StoreQueues``: a worker beside the server, or inside it) or a server's HTTP API (``HttpQueues``: a worker
+that needs no database credentials, as Temporal's and Hatchet's do).
+
+Both lease, heartbeat and release with the same fencing: a release or heartbeat with a lost lease changes
+nothing (``409 lease_lost`` over HTTP). What differs is how a worker learns of work: the store wakes it
+(NOTIFY, or the in-process signal), the HTTP API long-polls (``wait_ms``); and how it learns that an item it
+runs was cancelled: the store signals at once, over HTTP the next heartbeat is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from mainspring.client._async.interactions import AsyncInteractionsClient
+from mainspring.client.errors import InvalidRequest, LeaseLost, ServiceUnavailable
+from mainspring.core.runtime import log_failure
+from mainspring.interactions import data, leasing, outcomes, service
+from mainspring.interactions.leasing import Leased
+from mainspring.interactions.settings import InteractionsSettings
+from mainspring.store import Store, format_time
+from mainspring.store.notify import Waiter
+
+log = logging.getLogger("mainspring.interactions.worker")
+
+Release = tuple[int, str, outcomes.Outcome]
+
+
+class Wakeup(Protocol):
+    async def wait(self, timeout_s: float) -> bool: ...
+
+
+class QueueSource(Protocol):
+    """What a worker's queue runner needs from where its items live."""
+
+    long_polls: bool
+    """``lease`` itself waits for work (so the runner does not wait again after an empty lease)."""
+
+    def waiter(self, channel: str) -> Wakeup:
+        """A wake-up for ``channel``, taken before the call whose result it may change."""
+
+    def until_next(self, next_due: int | None) -> float:
+        """Seconds until ``next_due`` (epoch ms of the source's clock)."""
+
+    async def lease(self, queue: str, worker: str, max_items: int, lease_ms: int | None) -> Leased: ...
+
+    async def release_many(self, queue: str, releases: Sequence[Release]) -> list[bool]:
+        """Store each outcome; per release, whether its lease was still held (a lost one changed nothing)."""
+
+    async def heartbeat_many(self, leases: Sequence[tuple[int, str]], lease_ms: int) -> set[int]:
+        """Extend the leases; the ids still held."""
+
+    async def still_held(self, leases: dict[int, str]) -> set[int]:
+        """Of ``leases``, those still held (asked when a wake-up says items of the queue finished)."""
+
+    async def create(self, queue: str, fields: dict[str, Any]) -> dict[str, Any]: ...
+
+    async def children(self, item_id: str, name: str | None) -> list[dict[str, Any]]: ...
+
+    async def create_queues(self, settings: dict[str, dict[str, Any]]) -> None:
+        """Create the queues of ``settings`` that do not exist yet with those settings."""
+
+
+class StoreQueues:
+    """The store itself: leases and releases in its transactions, woken by its notifier."""
+
+    long_polls = False
+
+    def __init__(self, store: Store, cfg: InteractionsSettings) -> None:
+        self.store = store
+        self.cfg = cfg
+
+    def waiter(self, channel: str) -> Waiter:
+        return self.store.notifier.waiter(channel)
+
+    def until_next(self, next_due: int | None) -> float:
+        return leasing.until_next(self.store, next_due)
+
+    async def lease(self, queue: str, worker: str, max_items: int, lease_ms: int | None) -> Leased:
+        return await leasing.lease(self.store, self.cfg, queue, worker, max_items, lease_ms)
+
+    async def release_many(self, queue: str, releases: Sequence[Release]) -> list[bool]:
+        return await leasing.release_many(self.store, queue, releases)
+
+    async def heartbeat_many(self, leases: Sequence[tuple[int, str]], lease_ms: int) -> set[int]:
+        return await leasing.heartbeat_many(self.store, leases, lease_ms)
+
+    async def still_held(self, leases: dict[int, str]) -> set[int]:
+        async with self.store.read() as conn:
+            found = await data.held_leases(conn, leases)
+        return {i for i, (state, token) in found.items() if state == "processing" and token == leases[i]}
+
+    async def create(self, queue: str, fields: dict[str, Any]) -> dict[str, Any]:
+        item, _ = await service.create(self.store, self.cfg, queue, fields)
+        return item
+
+    async def children(self, item_id: str, name: str | None) -> list[dict[str, Any]]:
+        found, _ = await service.children(self.store, item_id, name, 1000, None)
+        return found
+
+    async def create_queues(self, settings: dict[str, dict[str, Any]]) -> None:
+        await service.create_queues(self.store, self.cfg, settings)
+
+
+class _Nap:
+    """A wake-up that never comes: over HTTP nothing signals, so a wait is a plain sleep."""
+
+    async def wait(self, timeout_s: float) -> bool:
+        await asyncio.sleep(min(timeout_s, 3600.0))
+        return False
+
+
+LONG_POLL_MS = 2000
+"""How long one lease over HTTP waits for work. A stop waits for the lease in flight (items it took are run,
+not orphaned), so this bounds how long a stop can wait on it."""
+QUEUE_REFRESH_S = 5.0
+"""How often a worker over HTTP reads its queues' settings (lease and processing timeout)."""
+RELEASE_RETRY_MAX_S = 5.0
+
+
+def release_body(outcome: outcomes.Outcome) -> dict[str, Any]:
+    """An outcome as ``POST /v1/interactions/{id}/release`` takes it (API.md §3)."""
+    if isinstance(outcome, outcomes.Complete):
+        return {"complete": {"result": outcome.result}}
+    if isinstance(outcome, outcomes.Fail | outcomes.Retry):
+        failed: dict[str, Any] = {"error": outcome.error}
+        if outcome.detail is not None:
+            failed["error_detail"] = outcome.detail
+        return {"fail" if isinstance(outcome, outcomes.Fail) else "retry": failed}
+    if isinstance(outcome, outcomes.Repeat):
+        return {"repeat": {"at": format_time(outcome.at)} if outcome.at is not None else {"in_ms": outcome.in_ms or 0}}
+    return {"wait": {}}
+
+
+class HttpQueues:
+    """A server's HTTP API: ``POST /v1/queues/{queue}/lease`` with ``wait_ms``, heartbeats and releases per
+    item (sent together), with the token's ``queues:<queue>`` scope. Nothing here opens the store."""
+
+    long_polls = True
+
+    def __init__(self, client: AsyncInteractionsClient, *, long_poll_ms: int = LONG_POLL_MS) -> None:
+        self.client = client
+        self.long_poll_ms = long_poll_ms
+        self._queues: dict[str, tuple[float, dict[str, Any]]] = {}
+
+    def waiter(self, channel: str) -> Wakeup:
+        return _Nap()
+
+    def until_next(self, next_due: int | None) -> float:
+        return 0.0
+
+    async def _queue(self, queue: str) -> dict[str, Any]:
+        """The queue's settings as the server has them, read again every ``QUEUE_REFRESH_S``."""
+        loop = asyncio.get_running_loop()
+        read_at, settings = self._queues.get(queue, (float("-inf"), {}))
+        if loop.time() - read_at >= QUEUE_REFRESH_S:
+            settings = dict(await self.client.get_queue(queue))
+            self._queues[queue] = (loop.time(), settings)
+        return settings
+
+    async def lease(self, queue: str, worker: str, max_items: int, lease_ms: int | None) -> Leased:
+        settings = await self._queue(queue)
+        page = await self.client.lease(queue, worker, max_items, lease_ms=lease_ms, wait_ms=self.long_poll_ms)
+        return Leased([dict(i) for i in page["interactions"]], None, settings.get("processing_timeout_ms"),
+                      lease_ms or settings.get("lease_ms"))
+
+    async def release_many(self, queue: str, releases: Sequence[Release]) -> list[bool]:
+        return list(await asyncio.gather(*(self._release(item_id, token, outcome) for item_id, token, outcome in releases)))
+
+    async def _release(self, item_id: int, token: str, outcome: outcomes.Outcome) -> bool:
+        """One release, sent again while the server cannot be reached: a release is fenced by its token, so
+        a repeat of one that was stored changes nothing (it answers ``lease_lost``)."""
+        try:
+            body = release_body(outcome)
+            json.dumps(body, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            body = {"fail": {"error": f"the handler's result cannot be stored as JSON: {exc}"[:10_000]}}
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                await self.client.release(str(item_id), token, body)
+                return True
+            except LeaseLost:
+                return False
+            except InvalidRequest as exc:
+                # What the server refuses to store (a result too deep, text with NUL) fails the item.
+                body = {"fail": {"error": f"the server refused the handler's outcome: {exc.detail}"[:10_000]}}
+            except ServiceUnavailable as exc:
+                log_failure(log, exc, "releasing #%s failed (attempt %d); retrying", item_id, attempt)
+                await asyncio.sleep(min(RELEASE_RETRY_MAX_S, 0.05 * 2**attempt))
+
+    async def heartbeat_many(self, leases: Sequence[tuple[int, str]], lease_ms: int) -> set[int]:
+        beats = await asyncio.gather(*(self.client.heartbeat(str(i), token, lease_ms=lease_ms) for i, token in leases),
+                                     return_exceptions=True)
+        kept = set()
+        for (item_id, _), beat in zip(leases, beats, strict=True):
+            if isinstance(beat, LeaseLost):
+                continue
+            if isinstance(beat, BaseException):
+                # Unreachable for now: the lease may well be held still, and the next beat will tell.
+                log_failure(log, beat, "the heartbeat of #%s failed; trying again at the next", item_id)
+            kept.add(item_id)
+        return kept
+
+    async def still_held(self, leases: dict[int, str]) -> set[int]:
+        return set(leases)
+
+    async def create(self, queue: str, fields: dict[str, Any]) -> dict[str, Any]:
+        given = dict(fields)
+        due_at = given.pop("due_at", None)
+        if due_at is not None:
+            given["process_at"] = format_time(due_at)
+        if given.get("parent_id") is not None:
+            given["parent_id"] = str(given["parent_id"])
+        return dict(await self.client.create(queue, **given))
+
+    async def children(self, item_id: str, name: str | None) -> list[dict[str, Any]]:
+        page = await self.client.children(item_id, name, limit=1000)
+        return [dict(i) for i in page["interactions"]]
+
+    async def create_queues(self, settings: dict[str, dict[str, Any]]) -> None:
+        # Over HTTP a worker cannot tell a new queue from one with the defaults: it changes no settings.
+        log.warning("the retry policy of @app.queue for %s is set when a worker with the store, or the server "
+                    "(mainspring serve --app), creates the queue; over HTTP, set it with PUT /v1/queues/{queue}",
+                    ", ".join(sorted(settings)))
