@@ -28,10 +28,13 @@ def desc(ns: str, machine_id: str, after: int | None = None, limit: int | None =
 class AutomatonClient:
     """``await mg.Call(desc, args)`` → the result, the IDL's exception raised, or ``woody.WoodyError``."""
 
-    def __init__(self, http: httpx.AsyncClient, url: str = PATH, now_ms: Any = None) -> None:
+    def __init__(self, http: httpx.AsyncClient, url: str = PATH, now_ms: Any = None, deadline_ms: int = 30_000,
+                 headers: dict[str, str] | None = None) -> None:
         self.http = http
         self.url = url
         self.now_ms = now_ms
+        self.deadline_ms = deadline_ms
+        self.headers = headers or {}
         self.trace = woody.root_trace()
 
     def __getattr__(self, api: str) -> Any:
@@ -40,8 +43,8 @@ class AutomatonClient:
 
         async def invoke(*args: Any) -> Any:
             kwargs = args_to_kwargs(getattr(Automaton, api + "_args").thrift_spec, *args)
-            headers = None if self.now_ms is None else {woody.DEADLINE: woody.format_deadline(self.now_ms() + 30_000)}
-            request_headers = {"content-type": woody.CONTENT_TYPE, **self.trace.child().headers(), **(headers or {})}
+            headers = None if self.now_ms is None else {woody.DEADLINE: woody.format_deadline(self.now_ms() + self.deadline_ms)}
+            request_headers = {"content-type": woody.CONTENT_TYPE, **self.trace.child().headers(), **(headers or {}), **self.headers}
             reply = await self.http.post(self.url, content=woody.encode_call(Automaton, api, kwargs), headers=request_headers)
             self.last = reply
             if reply.status_code != 200:
@@ -49,6 +52,12 @@ class AutomatonClient:
             return woody.decode_reply(Automaton, api, reply.content)
 
         return invoke
+
+
+def woody_erlang_headers(**meta: str) -> dict[str, str]:
+    """What woody_erlang's client sends besides the trace ids and deadline: ``accept``, its ``woody.meta.*``
+    (``user-identity.id`` and the like) and no ``Authorization``."""
+    return {"accept": woody.CONTENT_TYPE, **{f"woody.meta.{k.replace('_', '-')}": v for k, v in meta.items()}}
 
 
 class Unavailable(Exception):

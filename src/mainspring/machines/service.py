@@ -490,12 +490,16 @@ async def count_by_status(ctx: Context) -> dict[str, int]:
 
 
 async def fixed_alerts(conn: Executor, raised: Sequence[Alert]) -> dict[str, str]:
-    """Of these open ``machine_failed`` alerts, those whose machine works again or is gone → why."""
-    keys = [tuple(a.subject_id.split("/", 1)) for a in raised if "/" in a.subject_id]
-    statuses = await data.statuses_of(conn, keys)  # type: ignore[arg-type]
+    """Of these open ``machine_failed`` alerts, those whose machine works again or is gone → why. An alert
+    whose subject names no machine (a hashed one, see ``data.machine_subject``) is closed by hand."""
+    named = {a.id: data.subject_machine(a.subject_id) for a in raised}
+    statuses = await data.statuses_of(conn, [key for key in named.values() if key is not None])
     fixed: dict[str, str] = {}
     for alert in raised:
-        status = statuses.get(tuple(alert.subject_id.split("/", 1)))  # type: ignore[call-overload]
+        key = named[alert.id]
+        if key is None:
+            continue
+        status = statuses.get(key)
         if status is None:
             fixed[alert.id] = "machine removed"
         elif status == "working":

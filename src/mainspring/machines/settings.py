@@ -104,6 +104,10 @@ class MachinegunSettings(BaseModel):
     """Where the Thrift ``Automaton`` service is served (``POST``, ``application/x-thrift``)."""
     sinks: list[MachinegunSink] = []
     """Kafka event sinks in Machinegun's format (``event_sink.thrift``), each with its own durable cursor."""
+    auth: Literal["token", "none"] = "token"
+    """``token``: a call needs a token with scope ``machines:<ns>`` like the JSON API; ``none``: calls need no
+    token, as with Machinegun (woody clients send no ``Authorization``) — only for a listener on the internal
+    network where the services that call Machinegun live."""
 
 
 class MachinesSettings(BaseModel):

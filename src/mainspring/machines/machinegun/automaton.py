@@ -2,8 +2,8 @@
 
 Each method maps onto the face's service functions, so a machine started here is the same machine the JSON
 API shows, with the same guarantees. What each method may throw is exactly what the IDL declares; anything
-else is a woody *system* error (see ``woody``): a processor that is unavailable or slow is ``502`` (the
-fault is further on), a machine busy with other steps or an unreachable store is ``503`` (nothing was
+else is a woody *system* error (see ``woody``), as Machinegun answers it: a processor that is unavailable is
+``503``, one that did not answer in time ``504``, a machine busy with other steps or an unreachable store is ``503`` (nothing was
 done: retry), an unexpected failure is ``500``.
 """
 
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -31,14 +30,13 @@ from mainspring.core.runtime import Context
 from mainspring.machines import errors, namespaces, service
 from mainspring.machines.machinegun import codec, woody
 from mainspring.machines.machinegun.idl import Automaton, stateproc
+from mainspring.machines.models import check_machine_name
 from mainspring.machines.processor import UNSET, ProcessorError
 from mainspring.machines.settings import HistoryRange
 from mainspring.store.errors import is_unavailable
 
 log = logging.getLogger("mainspring.machines.machinegun")
 
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
-"""Namespace and machine ids, as the JSON API's paths accept them."""
 
 
 @dataclass
@@ -75,10 +73,11 @@ def declared() -> Iterator[None]:
             # Machinegun's word for a processor that failed the step: the machine failed (or, for Start,
             # was never created).
             raise stateproc.MachineFailed() from exc
-        # A processor that did not answer: woody's external errors, since the fault is past this server.
+        # A processor that did not answer: as Machinegun answers it (woody_erlang's server maps its
+        # `resource_unavailable` to 503 and `result_unknown` to 504, whatever the cause).
         if isinstance(exc, errors.ProcessorTimeout):
-            raise SystemError_(502, woody.RESULT_UNKNOWN, exc.detail) from exc
-        raise SystemError_(502, woody.RESOURCE_UNAVAILABLE, exc.detail) from exc
+            raise SystemError_(504, woody.RESULT_UNKNOWN, exc.detail) from exc
+        raise SystemError_(503, woody.RESOURCE_UNAVAILABLE, exc.detail) from exc
 
 
 class AutomatonHandler:
@@ -91,8 +90,12 @@ class AutomatonHandler:
 
     def _names(self, ns: Any, machine_id: Any) -> tuple[str, str]:
         for what, value in (("namespace", ns), ("machine id", machine_id)):
-            if not isinstance(value, str) or not NAME.match(value):
-                raise SystemError_(400, woody.RESULT_UNEXPECTED, f"invalid {what} {value!r}")
+            if not isinstance(value, str):  # thriftpy2 hands over bytes that are not UTF-8
+                raise SystemError_(400, woody.RESULT_UNEXPECTED, f"invalid {what}: not UTF-8")
+            try:
+                check_machine_name(value)
+            except ValueError as exc:
+                raise SystemError_(400, woody.RESULT_UNEXPECTED, f"invalid {what}: {exc}") from exc
         self.principal.require(f"machines:{ns}")
         return ns, machine_id
 
@@ -126,8 +129,8 @@ class AutomatonHandler:
         ns, machine_id, rng = self._descriptor(desc)
         with declared():
             machine = await service.get_machine(self.ctx, ns, machine_id, rng)
-        if rng.after is not None and not 1 <= rng.after <= machine["last_event_id"]:
-            raise stateproc.EventNotFound()
+        # `after` past the last event is an empty history, as Machinegun answers (hellgate and machinery have
+        # no clause for EventNotFound), never EventNotFound.
         return codec.machine_struct(machine, rng)
 
     async def Repair(self, desc: Any, a: Any) -> Any:
@@ -233,10 +236,13 @@ async def serve_automaton(call: Call[bytes]) -> Response:
 
 
 def automaton_routes(settings: Any) -> list[Routes]:
-    """The Automaton's operation at the configured path (``machines.machinegun.automaton_path``)."""
+    """The Automaton's operation at the configured path (``machines.machinegun.automaton_path``). With
+    ``machines.machinegun.auth = "none"`` it takes calls without a token, as Machinegun does (woody clients
+    send none): every namespace is open to whoever reaches it."""
     routes = Routes("", tag="machinegun")
     routes.add(
         "POST", settings.machines.machinegun.automaton_path, serve_automaton, body=RawBody,
+        public=settings.machines.machinegun.auth == "none",
         content={woody.CONTENT_TYPE: {"schema": {"type": "string", "format": "binary"}}},
         # woody's own answers: a business error is 200 with woody.error-class; these are its system errors.
         answers={
@@ -245,8 +251,7 @@ def automaton_routes(settings: Any) -> list[Routes]:
             406: "woody: the client does not accept application/x-thrift",
             415: "woody: the body is not application/x-thrift",
             500: "woody: the call failed inside Mainspring (Result Unexpected)",
-            502: "woody: the user's processor failed (Result Unexpected)",
-            503: "woody: unavailable, nothing was done (Resource Unavailable)",
+            503: "woody: the processor or the store is unavailable, nothing was done (Resource Unavailable)",
             504: "woody: the processor or the deadline timed out (Result Unknown)",
         },
     )

@@ -1,0 +1,142 @@
+"""Machinegun's real clients (hellgate, fistful, machinery over woody_erlang) work unchanged: their ids,
+ranges, deadlines and headers are answered as Machinegun answers them (issue 25)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import pytest
+
+from mainspring.app import App, Registration
+from mainspring.config import Settings, load_settings
+from mainspring.machines.machinegun import woody
+from tests.conftest import free_port
+from tests.machines.conftest import FakeProcessor
+from tests.machines.machinegun import NIL, AutomatonClient, V, desc, s, woody_erlang_headers
+
+FISTFUL_NS = "ff/withdrawal/session_v2"
+
+
+@pytest.fixture
+def fistful(registry: App) -> FakeProcessor:
+    processor = FakeProcessor()
+    registry.processors[FISTFUL_NS] = Registration(processor)
+    return processor
+
+
+async def test_fistful_namespaces_and_ids_with_slashes_and_non_ascii_work_over_thrift_and_json(
+    client: httpx.AsyncClient, fistful: FakeProcessor
+) -> None:
+    mg = AutomatonClient(client, headers=woody_erlang_headers())
+    session = "1234567/1"  # fistful's <<ID, "/", SubID>>
+    await mg.Start(FISTFUL_NS, session, s("go"))
+    assert [e.id for e in (await mg.GetMachine(desc(FISTFUL_NS, session))).history] == [1]
+    assert await mg.Call(desc(FISTFUL_NS, session), s("x")) == V(obj={s("echo"): s("x")})
+    unicode_id = "счёт №1 ✓"
+    await mg.Start(FISTFUL_NS, unicode_id, NIL)
+    longest = "i" * 1024  # 1 KiB of UTF-8
+    await mg.Start(FISTFUL_NS, longest, NIL)
+
+    # The JSON API reaches the same machines with each id as one percent-encoded path segment.
+    for machine_id in (session, unicode_id, longest):
+        got = await client.get(f"/v1/namespaces/{quote(FISTFUL_NS, safe='')}/machines/{quote(machine_id, safe='')}")
+        assert got.status_code == 200, got.text
+        assert (got.json()["namespace"], got.json()["id"]) == (FISTFUL_NS, machine_id)
+    call = await client.post(f"/v1/namespaces/{quote(FISTFUL_NS, safe='')}/machines/{quote(session, safe='')}/call", json={"args": 1})
+    assert call.status_code == 200 and call.json()["response"] == {"echo": 1}
+    started = await client.post(f"/v1/namespaces/{quote(FISTFUL_NS, safe='')}/machines", json={"id": "ünï/2", "args": None})
+    assert started.status_code == 201, started.text
+    assert (await mg.GetMachine(desc(FISTFUL_NS, "ünï/2"))).id == "ünï/2"
+    listed = await client.get(f"/v1/namespaces/{quote(FISTFUL_NS, safe='')}/machines", params={"limit": 2})
+    assert listed.status_code == 200 and listed.json()["next_cursor"]
+    rest = await client.get(f"/v1/namespaces/{quote(FISTFUL_NS, safe='')}/machines", params={"limit": 10, "cursor": listed.json()["next_cursor"]})
+    assert rest.status_code == 200 and len(listed.json()["machines"]) + len(rest.json()["machines"]) == 4
+
+
+async def test_ids_past_one_kib_or_empty_or_with_nul_are_refused_and_change_nothing(client: httpx.AsyncClient, fistful: FakeProcessor) -> None:
+    mg = AutomatonClient(client)
+    for bad in ("i" * 1025, "é" * 513, "", "a\x00b"):
+        with pytest.raises(woody.WoodyError) as refused:
+            await mg.Start(FISTFUL_NS, bad, NIL)
+        assert (refused.value.status, refused.value.error_class) == (400, "Result Unexpected")
+    json_refused = await client.post(f"/v1/namespaces/{quote(FISTFUL_NS, safe='')}/machines", json={"id": "i" * 1025})
+    assert json_refused.status_code == 422
+    path_refused = await client.get(f"/v1/namespaces/{quote(FISTFUL_NS, safe='')}/machines/{'i' * 1025}")
+    assert path_refused.status_code == 422
+    assert fistful.calls == []
+    assert (await client.get(f"/v1/namespaces/{quote(FISTFUL_NS, safe='')}/machines")).json()["machines"] == []
+
+
+async def test_get_machine_after_the_last_event_answers_an_empty_history(client: httpx.AsyncClient, fistful: FakeProcessor) -> None:
+    fistful.on("init", lambda a, m: {"events": []})
+    mg = AutomatonClient(client)
+    await mg.Start(FISTFUL_NS, "empty", NIL)
+    assert (await mg.GetMachine(desc(FISTFUL_NS, "empty", after=0))).history == []
+    fistful.on("init", lambda a, m: {"events": ["one", "two"]})
+    await mg.Start(FISTFUL_NS, "two", NIL)
+    assert (await mg.GetMachine(desc(FISTFUL_NS, "two", after=2))).history == []
+    assert (await mg.GetMachine(desc(FISTFUL_NS, "two", after=99, limit=10))).history == []
+    assert [e.id for e in (await mg.GetMachine(desc(FISTFUL_NS, "two", after=1))).history] == [2]
+
+
+async def test_an_unreachable_processor_is_503_and_a_slow_one_504(client: httpx.AsyncClient, registry: App) -> None:
+    async def slow(kind: str, args: Any, machine: dict[str, Any]) -> Any:
+        await asyncio.sleep(5)
+
+    nowhere = f"http://127.0.0.1:{free_port()}/"
+    put = await client.put("/v1/namespaces/down", json={"processor": {"url": nowhere, "timeout_ms": 2000}})
+    assert put.status_code == 200
+    registry.processors["slow"] = Registration(slow)
+    assert (await client.put("/v1/namespaces/slow", json={"processor": {"timeout_ms": 200}})).status_code == 200
+    mg = AutomatonClient(client)
+    with pytest.raises(woody.WoodyError) as unavailable:
+        await mg.Start("down", "m", NIL)
+    assert (unavailable.value.status, unavailable.value.error_class) == (503, "Resource Unavailable")
+    with pytest.raises(woody.WoodyError) as unknown:
+        await mg.Start("slow", "m", NIL)
+    assert (unknown.value.status, unknown.value.error_class) == (504, "Result Unknown")
+
+
+TOKEN = "ms_machines_token"
+
+
+def _with_tokens(database_url: str, tmp_path: Path, **machinegun: Any) -> Settings:
+    token = {"token_sha256": hashlib.sha256(TOKEN.encode()).hexdigest(), "scopes": ["machines:*"], "name": "machines"}
+    return load_settings(
+        None,
+        server={"database": database_url, "data_dir": tmp_path / "data", "poll_interval_ms": 200, "sqlite_synchronous": "NORMAL"},
+        auth={"tokens": [token]}, machines={"machinegun": machinegun},
+    )
+
+
+class TestAuthNone:
+    @pytest.fixture
+    def settings(self, database_url: str, tmp_path: Path) -> Settings:
+        return _with_tokens(database_url, tmp_path, auth="none")
+
+    async def test_a_woody_client_without_a_token_calls_when_auth_is_none(self, client: httpx.AsyncClient, fistful: FakeProcessor) -> None:
+        mg = AutomatonClient(client, headers=woody_erlang_headers(user_identity_id="u1"))
+        await mg.Start(FISTFUL_NS, "m", s("go"))
+        assert (await mg.GetMachine(desc(FISTFUL_NS, "m"))).id == "m"
+        # The JSON API still needs its token.
+        assert (await client.get(f"/v1/namespaces/{quote(FISTFUL_NS, safe='')}/machines/m")).status_code == 401
+
+
+class TestAuthToken:
+    @pytest.fixture
+    def settings(self, database_url: str, tmp_path: Path) -> Settings:
+        return _with_tokens(database_url, tmp_path)
+
+    async def test_with_tokens_configured_a_woody_client_needs_one_by_default(self, client: httpx.AsyncClient, fistful: FakeProcessor) -> None:
+        mg = AutomatonClient(client, headers=woody_erlang_headers())
+        with pytest.raises(woody.WoodyError) as refused:
+            await mg.Start(FISTFUL_NS, "m", s("go"))
+        assert refused.value.status == 401
+        assert fistful.calls == []
+        authorized = AutomatonClient(client, headers={"authorization": f"Bearer {TOKEN}"})
+        await authorized.Start(FISTFUL_NS, "m", s("go"))
