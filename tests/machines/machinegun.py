@@ -54,10 +54,10 @@ class AutomatonClient:
         return invoke
 
 
-def woody_erlang_headers(**meta: str) -> dict[str, str]:
+def woody_erlang_headers(meta: dict[str, str] | None = None) -> dict[str, str]:
     """What woody_erlang's client sends besides the trace ids and deadline: ``accept``, its ``woody.meta.*``
     (``user-identity.id`` and the like) and no ``Authorization``."""
-    return {"accept": woody.CONTENT_TYPE, **{f"woody.meta.{k.replace('_', '-')}": v for k, v in meta.items()}}
+    return {"accept": woody.CONTENT_TYPE, **{f"woody.meta.{k}": v for k, v in (meta or {}).items()}}
 
 
 class Unavailable(Exception):

@@ -15,9 +15,20 @@ import pytest
 from mainspring.app import App, Registration
 from mainspring.config import Settings, load_settings
 from mainspring.machines.machinegun import woody
+from mainspring.machines.machinegun.idl import stateproc
+from mainspring.machines.processor import Unprocessable
+from mainspring.store import ManualClock
 from tests.conftest import free_port
-from tests.machines.conftest import FakeProcessor
-from tests.machines.machinegun import NIL, AutomatonClient, V, desc, s, woody_erlang_headers
+from tests.machines.conftest import FakeProcessor, serve_app
+from tests.machines.machinegun import (
+    NIL,
+    AutomatonClient,
+    V,
+    desc,
+    s,
+    woody_erlang_headers,
+    woody_processor_app,
+)
 
 FISTFUL_NS = "ff/withdrawal/session_v2"
 
@@ -120,7 +131,7 @@ class TestAuthNone:
         return _with_tokens(database_url, tmp_path, auth="none")
 
     async def test_a_woody_client_without_a_token_calls_when_auth_is_none(self, client: httpx.AsyncClient, fistful: FakeProcessor) -> None:
-        mg = AutomatonClient(client, headers=woody_erlang_headers(user_identity_id="u1"))
+        mg = AutomatonClient(client, headers=woody_erlang_headers({"user-identity.id": "u1"}))
         await mg.Start(FISTFUL_NS, "m", s("go"))
         assert (await mg.GetMachine(desc(FISTFUL_NS, "m"))).id == "m"
         # The JSON API still needs its token.
@@ -140,3 +151,77 @@ class TestAuthToken:
         assert fistful.calls == []
         authorized = AutomatonClient(client, headers={"authorization": f"Bearer {TOKEN}"})
         await authorized.Start(FISTFUL_NS, "m", s("go"))
+
+
+async def test_woody_deadline_bounds_start_repair_and_nothing_is_written_after_it(
+    client: httpx.AsyncClient, fistful: FakeProcessor, clock: ManualClock
+) -> None:
+    """A client whose deadline passed does not find its Start done when it retries (no MachineAlreadyExists)."""
+
+    async def slow(args: Any, machine: dict[str, Any]) -> Any:
+        await asyncio.sleep(1.5)
+        return {"events": ["late"]}
+
+    mg = AutomatonClient(client, now_ms=clock.now_ms, deadline_ms=300)
+    fistful.on("init", slow)
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(woody.WoodyError) as timed_out:
+        await mg.Start(FISTFUL_NS, "m", NIL)
+    assert (timed_out.value.status, timed_out.value.error_class) == (504, "Result Unknown")
+    assert asyncio.get_running_loop().time() - started < 1.2  # the deadline, not the namespace's 30 s
+    await asyncio.sleep(1.5)
+    with pytest.raises(stateproc.MachineNotFound):
+        await mg.GetMachine(desc(FISTFUL_NS, "m"))
+
+    # A processor that answers in time, but after the caller's deadline: its answer is not written.
+    def past_the_deadline(args: Any, machine: dict[str, Any]) -> Any:
+        clock.advance(1_000)
+        return {"events": ["too late"]}
+
+    fistful.on("init", past_the_deadline)
+    with pytest.raises(woody.WoodyError) as late:
+        await mg.Start(FISTFUL_NS, "m", NIL)
+    assert (late.value.status, late.value.error_class) == (504, "Result Unknown")
+    with pytest.raises(stateproc.MachineNotFound):
+        await mg.GetMachine(desc(FISTFUL_NS, "m"))
+
+    fistful.on("init", lambda a, m: {"events": ["ok"]})
+    await mg.Start(FISTFUL_NS, "m", NIL)  # the retry starts it, as it would have without the timeout
+    fistful.on("call", lambda a, m: (_ for _ in ()).throw(Unprocessable("broken")))
+    with pytest.raises(stateproc.MachineFailed):
+        await mg.Call(desc(FISTFUL_NS, "m"), NIL)
+    fistful.on("repair", slow)
+    with pytest.raises(woody.WoodyError) as repair_timed_out:
+        await mg.Repair(desc(FISTFUL_NS, "m"), NIL)
+    assert repair_timed_out.value.status == 504
+    await asyncio.sleep(1.5)
+    assert (await mg.GetMachine(desc(FISTFUL_NS, "m"))).status.failed is not None  # the late repair wrote nothing
+
+
+async def test_woody_meta_and_trace_reach_a_machinegun_processor(client: httpx.AsyncClient) -> None:
+    handler = Recorder()
+    async with serve_app(woody_processor_app(handler)) as url:
+        put = await client.put("/v1/namespaces/traced", json={"processor": {"url": url, "protocol": "machinegun"}})
+        assert put.status_code == 200
+        mg = AutomatonClient(client, headers=woody_erlang_headers({"user-identity.id": "u-42", "user-identity.realm": "external"}))
+        await mg.Start("traced", "m", NIL)
+        await mg.Call(desc("traced", "m"), NIL)
+    caller_spans = [mg.last.headers[woody.SPAN_ID]]
+    for request in handler.requests:
+        assert request[woody.TRACE_ID] == mg.trace.trace_id  # one trace, the caller's
+        assert request["woody.meta.user-identity.id"] == "u-42" and request["woody.meta.user-identity.realm"] == "external"
+        assert request[woody.PARENT_ID] != "undefined" and request[woody.SPAN_ID] not in caller_spans
+    assert handler.requests[-1][woody.PARENT_ID] == caller_spans[0]  # the processor call is a child of the Call
+
+
+class Recorder:
+    """A Machinegun processor that answers every signal and call with nothing to do."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, str]] = []
+
+    def ProcessSignal(self, a: Any) -> Any:
+        return stateproc.SignalResult(change=stateproc.MachineStateChange(events=[]), action=stateproc.ComplexAction())
+
+    def ProcessCall(self, a: Any) -> Any:
+        return stateproc.CallResult(response=NIL, change=stateproc.MachineStateChange(events=[]), action=stateproc.ComplexAction())

@@ -24,6 +24,7 @@ from mainspring.core.runtime import Context
 from mainspring.machines import data, metrics
 from mainspring.machines.data import Applied, FailureRow, MachineRow, NotificationRow, OperationRow
 from mainspring.machines.errors import (
+    DeadlineReached,
     IdempotencyKeyReused,
     MachineAlreadyExists,
     MachineAlreadyWorking,
@@ -42,7 +43,7 @@ from mainspring.machines.namespaces import (
     namespace_of,
     processor_for,
 )
-from mainspring.machines.processor import UNSET, Answer, ProcessorError, Step
+from mainspring.machines.processor import UNSET, Answer, Origin, ProcessorError, Step
 from mainspring.machines.retry import next_delay_ms
 from mainspring.machines.settings import HistoryRange
 from mainspring.machines.steps import (
@@ -181,10 +182,16 @@ async def _process(ctx: Context, ns: Namespace, kind: str, args: Any, view: dict
     policy = ns.config.retries.processor
     budget_ms = timeout_ms or ns.timeout_ms
     started = ctx.now_ms()
+    deadline_ms = step.origin.deadline_ms if step is not None and step.origin is not None else None
+    if deadline_ms is not None:
+        budget_ms = min(budget_ms, _before_deadline(ctx, deadline_ms))
     for attempt in itertools.count(1):
         left_ms = budget_ms - (ctx.now_ms() - started)
         try:
-            return await processor.process(kind, args, view, max(1, left_ms), ctx.now_ms(), step=step)
+            answer = await processor.process(kind, args, view, max(1, left_ms), ctx.now_ms(), step=step)
+            if deadline_ms is not None:
+                _before_deadline(ctx, deadline_ms)  # the caller has gone: its answer is not written
+            return answer
         except ProcessorError as error:
             delay = None if policy is None or error.permanent else next_delay_ms(policy, attempt, ctx.now_ms() - started)
             if delay is None or ctx.now_ms() - started + delay >= budget_ms:
@@ -193,11 +200,20 @@ async def _process(ctx: Context, ns: Namespace, kind: str, args: Any, view: dict
     raise AssertionError("unreachable")
 
 
+def _before_deadline(ctx: Context, deadline_ms: int) -> int:
+    """What is left of a caller's deadline; DeadlineReached once it has passed."""
+    left = deadline_ms - ctx.now_ms()
+    if left <= 0:
+        raise DeadlineReached("the caller's woody.deadline passed; nothing was written")
+    return left
+
+
 # --- Start --------------------------------------------------------------------------------------------------
 
 
-async def start_machine(ctx: Context, namespace: str, machine_id: str, args: Any, key: str | None = None) -> Reply:
-    """Create a machine with the processor's ``init`` answer; nothing is created when the processor fails."""
+async def start_machine(ctx: Context, namespace: str, machine_id: str, args: Any, key: str | None = None, origin: Origin | None = None) -> Reply:
+    """Create a machine with the processor's ``init`` answer; nothing is created when the processor fails
+    (or ``origin``'s deadline passes first)."""
     replay = await _replay(ctx, namespace, machine_id, key, "start")
     if replay is not None:
         return replay
@@ -208,7 +224,7 @@ async def start_machine(ctx: Context, namespace: str, machine_id: str, args: Any
         raise MachineAlreadyExists(f"machine {machine_id!r} already exists in namespace {namespace!r}")
     view = {"namespace": namespace, "id": machine_id, "status": "working", "history": [], "aux_state": None}
     try:
-        answer = await _process(ctx, ns, "init", args, view, step=Step(ns.config.history))
+        answer = await _process(ctx, ns, "init", args, view, step=Step(ns.config.history, origin=origin))
     except ProcessorError as error:
         metrics.count_processor_error(namespace, "init", error.code)
         raise _processor_error(error) from error
@@ -262,19 +278,21 @@ def _created_body(machine: MachineRow, answer: Answer, now: int) -> dict[str, An
 
 
 async def call_machine(
-    ctx: Context, namespace: str, machine_id: str, args: Any, key: str | None = None, timeout_ms: int | None = None, rng: HistoryRange | None = None
+    ctx: Context, namespace: str, machine_id: str, args: Any, key: str | None = None, timeout_ms: int | None = None, rng: HistoryRange | None = None,
+    origin: Origin | None = None,
 ) -> Reply:
     """Run a ``call`` step and answer the processor's response; ``rng``: the history the processor is sent
-    (None: the namespace's range)."""
-    return await _step(ctx, namespace, machine_id, "call", args, key, timeout_ms, rng)
+    (None: the namespace's range); ``origin``: the woody caller, whose deadline bounds the step."""
+    return await _step(ctx, namespace, machine_id, "call", args, key, timeout_ms, rng, origin)
 
 
 async def repair_machine(
-    ctx: Context, namespace: str, machine_id: str, args: Any, key: str | None = None, simple: bool = False, rng: HistoryRange | None = None
+    ctx: Context, namespace: str, machine_id: str, args: Any, key: str | None = None, simple: bool = False, rng: HistoryRange | None = None,
+    origin: Origin | None = None,
 ) -> Reply:
     """Bring a failed machine back to ``working``: through the processor's ``repair``, or at once when simple."""
     if not simple:
-        return await _step(ctx, namespace, machine_id, "repair", args, key, None, rng)
+        return await _step(ctx, namespace, machine_id, "repair", args, key, None, rng, origin)
     replay = await _replay(ctx, namespace, machine_id, key, "repair")
     if replay is not None:
         return replay
@@ -282,6 +300,8 @@ async def repair_machine(
         _ns, machine, _ = await _load(ctx, namespace, machine_id, HistoryRange(limit=1))
         if machine.status != "failed":
             raise MachineAlreadyWorking(f"machine {machine_id!r} is working")
+        if origin is not None and origin.deadline_ms is not None:
+            _before_deadline(ctx, origin.deadline_ms)
         async with ctx.store.transaction() as tx:
             if not await data.mark_repaired(tx, machine, ctx.now_ms()):
                 raise MachineBusy("the machine changed while it was repaired; try again")
@@ -293,7 +313,8 @@ async def repair_machine(
     return Reply(200, body)
 
 
-async def _step(ctx: Context, namespace: str, machine_id: str, kind: str, args: Any, key: str | None, timeout_ms: int | None, rng: HistoryRange | None = None) -> Reply:
+async def _step(ctx: Context, namespace: str, machine_id: str, kind: str, args: Any, key: str | None, timeout_ms: int | None, rng: HistoryRange | None = None,
+                origin: Origin | None = None) -> Reply:
     replay = await _replay(ctx, namespace, machine_id, key, kind)
     if replay is not None:
         return replay
@@ -305,7 +326,7 @@ async def _step(ctx: Context, namespace: str, machine_id: str, kind: str, args: 
             if kind == "repair" and machine.status == "working":
                 raise MachineAlreadyWorking(f"machine {machine_id!r} is working")
             try:
-                answer = await _process(ctx, ns, kind, args, processor_view(machine, events), timeout_ms, Step(rng or ns.config.history, machine.timer_at))
+                answer = await _process(ctx, ns, kind, args, processor_view(machine, events), timeout_ms, Step(rng or ns.config.history, machine.timer_at, origin))
             except ProcessorError as error:
                 metrics.count_processor_error(namespace, kind, error.code)
                 reply = await _step_failed(ctx, machine, kind, error, key)
@@ -350,9 +371,10 @@ async def _step_failed(ctx: Context, machine: MachineRow, kind: str, error: Proc
 # --- Notify -------------------------------------------------------------------------------------------------
 
 
-async def notify_machine(ctx: Context, namespace: str, machine_id: str, args: Any, key: str | None = None, rng: HistoryRange | None = None) -> Reply:
+async def notify_machine(ctx: Context, namespace: str, machine_id: str, args: Any, key: str | None = None, rng: HistoryRange | None = None,
+                         origin: Origin | None = None) -> Reply:
     """Queue a notification; it is delivered later, in order, at least once. ``rng``: the history its step
-    is sent (None: the namespace's range)."""
+    is sent (None: the namespace's range); nothing is queued once ``origin``'s deadline has passed."""
     replay = await _replay(ctx, namespace, machine_id, key, "notify")
     if replay is not None:
         return replay
@@ -364,6 +386,8 @@ async def notify_machine(ctx: Context, namespace: str, machine_id: str, args: An
                 async with ctx.store.read() as conn:
                     await find_namespace(conn, ctx, namespace)
                 raise _not_found(namespace, machine_id)
+            if origin is not None and origin.deadline_ms is not None:
+                _before_deadline(ctx, origin.deadline_ms)
             await data.insert_notification(tx, notification_id, machine.uid, args, ctx.now_ms(), None if rng is None else rng.model_dump())
             tx.notify(CHANNEL)
             body = {"id": notification_id}

@@ -31,7 +31,7 @@ from mainspring.machines import errors, namespaces, service
 from mainspring.machines.machinegun import codec, woody
 from mainspring.machines.machinegun.idl import Automaton, stateproc
 from mainspring.machines.models import check_machine_name
-from mainspring.machines.processor import UNSET, ProcessorError
+from mainspring.machines.processor import UNSET, Origin, ProcessorError
 from mainspring.machines.settings import HistoryRange
 from mainspring.store.errors import is_unavailable
 
@@ -83,10 +83,10 @@ def declared() -> Iterator[None]:
 class AutomatonHandler:
     """The IDL's methods (thriftpy2 calls them by name, with the IDL's argument order)."""
 
-    def __init__(self, ctx: Context, principal: Principal, deadline_ms: int | None) -> None:
+    def __init__(self, ctx: Context, principal: Principal, origin: Origin) -> None:
         self.ctx = ctx
         self.principal = principal
-        self.deadline_ms = deadline_ms
+        self.origin = origin
 
     def _names(self, ns: Any, machine_id: Any) -> tuple[str, str]:
         for what, value in (("namespace", ns), ("machine id", machine_id)):
@@ -105,24 +105,22 @@ class AutomatonHandler:
         ns, machine_id = self._names(desc.ns, desc.ref.id)
         return ns, machine_id, codec.history_range(desc.range)
 
-    def _timeout_ms(self) -> int | None:
-        """What is left of the caller's ``woody.deadline`` for the processor (None: the namespace's timeout)."""
-        if self.deadline_ms is None:
-            return None
-        left = self.deadline_ms - self.ctx.now_ms()
-        if left <= 0:
+    def check_deadline(self) -> None:
+        """A call whose ``woody.deadline`` has passed before it started is not started at all. Once started,
+        the deadline bounds every method's step (``service``): the processor call gets what is left of it,
+        and nothing is written after it."""
+        if self.origin.deadline_ms is not None and self.origin.deadline_ms <= self.ctx.now_ms():
             raise SystemError_(503, woody.RESOURCE_UNAVAILABLE, "deadline reached")
-        return left
 
     async def Start(self, ns: str, id: str, a: Any) -> None:
         ns, machine_id = self._names(ns, id)
         with declared():
-            await service.start_machine(self.ctx, ns, machine_id, codec.value_to_json(a))
+            await service.start_machine(self.ctx, ns, machine_id, codec.value_to_json(a), origin=self.origin)
 
     async def Call(self, desc: Any, a: Any) -> Any:
         ns, machine_id, rng = self._descriptor(desc)
         with declared():
-            reply = await service.call_machine(self.ctx, ns, machine_id, codec.value_to_json(a), timeout_ms=self._timeout_ms(), rng=rng)
+            reply = await service.call_machine(self.ctx, ns, machine_id, codec.value_to_json(a), rng=rng, origin=self.origin)
         return codec.value_from_json(reply.body["response"])
 
     async def GetMachine(self, desc: Any) -> Any:
@@ -136,18 +134,18 @@ class AutomatonHandler:
     async def Repair(self, desc: Any, a: Any) -> Any:
         ns, machine_id, rng = self._descriptor(desc)
         with declared():
-            reply = await service.repair_machine(self.ctx, ns, machine_id, codec.value_to_json(a), rng=rng)
+            reply = await service.repair_machine(self.ctx, ns, machine_id, codec.value_to_json(a), rng=rng, origin=self.origin)
         return codec.value_from_json(reply.body["response"])
 
     async def SimpleRepair(self, ns: str, ref: Any) -> None:
         ns, machine_id = self._names(ns, ref.id if ref is not None else None)
         with declared():
-            await service.repair_machine(self.ctx, ns, machine_id, None, simple=True)
+            await service.repair_machine(self.ctx, ns, machine_id, None, simple=True, origin=self.origin)
 
     async def Notify(self, desc: Any, a: Any) -> Any:
         ns, machine_id, rng = self._descriptor(desc)
         with declared():
-            reply = await service.notify_machine(self.ctx, ns, machine_id, codec.value_to_json(a), rng=rng)
+            reply = await service.notify_machine(self.ctx, ns, machine_id, codec.value_to_json(a), rng=rng, origin=self.origin)
         return stateproc.NotifyResponse(id=reply.body["id"])
 
     async def Remove(self, ns: str, id: str) -> None:
@@ -195,7 +193,8 @@ async def serve_automaton(call: Call[bytes]) -> Response:
     body = call.body
     if not body:
         return _refused(400, "body empty", trace)
-    handler = AutomatonHandler(call.ctx, call.principal, deadline_ms)
+    forwarded = {k: v for k, v in request.headers.items() if k.startswith(woody.META_PREFIX)}
+    handler = AutomatonHandler(call.ctx, call.principal, Origin(deadline_ms, {**trace, **forwarded}))
     processor = TProcessor(Automaton, handler)
     try:
         api, seqid, result, call = processor.process_in(TBinaryProtocol(TMemoryBuffer(body)))
@@ -206,8 +205,7 @@ async def serve_automaton(call: Call[bytes]) -> Response:
     out = TMemoryBuffer()
     oprot = TBinaryProtocol(out)
     try:
-        if deadline_ms is not None:
-            handler._timeout_ms()  # a call whose deadline has passed is not started at all
+        handler.check_deadline()
         result.success = await call()
     except SystemError_ as exc:
         return _answer(exc.status, headers=woody.error_headers(exc.error_class, exc.reason), trace=trace)
@@ -222,9 +220,10 @@ async def serve_automaton(call: Call[bytes]) -> Response:
     except errors.MachineBusy as exc:
         return _answer(503, headers=woody.error_headers(woody.RESOURCE_UNAVAILABLE, exc.detail), trace=trace)
     except MainspringError as exc:
-        # A refused request (a value with no place in the store) is the caller's 400; the store gone is 503.
-        status = 400 if exc.status < 500 else 503 if exc.status == 503 else 500
-        error_class = woody.RESOURCE_UNAVAILABLE if status == 503 else woody.RESULT_UNEXPECTED
+        # A refused request (a value with no place in the store) is the caller's 400; the store gone is 503;
+        # the deadline passed during the step is 504 (the processor may have been called).
+        status = 400 if exc.status < 500 else exc.status if exc.status in (503, 504) else 500
+        error_class = {503: woody.RESOURCE_UNAVAILABLE, 504: woody.RESULT_UNKNOWN}.get(status, woody.RESULT_UNEXPECTED)
         return _answer(status, headers=woody.error_headers(error_class, exc.detail), trace=trace)
     except Exception as exc:
         if is_unavailable(exc):
