@@ -64,7 +64,7 @@ class Unavailable(Exception):
     """Raised by a test processor: answered 503 Resource Unavailable (woody's "nothing happened")."""
 
 
-def woody_processor_app(handler: Any) -> Any:
+def woody_processor_app(handler: Any, service: Any = None) -> Any:
     """A processor written for Machinegun, as woody serves it: ``handler`` has ProcessSignal, ProcessCall
     and ProcessRepair (sync). An exception it declares is 200 Business Error, ``Unavailable`` 503, any
     other 500 Result Unexpected."""
@@ -80,7 +80,7 @@ def woody_processor_app(handler: Any) -> Any:
 
     async def serve(request: Request) -> Response:
         handler.requests.append(dict(request.headers))
-        processor = TProcessor(Processor, handler)
+        processor = TProcessor(service or Processor, handler)
         api, seqid, result, call = processor.process_in(TBinaryProtocol(TMemoryBuffer(await request.body())))
         out = TMemoryBuffer()
         headers = {}

@@ -225,3 +225,41 @@ class Recorder:
 
     def ProcessCall(self, a: Any) -> Any:
         return stateproc.CallResult(response=NIL, change=stateproc.MachineStateChange(events=[]), action=stateproc.ComplexAction())
+
+
+class Modernizer:
+    """Rewrites every event it is sent to format version 3, keeping its data under ``"v3"``; hands back
+    unchanged what it does not know (``"keep"``)."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, str]] = []
+        self.seen: list[Any] = []
+
+    def ModernizeEvent(self, ev: Any) -> Any:
+        self.seen.append(ev)
+        if ev.event.data == s("keep"):
+            return stateproc.ModernizeEventResult(event_payload=stateproc.Content(format_version=ev.event.format_version, data=s("changed?")))
+        return stateproc.ModernizeEventResult(event_payload=stateproc.Content(format_version=3, data=V(obj={s("v3"): ev.event.data})))
+
+
+async def test_modernize_calls_the_namespaces_modernizer_for_outdated_events(client: httpx.AsyncClient, fistful: FakeProcessor) -> None:
+    fistful.on("init", lambda a, m: {"events": [{"$fv": 1, "$data": "old"}, "unversioned", {"$fv": 3, "$data": "new"}, {"$fv": 2, "$data": "keep"}]})
+    mg = AutomatonClient(client)
+    await mg.Start(FISTFUL_NS, "m", NIL)
+    with pytest.raises(stateproc.NamespaceNotFound):  # no Modernizer configured
+        await mg.Modernize(desc(FISTFUL_NS, "m"))
+
+    modernizer = Modernizer()
+    async with serve_app(woody_processor_app(modernizer, stateproc.Modernizer)) as url:
+        namespace = {"modernizer": {"current_format_version": 3, "url": url, "timeout_ms": 5000}}
+        assert (await client.put(f"/v1/namespaces/{quote(FISTFUL_NS, safe='')}", json=namespace)).status_code == 200
+        assert await mg.Modernize(desc(FISTFUL_NS, "m")) is None
+        with pytest.raises(stateproc.MachineNotFound):
+            await mg.Modernize(desc(FISTFUL_NS, "nope"))
+    assert [(e.ns, e.id, e.event.id, e.event.format_version) for e in modernizer.seen] == [
+        (FISTFUL_NS, "m", 1, 1), (FISTFUL_NS, "m", 2, None), (FISTFUL_NS, "m", 4, 2)]  # event 3 is current
+    history = (await mg.GetMachine(desc(FISTFUL_NS, "m"))).history
+    assert [(e.format_version, e.data) for e in history] == [
+        (3, V(obj={s("v3"): s("old")})), (3, V(obj={s("v3"): s("unversioned")})), (3, s("new")), (2, s("keep"))]
+    events = (await client.get("/v1/events", params={"limit": 100})).json()["events"]
+    assert [e["data"]["event_id"] for e in events if e["type"] == "machine.event_modernized"] == [1, 2]

@@ -36,6 +36,7 @@ from sqlalchemy import (
     select,
     text,
     tuple_,
+    update,
 )
 from sqlalchemy.sql.elements import TextClause
 
@@ -61,6 +62,8 @@ class NamespaceRow:
     """None: the JSON protocol."""
     retries: dict[str, Any] | None
     """Retry policies per kind; None (or a kind absent): the namespace's ``retry``."""
+    modernizer: dict[str, Any] | None
+    """Machinegun's event Modernizer (None: none)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -545,6 +548,12 @@ async def insert_history(tx: Transaction, uid: int, first: int, events: Sequence
     """Append ``events`` as ids ``first``, ``first+1``… — the (machine, id) key refuses a duplicate."""
     if events:
         await tx.execute(_INSERT_HISTORY, [{"machine_uid": uid, "event_id": first + i, "created_at": now, "data": data} for i, data in enumerate(events)])
+
+
+async def replace_event(tx: Transaction, uid: int, event_id: int, data: Any) -> bool:
+    """Rewrite one event's data in place (Machinegun's Modernizer); False when the event is gone."""
+    done = await tx.execute(update(history).where(history.c.machine_uid == uid, history.c.event_id == event_id).values(data=data))
+    return bool(done.rowcount)
 
 
 class Applied(enum.Enum):

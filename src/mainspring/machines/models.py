@@ -7,7 +7,13 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from mainspring.core.types import JsonValue, Page, PositiveMs, Query
-from mainspring.machines.settings import HistoryRange, ProcessorConfig, RetryPolicies, RetryPolicy
+from mainspring.machines.settings import (
+    HistoryRange,
+    ModernizerConfig,
+    ProcessorConfig,
+    RetryPolicies,
+    RetryPolicy,
+)
 
 MAX_NAME_BYTES = 1024
 """The longest namespace or machine id, in UTF-8 bytes."""
@@ -40,6 +46,7 @@ class NamespaceIn(BaseModel):
     retry: RetryPolicy = RetryPolicy()
     history: HistoryRange = HistoryRange()
     retries: RetryPolicies = RetryPolicies()
+    modernizer: ModernizerConfig | None = None
 
 
 class StartIn(BaseModel):

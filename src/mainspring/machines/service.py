@@ -400,6 +400,21 @@ async def notify_machine(ctx: Context, namespace: str, machine_id: str, args: An
     return Reply(202, body)
 
 
+# --- Modernize ----------------------------------------------------------------------------------------------
+
+
+async def rewrite_event(ctx: Context, namespace: str, machine_id: str, event_id: int, data_: Any) -> bool:
+    """Replace one event's data (what Machinegun's Modernizer answered), with its ``machine.event_modernized``
+    event; False when the machine or the event is gone."""
+    async with ctx.store.transaction() as tx:
+        machine = await data.lock_machine(tx, namespace, machine_id)
+        if machine is None or not await data.replace_event(tx, machine.uid, event_id, data_):
+            return False
+        await outbox.emit(tx, "machine.event_modernized", SUBJECT, machine.subject,
+                          {"namespace": namespace, "id": machine_id, "event_id": event_id, "data": data_})
+    return True
+
+
 # --- Get, list, Remove, operations --------------------------------------------------------------------------
 
 

@@ -67,6 +67,21 @@ class RetryPolicies(BaseModel):
     502/504 (None: no retry, the caller decides). Bounded by the call's timeout."""
 
 
+class ModernizerConfig(BaseModel):
+    """Machinegun's event Modernizer of a namespace: ``Modernize`` sends each event older than
+    ``current_format_version`` (or without a version) to ``url``'s ``Modernizer.ModernizeEvent`` and keeps
+    what it answers."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+    current_format_version: int = Field(..., ge=1, le=2**31 - 1)
+    """Events below this format version (or with none) are outdated."""
+    url: str = Field(..., max_length=2000, pattern=r"^https?://")
+    """The Thrift ``Modernizer`` service (woody, like a Machinegun processor)."""
+    timeout_ms: int = Field(30_000, ge=1, le=3_600_000)
+    """How long one ``ModernizeEvent`` may take."""
+
+
 class NamespaceConfig(BaseModel):
     """A namespace: its processor, retry policy and history range."""
 
@@ -80,6 +95,8 @@ class NamespaceConfig(BaseModel):
     """The part of the history sent to the processor."""
     retries: RetryPolicies = RetryPolicies()
     """Retry policies per kind (Machinegun's ``retries``); each absent one falls back as it says."""
+    modernizer: ModernizerConfig | None = None
+    """Machinegun's event Modernizer (None: ``Modernize`` throws NamespaceNotFound, as Machinegun does)."""
 
 
 class MachinegunSink(BaseModel):

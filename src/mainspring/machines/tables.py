@@ -1,5 +1,6 @@
 """The machines face's tables (migrations machines_0001, machines_0002: the one lease shape, machines_0003:
-Machinegun's protocol, machines_0004: ids of up to 1 KiB)."""
+Machinegun's protocol, machines_0004: ids of up to 1 KiB,
+machines_0005: a namespace's Modernizer)."""
 
 from sqlalchemy import Boolean, Column, ForeignKey, Index, Integer, String, Table, Text, UniqueConstraint
 
@@ -17,6 +18,7 @@ namespaces = Table(
     Column("updated_at", Millis, nullable=False),
     Column("processor_protocol", String(16), nullable=True),
     Column("retries", Json, nullable=True),
+    Column("modernizer", Json, nullable=True),
 )
 
 machines = Table(

@@ -30,6 +30,7 @@ from mainspring.core.runtime import Context
 from mainspring.machines import errors, namespaces, service
 from mainspring.machines.machinegun import codec, woody
 from mainspring.machines.machinegun.idl import Automaton, stateproc
+from mainspring.machines.machinegun.modernizer import BadModernization, modernize_machine
 from mainspring.machines.models import check_machine_name
 from mainspring.machines.processor import UNSET, Origin, ProcessorError
 from mainspring.machines.settings import HistoryRange
@@ -155,11 +156,19 @@ class AutomatonHandler:
             await service.remove_machine(self.ctx, ns, machine_id)
 
     async def Modernize(self, desc: Any) -> None:
-        """Mainspring keeps events as the processor wrote them and has no Modernizer to call, so there is
-        nothing to rewrite; like Machinegun it still says whether the namespace and machine exist."""
-        ns, machine_id, _rng = self._descriptor(desc)
-        with declared():
-            await service.get_machine(self.ctx, ns, machine_id, HistoryRange(limit=0))
+        """The namespace's Modernizer rewrites the machine's outdated events in the range (``modernizer``);
+        NamespaceNotFound when the namespace has none, as Machinegun."""
+        ns, machine_id, rng = self._descriptor(desc)
+        try:
+            with declared():
+                await modernize_machine(self.ctx, ns, machine_id, rng, self.origin)
+        except ProcessorError as exc:  # the Modernizer's failure: nothing of the event was written
+            if exc.timeout:
+                raise SystemError_(504, woody.RESULT_UNKNOWN, f"modernizer: {exc.detail}") from exc
+            raise SystemError_(500 if exc.permanent else 503, woody.RESULT_UNEXPECTED if exc.permanent else woody.RESOURCE_UNAVAILABLE,
+                               f"modernizer: {exc.detail}") from exc
+        except BadModernization as exc:
+            raise SystemError_(500, woody.RESULT_UNEXPECTED, str(exc)) from exc
 
 
 def _answer(status: int, body: bytes = b"", headers: dict[str, str] | None = None, trace: dict[str, str] | None = None) -> Response:

@@ -185,7 +185,7 @@ struct ModernizeEventResult {
     1: required EventBody event_payload
 }
 
-/** Rewrites old event shapes; Mainspring does not call it (Modernize is a check only, see the docs). */
+/** Rewrites old event shapes: Automaton.Modernize calls it for each outdated event of the machine. */
 service Modernizer {
     ModernizeEventResult ModernizeEvent (1: MachineEvent ev) throws ()
 }
