@@ -17,7 +17,7 @@ from mainspring.config import Settings, load_settings
 from mainspring.machines.machinegun import woody
 from mainspring.machines.machinegun.idl import stateproc
 from mainspring.machines.processor import Unprocessable
-from mainspring.store import ManualClock
+from mainspring.store import ManualClock, Store
 from tests.conftest import free_port
 from tests.machines.conftest import FakeProcessor, serve_app
 from tests.machines.machinegun import (
@@ -263,3 +263,54 @@ async def test_modernize_calls_the_namespaces_modernizer_for_outdated_events(cli
         (3, V(obj={s("v3"): s("old")})), (3, V(obj={s("v3"): s("unversioned")})), (3, s("new")), (2, s("keep"))]
     events = (await client.get("/v1/events", params={"limit": 100})).json()["events"]
     assert [e["data"]["event_id"] for e in events if e["type"] == "machine.event_modernized"] == [1, 2]
+
+
+async def test_a_store_outage_during_start_is_retried_inside_and_answered_once_the_store_is_back(
+    client: httpx.AsyncClient, store: Store, fistful: FakeProcessor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Machinegun retries storage by its ``retries.storage`` policy; its clients do not retry."""
+    from mainspring.machines import data, service
+
+    failing = {"reads": 2, "writes": 2}
+    real_read, real_create = data.namespace_and_taken, service._create
+
+    async def read(*args: Any) -> Any:
+        if failing["reads"]:
+            failing["reads"] -= 1
+            raise ConnectionRefusedError(111, "the database is restarting")
+        return await real_read(*args)
+
+    async def create(*args: Any) -> Any:
+        if failing["writes"]:
+            failing["writes"] -= 1
+            raise ConnectionResetError(104, "connection reset")
+        return await real_create(*args)
+
+    monkeypatch.setattr(data, "namespace_and_taken", read)
+    monkeypatch.setattr(service, "_create", create)
+    mg = AutomatonClient(client)
+    assert await mg.Start(FISTFUL_NS, "m", s("go")) is None
+    assert failing == {"reads": 0, "writes": 0} and len(fistful.calls) == 1  # the processor was called once
+    assert [e.id for e in (await mg.GetMachine(desc(FISTFUL_NS, "m"))).history] == [1]
+
+    # The commit went through but its answer was lost with the connection: the retry finds its own machine
+    # and answers success, not MachineAlreadyExists.
+    real_grouped = store.grouped
+
+    async def lost_answer(work: Any) -> Any:
+        await real_grouped(work)
+        monkeypatch.setattr(store, "grouped", real_grouped)
+        raise ConnectionResetError(104, "connection reset after the commit")
+
+    monkeypatch.setattr(store, "grouped", lost_answer)
+    assert await mg.Start(FISTFUL_NS, "m2", s("go")) is None
+    assert [e.id for e in (await mg.GetMachine(desc(FISTFUL_NS, "m2"))).history] == [1]
+    with pytest.raises(stateproc.MachineAlreadyExists):  # a real second Start still is one
+        await mg.Start(FISTFUL_NS, "m2", s("go"))
+
+    # A store that stays down past the caller's deadline: 503, nothing done.
+    failing["reads"] = 10_000
+    short = AutomatonClient(client, now_ms=store.clock.now_ms, deadline_ms=300)
+    with pytest.raises(woody.WoodyError) as down:
+        await short.Start(FISTFUL_NS, "m3", NIL)
+    assert (down.value.status, down.value.error_class) == (503, "Resource Unavailable")

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 import uuid
 import weakref
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from mainspring.core import outbox
 from mainspring.core.data import Alert
@@ -45,7 +46,7 @@ from mainspring.machines.namespaces import (
 )
 from mainspring.machines.processor import UNSET, Answer, Origin, ProcessorError, Step
 from mainspring.machines.retry import next_delay_ms
-from mainspring.machines.settings import HistoryRange
+from mainspring.machines.settings import STORAGE_RETRY, HistoryRange, RetryPolicy
 from mainspring.machines.steps import (
     CHANNEL,
     SUBJECT,
@@ -63,6 +64,7 @@ from mainspring.machines.steps import (
 )
 from mainspring.store import Transaction, format_time
 from mainspring.store.dialect import Executor
+from mainspring.store.errors import is_unavailable
 
 
 @dataclass
@@ -208,6 +210,48 @@ def _before_deadline(ctx: Context, deadline_ms: int) -> int:
     return left
 
 
+T = TypeVar("T")
+
+
+@dataclass
+class StorageRetries:
+    """Machinegun's ``storage`` retry policy for one call: store work that failed because the store was
+    unreachable is run again, until the policy is spent or the call's budget runs out."""
+
+    policy: RetryPolicy
+    until_ms: int
+    """The caller's deadline (or its processor timeout from the start), on the server's clock."""
+    failures: int = 0
+
+    async def run(self, ctx: Context, work: Callable[[], Awaitable[T]]) -> T:
+        started = time.monotonic()
+        while True:
+            try:
+                return await work()
+            except Exception as exc:
+                if not is_unavailable(exc):
+                    raise
+                self.failures += 1
+                spent_ms = int((time.monotonic() - started) * 1000)
+                delay = next_delay_ms(self.policy, self.failures, spent_ms)
+                if delay is None or ctx.now_ms() + delay >= self.until_ms:
+                    raise
+                await asyncio.sleep(delay / 1000)
+
+
+def storage_retries(ctx: Context, namespace: str, origin: Origin | None) -> StorageRetries | None:
+    """The storage retries of a Start made over Machinegun's protocol (None: a JSON API call, answered 503
+    at once). The policy is the configured namespace's (read from the settings: the store may be the thing
+    that is down), else Machinegun's default."""
+    if origin is None:
+        return None
+    configured = ctx.settings.machines.namespaces.get(namespace)
+    policy = configured.retries.storage if configured is not None and configured.retries.storage is not None else STORAGE_RETRY
+    timeout = configured.processor.timeout_ms if configured is not None else 30_000
+    until = origin.deadline_ms if origin.deadline_ms is not None else ctx.now_ms() + timeout
+    return StorageRetries(policy, until)
+
+
 # --- Start --------------------------------------------------------------------------------------------------
 
 
@@ -217,8 +261,13 @@ async def start_machine(ctx: Context, namespace: str, machine_id: str, args: Any
     replay = await _replay(ctx, namespace, machine_id, key, "start")
     if replay is not None:
         return replay
-    async with ctx.store.read() as conn:
-        stored, taken = await data.namespace_and_taken(conn, namespace, machine_id)
+    retries = storage_retries(ctx, namespace, origin)
+
+    async def read() -> tuple[data.NamespaceRow | None, bool]:
+        async with ctx.store.read() as conn:
+            return await data.namespace_and_taken(conn, namespace, machine_id)
+
+    stored, taken = await (read() if retries is None else retries.run(ctx, read))
     ns = namespace_of(ctx, namespace, stored)
     if taken:
         raise MachineAlreadyExists(f"machine {machine_id!r} already exists in namespace {namespace!r}")
@@ -229,15 +278,36 @@ async def start_machine(ctx: Context, namespace: str, machine_id: str, args: Any
         metrics.count_processor_error(namespace, "init", error.code)
         raise _processor_error(error) from error
     try:
-        body = await ctx.store.grouped(lambda tx: _create(tx, namespace, machine_id, answer, key))
+        if retries is None:
+            body = await ctx.store.grouped(lambda tx: _create(tx, namespace, machine_id, answer, key))
+        else:
+            body = await retries.run(ctx, lambda: ctx.store.grouped(lambda tx: _create(tx, namespace, machine_id, answer, key)))
     except Exception as exc:
         if not ctx.store.dialect.is_unique_violation(exc):
             raise
         replay = await _replay(ctx, namespace, machine_id, key, "start")
         if replay is not None:
             return replay
+        if retries is not None and retries.failures:
+            # A commit whose answer was lost with the store: the machine there may be this very Start's.
+            mine = await _created_by(ctx, namespace, machine_id, answer)
+            if mine is not None:
+                return Reply(201, mine)
         raise MachineAlreadyExists(f"machine {machine_id!r} already exists in namespace {namespace!r}") from exc
     return Reply(201, body)
+
+
+async def _created_by(ctx: Context, namespace: str, machine_id: str, answer: Answer) -> dict[str, Any] | None:
+    """The machine as Get shows it when it is what ``answer`` creates (untouched since: version 1, the same
+    events and aux state); None otherwise."""
+    try:
+        machine = await get_machine(ctx, namespace, machine_id, HistoryRange())
+    except MachineNotFound:
+        return None
+    aux_state = None if answer.aux_state is UNSET else answer.aux_state
+    if machine["version"] != 1 or [e["data"] for e in machine["history"]] != answer.events or machine["aux_state"] != aux_state:
+        return None
+    return machine
 
 
 async def _create(tx: Transaction, namespace: str, machine_id: str, answer: Answer, key: str | None) -> dict[str, Any]:

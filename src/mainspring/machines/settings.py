@@ -65,6 +65,15 @@ class RetryPolicies(BaseModel):
     processor: RetryPolicy | None = None
     """Retries of a transient processor failure within one Start, Call or Repair, before it is answered
     502/504 (None: no retry, the caller decides). Bounded by the call's timeout."""
+    storage: RetryPolicy | None = None
+    """Retries of an unreachable store within one Start over Machinegun's protocol, before it is answered
+    503 (Machinegun's ``storage`` policy; None: ``STORAGE_RETRY``). Bounded by the caller's ``woody.deadline``
+    or else the processor timeout."""
+
+
+STORAGE_RETRY = RetryPolicy(initial_ms=10, factor=2.0, max_ms=1_000, max_attempts=None, max_total_ms=None)
+"""Machinegun's default ``storage`` policy (exponential from 10 ms, no attempt limit): what bounds it is the
+call's deadline."""
 
 
 class ModernizerConfig(BaseModel):
