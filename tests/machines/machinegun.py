@@ -29,7 +29,8 @@ class AutomatonClient:
     """``await mg.Call(desc, args)`` → the result, the IDL's exception raised, or ``woody.WoodyError``."""
 
     def __init__(self, http: httpx.AsyncClient, url: str = PATH, now_ms: Any = None, deadline_ms: int = 30_000,
-                 headers: dict[str, str] | None = None) -> None:
+                 headers: dict[str, str] | None = None, service: Any = Automaton) -> None:
+        self.service = service
         self.http = http
         self.url = url
         self.now_ms = now_ms
@@ -38,18 +39,18 @@ class AutomatonClient:
         self.trace = woody.root_trace()
 
     def __getattr__(self, api: str) -> Any:
-        if api not in Automaton.thrift_services:
+        if api not in self.service.thrift_services:
             raise AttributeError(api)
 
         async def invoke(*args: Any) -> Any:
-            kwargs = args_to_kwargs(getattr(Automaton, api + "_args").thrift_spec, *args)
+            kwargs = args_to_kwargs(getattr(self.service, api + "_args").thrift_spec, *args)
             headers = None if self.now_ms is None else {woody.DEADLINE: woody.format_deadline(self.now_ms() + self.deadline_ms)}
             request_headers = {"content-type": woody.CONTENT_TYPE, **self.trace.child().headers(), **(headers or {}), **self.headers}
-            reply = await self.http.post(self.url, content=woody.encode_call(Automaton, api, kwargs), headers=request_headers)
+            reply = await self.http.post(self.url, content=woody.encode_call(self.service, api, kwargs), headers=request_headers)
             self.last = reply
             if reply.status_code != 200:
                 raise woody.WoodyError(reply.status_code, reply.headers.get(woody.ERROR_CLASS, ""), reply.headers.get(woody.ERROR_REASON, ""))
-            return woody.decode_reply(Automaton, api, reply.content)
+            return woody.decode_reply(self.service, api, reply.content)
 
         return invoke
 

@@ -19,7 +19,7 @@ from mainspring.machines.machinegun.idl import stateproc
 from mainspring.machines.processor import Unprocessable
 from mainspring.store import ManualClock, Store
 from tests.conftest import free_port
-from tests.machines.conftest import FakeProcessor, serve_app
+from tests.machines.conftest import FakeProcessor, eventually, serve_app
 from tests.machines.machinegun import (
     NIL,
     AutomatonClient,
@@ -314,3 +314,50 @@ async def test_a_store_outage_during_start_is_retried_inside_and_answered_once_t
     with pytest.raises(woody.WoodyError) as down:
         await short.Start(FISTFUL_NS, "m3", NIL)
     assert (down.value.status, down.value.error_class) == (503, "Resource Unavailable")
+
+
+class TestOwnListener:
+    """Machinegun as deployed: its own port, /v1/automaton and /v1/event_sink, no token (auth = none)."""
+
+    @pytest.fixture
+    def port(self) -> int:
+        return free_port()
+
+    @pytest.fixture
+    def settings(self, database_url: str, tmp_path: Path, port: int) -> Settings:
+        return _with_tokens(database_url, tmp_path, auth="none", listen=f"127.0.0.1:{port}", event_sinks={"payments": [FISTFUL_NS]})
+
+    async def test_the_listener_serves_the_automaton_and_the_polling_event_sink(
+        self, client: httpx.AsyncClient, fistful: FakeProcessor, registry: App, port: int
+    ) -> None:
+        registry.processors["other"] = Registration(FakeProcessor())
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as http:
+            mg = AutomatonClient(http, url="/v1/automaton", headers=woody_erlang_headers())
+            for _attempt in range(100):  # the listener starts with the server's loops
+                try:
+                    await mg.Start(FISTFUL_NS, "w/1", s("one"))
+                    break
+                except httpx.ConnectError:
+                    await asyncio.sleep(0.05)
+            await mg.Start("other", "o", NIL)
+            await mg.Call(desc(FISTFUL_NS, "w/1"), s("two"))
+            assert [e.id for e in (await mg.GetMachine(desc(FISTFUL_NS, "w/1"))).history] == [1, 2]
+
+            sink = AutomatonClient(http, url="/v1/event_sink", service=stateproc.EventSink)
+
+            async def both() -> Any:
+                got = await sink.GetHistory("payments", stateproc.HistoryRange(limit=10))
+                return got if len(got) == 2 else None
+
+            history = await eventually(both, what="both events of the sink's namespace on the sink")
+            assert [(e.source_ns, e.source_id, e.event.id, e.event.data) for e in history] == [
+                (FISTFUL_NS, "w/1", 1, V(obj={s("started"): s("one")})), (FISTFUL_NS, "w/1", 2, V(obj={s("called"): s("two")}))]
+            assert history[0].id < history[1].id
+            after_first = await sink.GetHistory("payments", stateproc.HistoryRange(after=history[0].id, limit=10))
+            assert [e.event.id for e in after_first] == [2]
+            assert await sink.GetHistory("payments", stateproc.HistoryRange(after=history[1].id)) == []
+            with pytest.raises(stateproc.EventSinkNotFound):
+                await sink.GetHistory("nope", stateproc.HistoryRange())
+            assert (await http.get("/v1/namespaces")).status_code == 404  # only Machinegun's two paths here
+        # The main server's JSON API keeps its tokens.
+        assert (await client.get(f"/v1/namespaces/{quote(FISTFUL_NS, safe='')}/machines/m")).status_code == 401

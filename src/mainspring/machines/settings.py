@@ -128,6 +128,15 @@ class MachinegunSettings(BaseModel):
 
     automaton_path: str = Field("/v1/machinegun/automaton", pattern=r"^/[A-Za-z0-9._~/-]*$")
     """Where the Thrift ``Automaton`` service is served (``POST``, ``application/x-thrift``)."""
+    event_sink_path: str = Field("/v1/machinegun/event_sink", pattern=r"^/[A-Za-z0-9._~/-]*$")
+    """Where the Thrift ``EventSink`` service (the polling sink, ``GetHistory``) is served."""
+    listen: str | None = Field(None, pattern=r"^.+:[0-9]{1,5}$")
+    """``host:port`` of a listener of its own serving ``/v1/automaton`` and ``/v1/event_sink``, Machinegun's
+    paths, as Machinegun is deployed (port 8022 on the services' network); None: only the main server's
+    paths above. One server process only (not with ``--workers``)."""
+    event_sinks: dict[str, list[str]] = {}
+    """Polling event sinks by id (``EventSink.GetHistory``'s ``event_sink_id``) → the namespaces whose
+    events they show (empty: every namespace)."""
     sinks: list[MachinegunSink] = []
     """Kafka event sinks in Machinegun's format (``event_sink.thrift``), each with its own durable cursor."""
     auth: Literal["token", "none"] = "token"

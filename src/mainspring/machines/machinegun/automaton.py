@@ -29,8 +29,9 @@ from mainspring.core.routing import Call, RawBody, Routes
 from mainspring.core.runtime import Context
 from mainspring.machines import errors, namespaces, service
 from mainspring.machines.machinegun import codec, woody
-from mainspring.machines.machinegun.idl import Automaton, stateproc
+from mainspring.machines.machinegun.idl import Automaton, EventSink, base, stateproc
 from mainspring.machines.machinegun.modernizer import BadModernization, modernize_machine
+from mainspring.machines.machinegun.sink import sink_history
 from mainspring.machines.models import check_machine_name
 from mainspring.machines.processor import UNSET, Origin, ProcessorError
 from mainspring.machines.settings import HistoryRange
@@ -180,9 +181,56 @@ def _refused(status: int, reason: str, trace: dict[str, str] | None = None) -> R
     return _answer(status, headers=woody.error_headers(woody.RESULT_UNEXPECTED, reason), trace=trace)
 
 
+class EventSinkHandler:
+    """Machinegun's polling ``EventSink`` (retired from machinegun-proto in 2024, still served by
+    machinegun-woody-api at ``/v1/event_sink``): every machine event of the sink's namespaces, oldest first,
+    by outbox position (as far back as ``server.events_retention_ms`` keeps them)."""
+
+    def __init__(self, ctx: Context, principal: Principal, origin: Origin) -> None:
+        self.ctx = ctx
+        self.principal = principal
+        self.origin = origin
+
+    def check_deadline(self) -> None:
+        if self.origin.deadline_ms is not None and self.origin.deadline_ms <= self.ctx.now_ms():
+            raise SystemError_(503, woody.RESOURCE_UNAVAILABLE, "deadline reached")
+
+    async def GetHistory(self, event_sink_id: Any, range: Any) -> Any:
+        sinks = self.ctx.settings.machines.machinegun.event_sinks
+        namespaces_of_sink = sinks.get(event_sink_id) if isinstance(event_sink_id, str) else None
+        # A sink shows its namespaces' events; whether a sink exists is told only to whoever may read every one.
+        for ns in namespaces_of_sink or ["*"]:
+            self.principal.require(f"machines:{ns}")
+        if namespaces_of_sink is None:
+            raise stateproc.EventSinkNotFound()
+        try:
+            rng = codec.history_range(range)
+        except codec.BadHistoryRange as exc:
+            raise base.InvalidRequest(errors=[exc.detail]) from exc
+        if rng.direction == "backward":
+            raise base.InvalidRequest(errors=["this event sink reads forward only"])
+        limit = SINK_PAGE if rng.limit is None else min(rng.limit, SINK_PAGE)
+        return await sink_history(self.ctx, namespaces_of_sink, rng.after or 0, limit)
+
+
+SINK_PAGE = 1000
+"""The most events one GetHistory answers (a range without a limit gets this many; the next call continues)."""
+
+
 async def serve_automaton(call: Call[bytes]) -> Response:
-    """One woody call of the Automaton service: checks the transport as woody's server does, decodes the
-    Thrift message, runs the method and encodes its result or declared exception."""
+    """One woody call of the Automaton service."""
+    return await serve_woody(call, Automaton, AutomatonHandler)
+
+
+async def serve_event_sink(call: Call[bytes]) -> Response:
+    """One woody call of the polling EventSink service."""
+    return await serve_woody(call, EventSink, EventSinkHandler)
+
+
+async def serve_woody(call: Call[bytes], service_: Any, handler_of: Any) -> Response:
+    """One woody call of ``service_``: checks the transport as woody's server does, decodes the Thrift
+    message, runs the method of ``handler_of(ctx, principal, origin)`` and encodes its result or declared
+    exception."""
     request = call.request
     if request.headers.get("content-type", "").split(";")[0].strip() != woody.CONTENT_TYPE:
         return _refused(415, f"wrong content type: {request.headers.get('content-type')}")
@@ -203,8 +251,8 @@ async def serve_automaton(call: Call[bytes]) -> Response:
     if not body:
         return _refused(400, "body empty", trace)
     forwarded = {k: v for k, v in request.headers.items() if k.startswith(woody.META_PREFIX)}
-    handler = AutomatonHandler(call.ctx, call.principal, Origin(deadline_ms, {**trace, **forwarded}))
-    processor = TProcessor(Automaton, handler)
+    handler = handler_of(call.ctx, call.principal, Origin(deadline_ms, {**trace, **forwarded}))
+    processor = TProcessor(service_, handler)
     try:
         api, seqid, result, call = processor.process_in(TBinaryProtocol(TMemoryBuffer(body)))
     except Exception as exc:  # any decoding failure of a client's bytes is its bad request, not our 500
@@ -220,7 +268,7 @@ async def serve_automaton(call: Call[bytes]) -> Response:
         return _answer(exc.status, headers=woody.error_headers(exc.error_class, exc.reason), trace=trace)
     except TException as exc:
         if not processor.handle_exception(exc, result):
-            log.error("Automaton.%s raised %s, which the IDL does not declare for it", api, type(exc).__name__)
+            log.error("%s.%s raised %s, which the IDL does not declare for it", service_.__name__, api, type(exc).__name__)
             return _answer(500, headers=woody.error_headers(woody.RESULT_UNEXPECTED, f"undeclared {type(exc).__name__}"), trace=trace)
         processor.send_result(oprot, api, result, seqid)
         return _answer(200, out.getvalue(), woody.error_headers(woody.BUSINESS, type(exc).__name__), trace)
@@ -237,30 +285,37 @@ async def serve_automaton(call: Call[bytes]) -> Response:
     except Exception as exc:
         if is_unavailable(exc):
             return _answer(503, headers=woody.error_headers(woody.RESOURCE_UNAVAILABLE, "the store is not reachable"), trace=trace)
-        log.exception("Automaton.%s failed", api)
+        log.exception("%s.%s failed", service_.__name__, api)
         return _answer(500, headers=woody.error_headers(woody.RESULT_UNEXPECTED, f"{type(exc).__name__}"), trace=trace)
     processor.send_result(oprot, api, result, seqid)
     return _answer(200, out.getvalue(), trace=trace)
 
 
-def automaton_routes(settings: Any) -> list[Routes]:
-    """The Automaton's operation at the configured path (``machines.machinegun.automaton_path``). With
-    ``machines.machinegun.auth = "none"`` it takes calls without a token, as Machinegun does (woody clients
-    send none): every namespace is open to whoever reaches it."""
+WOODY_ANSWERS = {
+    # woody's own answers: a business error is 200 with woody.error-class; these are its system errors.
+    400: "woody: a malformed request or Thrift message (Result Unexpected)",
+    403: "the token may not use the machine's namespace",
+    406: "woody: the client does not accept application/x-thrift",
+    415: "woody: the body is not application/x-thrift",
+    500: "woody: the call failed inside Mainspring (Result Unexpected)",
+    503: "woody: the processor or the store is unavailable, nothing was done (Resource Unavailable)",
+    504: "woody: the processor or the deadline timed out (Result Unknown)",
+}
+
+
+def woody_routes(settings: Any, automaton_path: str, event_sink_path: str) -> Routes:
+    """The Automaton and EventSink services at these paths. With ``machines.machinegun.auth = "none"``
+    they take calls without a token, as Machinegun does (woody clients send none): every namespace is open
+    to whoever reaches them."""
     routes = Routes("", tag="machinegun")
-    routes.add(
-        "POST", settings.machines.machinegun.automaton_path, serve_automaton, body=RawBody,
-        public=settings.machines.machinegun.auth == "none",
-        content={woody.CONTENT_TYPE: {"schema": {"type": "string", "format": "binary"}}},
-        # woody's own answers: a business error is 200 with woody.error-class; these are its system errors.
-        answers={
-            400: "woody: a malformed request or Thrift message (Result Unexpected)",
-            403: "the token may not use the machine's namespace",
-            406: "woody: the client does not accept application/x-thrift",
-            415: "woody: the body is not application/x-thrift",
-            500: "woody: the call failed inside Mainspring (Result Unexpected)",
-            503: "woody: the processor or the store is unavailable, nothing was done (Resource Unavailable)",
-            504: "woody: the processor or the deadline timed out (Result Unknown)",
-        },
-    )
-    return [routes]
+    public = settings.machines.machinegun.auth == "none"
+    content = {woody.CONTENT_TYPE: {"schema": {"type": "string", "format": "binary"}}}
+    routes.add("POST", automaton_path, serve_automaton, body=RawBody, public=public, content=content, answers=WOODY_ANSWERS)
+    routes.add("POST", event_sink_path, serve_event_sink, body=RawBody, public=public, content=content, answers=WOODY_ANSWERS)
+    return routes
+
+
+def automaton_routes(settings: Any) -> list[Routes]:
+    """The services on the main server (``machines.machinegun.automaton_path`` and ``event_sink_path``)."""
+    machinegun = settings.machines.machinegun
+    return [woody_routes(settings, machinegun.automaton_path, machinegun.event_sink_path)]

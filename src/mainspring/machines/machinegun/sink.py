@@ -13,11 +13,12 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+from mainspring.core import outbox
 from mainspring.core.publishers import KafkaPublisher, run_publisher
 from mainspring.core.runtime import Context
 from mainspring.core.settings import KafkaSink
 from mainspring.machines.machinegun import codec
-from mainspring.machines.machinegun.idl import evsink, serialize
+from mainspring.machines.machinegun.idl import evsink, serialize, stateproc
 from mainspring.machines.settings import MachinegunSink
 
 EVENT_TYPES = ("machine.event",)
@@ -32,6 +33,30 @@ def sink_event(event: dict[str, Any]) -> Any:
         format_version=version, data=codec.value_from_json(value),
     )
     return evsink.SinkEvent(event=machine_event)
+
+
+async def sink_history(ctx: Context, namespaces: Sequence[str], after: int, limit: int) -> list[Any]:
+    """Machinegun's polling sink: up to ``limit`` machine events of ``namespaces`` (empty: all) after outbox
+    position ``after``, oldest first, as ``state_processing.SinkEvent``s whose id is the position."""
+    found: list[Any] = []
+    wanted = set(namespaces)
+    while len(found) < limit:
+        events, cursor = await outbox.read_events(ctx.store, after, max(100, limit - len(found)), EVENT_TYPES)
+        for event in events:
+            data = event["data"]
+            if wanted and data["namespace"] not in wanted:
+                continue
+            version, value = codec.split_content(data["data"])
+            found.append(stateproc.SinkEvent(
+                id=int(event["id"]), source_id=data["id"], source_ns=data["namespace"],
+                event=stateproc.Event(id=data["event_id"], created_at=event["at"], format_version=version, data=codec.value_from_json(value)),
+            ))
+            if len(found) == limit:
+                break
+        if not events or cursor == after:
+            break
+        after = cursor
+    return found
 
 
 class ThriftKafkaSink(KafkaPublisher):
