@@ -109,7 +109,8 @@ class NamespaceConfig(BaseModel):
 
 
 class MachinegunSink(BaseModel):
-    """Machine events to Kafka as Machinegun's Thrift-binary ``SinkEvent`` records, keyed by machine id."""
+    """Machine events to Kafka as Machinegun's Thrift-binary ``SinkEvent`` records, keyed ``"<ns> <id>"`` and
+    partitioned by ``erlang:phash2`` of the key, as Machinegun's."""
 
     model_config = ConfigDict(use_attribute_docstrings=True)
 
