@@ -528,6 +528,15 @@ async def extend_leases(tx: Executor, leases: Sequence[tuple[int, str, int]]) ->
     await tx.execute(stmt, [{"b_id": i, "b_token": t, "b_expires": e} for i, t, e in leases])
 
 
+async def queues_of(conn: Executor, ids: Iterable[int]) -> dict[int, str]:
+    """The queue of each item in ``ids`` that exists."""
+    wanted = sorted(set(ids))
+    if not wanted:
+        return {}
+    rows = (await conn.execute(select(items.c.id, items.c.queue).where(items.c.id.in_(wanted)))).all()
+    return {r.id: r.queue for r in rows}
+
+
 async def held_leases(conn: Executor, ids: Iterable[int]) -> dict[int, tuple[str, str | None]]:
     """(state, lease token) of each item in ``ids``."""
     wanted = sorted(set(ids))
