@@ -507,7 +507,7 @@ async def complete_held_alone(tx: Transaction, held: Sequence[tuple[int, str, st
         "ids": [i for i, _, _ in held], "tokens": [t for _, t, _ in held], "results": [r for _, _, r in held], "now": now,
         "pg_channel": PG_CHANNEL, "channels": [SEQUENCER_CHANNEL, *channels],
     }
-    done = {int(r.id) for r in (await tx.execute_alone(_COMPLETE_HELD_ALONE, params)).all()}
+    done = {int(r.id) for r in (await tx.fetch_alone(_COMPLETE_HELD_ALONE, params)).all()}
     if done:
         tx.notify(SEQUENCER_CHANNEL)
         for channel in channels:

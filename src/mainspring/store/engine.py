@@ -72,6 +72,17 @@ class Transaction:
         self.statements += 1
         return await self.session.execute_alone(statement, params)  # type: ignore[attr-defined, no-any-return]
 
+    async def fetch_alone(self, statement: Any, params: dict[str, Any]) -> Any:
+        """``execute_alone`` of a plain textual statement (no typed parameters) on a hot path: on PostgreSQL
+        straight on the driver (rows read as SQLAlchemy's are: ``all()``, attributes, slices)."""
+        fetch = getattr(self.session, "fetch_alone", None)
+        if fetch is None:
+            return await self.execute_alone(statement, params)
+        if not self.may_run_alone:
+            raise RuntimeError("execute_alone needs a transaction of one writer, before any statement")
+        self.statements += 1
+        return await fetch(statement, params)
+
     def notify(self, channel: str) -> None:
         """Wake whoever waits on ``channel``, here and on other servers, once this commits."""
         if channel not in self.channels:
