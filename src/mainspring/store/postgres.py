@@ -19,13 +19,13 @@ from typing import Any, TypeVar
 
 from sqlalchemy import (
     ColumnElement,
-    TextClause,
     Connection,
     Executable,
     Integer,
     Result,
     Select,
     Table,
+    TextClause,
     any_,
     bindparam,
     event,
@@ -34,8 +34,8 @@ from sqlalchemy import (
     select,
 )
 from sqlalchemy.dialects.postgresql import ARRAY
-from sqlalchemy.dialects.postgresql.asyncpg import dialect as asyncpg_dialect
 from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.postgresql.asyncpg import dialect as asyncpg_dialect
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 
