@@ -40,7 +40,7 @@ from mainspring.core.logs import bind
 from mainspring.core.runtime import log_failure
 from mainspring.interactions import data, outcomes
 from mainspring.interactions.models import ErrorDetail, Interaction, Lease
-from mainspring.interactions.service import finished_channel, queue_channel
+from mainspring.interactions.service import cancelled_channel, queue_channel
 from mainspring.interactions.settings import InteractionsSettings
 from mainspring.interactions.sources import QueueSource, StoreQueues
 from mainspring.store import Store
@@ -362,7 +362,7 @@ class QueueRunner:
             # The queue's lease may change while running: beat three times per lease as it is now.
             beat_s = max(0.05, self._lease_ms / 3000)
             next_beat = last_beat + beat_s
-            waiter = self.source.waiter(finished_channel(self.name))
+            waiter = self.source.waiter(cancelled_channel(self.name))
             # Short naps: a lease taken meanwhile may be shorter than the one this beat was planned for.
             signalled = await waiter.wait(min(0.1, max(0.0, next_beat - time.monotonic())))
             try:
