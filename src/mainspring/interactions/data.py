@@ -734,7 +734,7 @@ async def take_due_alone(
         "queue": queue, "now": now, "room": room, "token": token, "lease_ms": lease_ms, "worker": worker,
         "pg_channel": PG_CHANNEL, "sequencer": SEQUENCER_CHANNEL,
     }
-    result = (await tx.execute_alone(_TAKE_DUE_ALONE, params)).all()
+    result = (await tx.fetch_alone(_TAKE_DUE_ALONE, params)).all()
     if not result:
         return None
     width = len(queues.c)
