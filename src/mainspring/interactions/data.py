@@ -347,7 +347,7 @@ async def insert_queued_with_events(
     params["now"] = now
     if tx.may_run_alone:
         params.update(pg_channel=PG_CHANNEL, channels=[SEQUENCER_CHANNEL, *wake])
-        rows = [_item(r) for r in (await tx.execute_alone(_CREATE_WITH_EVENTS_ALONE, params)).all()]
+        rows = [_item(r) for r in (await tx.fetch_alone(_CREATE_WITH_EVENTS_ALONE, params)).all()]
     else:
         rows = [_item(r) for r in (await tx.execute(_CREATE_WITH_EVENTS, params)).all()]
     if rows:
