@@ -73,6 +73,21 @@ class Transaction:
         self.statements += 1
         return await self.session.execute_alone(statement, params)  # type: ignore[attr-defined, no-any-return]
 
+    async def fetch_prepared(self, sql: str, *args: Any) -> list[Any]:
+        """PostgreSQL only: run ``sql`` (``$1``… parameters) in this transaction on the raw asyncpg connection,
+        prepared once per connection, answering its records. For the hottest statements, where SQLAlchemy's
+        per-call work (cache key, compiled-cache lookup, parameter processing, result wrapping) costs more
+        than PostgreSQL running them."""
+        self.statements += 1
+        return await self.session.fetch_prepared(sql, args)  # type: ignore[attr-defined, no-any-return]
+
+    async def fetch_prepared_alone(self, sql: str, *args: Any) -> list[Any]:
+        """``fetch_prepared`` as the whole transaction (only when ``may_run_alone``; see ``execute_alone``)."""
+        if not self.may_run_alone:
+            raise RuntimeError("execute_alone needs a transaction of one writer, before any statement")
+        self.statements += 1
+        return await self.session.fetch_prepared_alone(sql, args)  # type: ignore[attr-defined, no-any-return]
+
     def notify(self, channel: str) -> None:
         """Wake whoever waits on ``channel``, here and on other servers, once this commits."""
         if channel not in self.channels:
