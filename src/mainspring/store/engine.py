@@ -61,8 +61,9 @@ class Transaction:
 
     @property
     def may_run_alone(self) -> bool:
-        """Whether the next statement may be the whole transaction (``execute_alone``)."""
-        return self.alone and self.statements == 0
+        """Whether the next statement may be the whole transaction (``execute_alone``): not once something waits
+        to be written last (it would come after that statement's commit)."""
+        return self.alone and self.statements == 0 and not self._last
 
     async def execute_alone(self, statement: Executable, params: Any = None) -> Result[Any]:
         """Run ``statement`` as the whole transaction (only when ``may_run_alone``): on PostgreSQL it commits
