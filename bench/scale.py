@@ -3,6 +3,7 @@
     # fill (once; SQL, not HTTP: generate_series on PostgreSQL, executemany on SQLite), then measure:
     .venv/bin/python bench/scale.py fill --database postgresql://postgres@127.0.0.1:5432/ms_scale --interactions 1000000
     .venv/bin/python bench/scale.py measure --database postgresql://postgres@127.0.0.1:5432/ms_scale
+    .venv/bin/python bench/scale.py service --database postgresql://postgres@127.0.0.1:5432/ms_scale
     .venv/bin/python bench/scale.py explain --database postgresql://postgres@127.0.0.1:5432/ms_scale
     .venv/bin/python bench/scale.py ab --database postgresql://postgres@127.0.0.1:5432/ms_scale_ab
 
@@ -18,7 +19,8 @@ per item on 5,000 items.
 ``measure`` starts ``mainspring serve`` on the store (the time to its first ``/readyz`` 200 is the server
 start: migrations checked and start-up recovery), then times each read of the aims (median of 5 after one
 warm-up, wall time seen by the client on a loaded shared machine: ``uptime``'s load is printed beside) and
-the create p50 (one connection, 200 creates). ``explain`` prints PostgreSQL's plan of the reads' statements.
+the create p50 (one connection, 200 creates). ``service`` times the same reads in-process, without HTTP.
+``explain`` prints PostgreSQL's plan of the reads' statements.
 """
 
 from __future__ import annotations
@@ -184,6 +186,7 @@ def measure(database: str, queue: str) -> None:
             print(f"server start (to /readyz 200): {start_s * 1000:.0f} ms   (load {load()})")
             with httpx.Client(base_url=base, timeout=120) as client:
                 reads = [
+                    ("GET /healthz (the floor: no store)", "/healthz"),
                     ("GET /v1/queues/{q} (counts)", f"/v1/queues/{queue}"),
                     ("GET /metrics (uncached)", "/metrics"),
                     ("/ui/ overview", "/ui/"),
@@ -242,6 +245,37 @@ async def explain(url: str) -> None:
         plan = await conn.fetch("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) " + sql.format(now=now))
         print(f"-- {what}\n" + "\n".join(r[0] for r in plan))
     await conn.close()
+
+
+async def service_times(url: str) -> None:
+    """The read paths timed in this process (median of 5 after one): what the store and the service spend,
+    without the HTTP client and server sharing the loaded machine's cores."""
+    from mainspring.interactions import service
+    from mainspring.interactions.settings import InteractionsSettings
+    from mainspring.store import Store
+
+    store = Store(url, pool_size=2)
+    await store.start()
+    cfg = InteractionsSettings()
+    now = store.now_ms()
+    reads = {
+        "queue counts (get_queue)": lambda: service.get_queue(store, cfg, "q0"),
+        "all counts (overview, /metrics)": lambda: service.count_by_status(store),
+        "latency chart (60 minutes)": lambda: service.mean_latency_by_bucket(store, now - 3_600_000, now, 60_000),
+        **{f"list status={s}": (lambda s=s: service.list_items(store, "q0", {"status": [s]}, 50, None))
+           for s in ("failed", "processing", "waiting", "ready", "scheduled", "completed")},
+    }
+    try:
+        for what, read in reads.items():
+            await read()
+            times = []
+            for _ in range(5):
+                t = time.perf_counter()
+                await read()
+                times.append((time.perf_counter() - t) * 1000)
+            print(f"{what:<40} {statistics.median(times):8.1f} ms   (load {load()})", flush=True)
+    finally:
+        await store.close()
 
 
 # --- ab: the write path's cost of the kept counts and the list indexes ---------------------------------------
@@ -332,7 +366,7 @@ async def ab(url: str, rounds: int, creates: int, jobs: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["fill", "measure", "explain", "ab"])
+    parser.add_argument("command", choices=["fill", "measure", "service", "explain", "ab"])
     parser.add_argument("--database", required=True)
     parser.add_argument("--interactions", type=int, default=1_000_000)
     parser.add_argument("--queues", type=int, default=5)
@@ -347,6 +381,8 @@ def main() -> None:
         print(f"filled in {time.monotonic() - started:.0f} s")
     elif args.command == "measure":
         measure(args.database, "q0")
+    elif args.command == "service":
+        asyncio.run(service_times(args.database))
     elif args.command == "ab":
         asyncio.run(ab(args.database, 3, 2000, 5000))
     else:
