@@ -231,7 +231,7 @@ def _status_expression(now: int) -> ColumnElement[str]:
     )
 
 
-SCHEDULED_CAP = 10_000
+SCHEDULED_CAP = 2_000
 """Queued items a count looks at one by one to split a queue's queued items into ready and scheduled; past
 it (on PostgreSQL) the split is the planner's estimate, and labelled so."""
 
