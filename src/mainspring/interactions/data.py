@@ -24,7 +24,7 @@ from mainspring.interactions.tables import interaction_schedules as schedules
 from mainspring.interactions.tables import interactions as items
 from mainspring.store import Store, Transaction, format_time
 from mainspring.store.dialect import Executor
-from mainspring.store.notify import PG_CHANNEL
+from mainspring.store.notify import PG_CHANNEL, payloads
 from mainspring.store.schema import Millis
 
 ACTIVE = ("queued", "processing")
@@ -446,8 +446,9 @@ async def insert_queued_with_events(
     params["data"] = [None if d is None else json.dumps(d) for d in params["data"]]
     params["now"] = now
     if tx.may_run_alone:
-        params.update(pg_channel=PG_CHANNEL, channels=[SEQUENCER_CHANNEL, *wake])
-        rows = [_item(r) for r in (await tx.execute_alone(_CREATE_WITH_EVENTS_ALONE, params)).all()]
+        # One NOTIFY for the readers of events and the queues' workers (as many as the payload limit needs).
+        params.update(pg_channel=PG_CHANNEL, channels=payloads([SEQUENCER_CHANNEL, *wake]))
+        rows = [_item(r) for r in (await tx.fetch_alone(_CREATE_WITH_EVENTS_ALONE, params)).all()]
     else:
         rows = [_item(r) for r in (await tx.execute(_CREATE_WITH_EVENTS, params)).all()]
     if rows:
@@ -607,7 +608,7 @@ async def complete_held_alone(tx: Transaction, held: Sequence[tuple[int, str, st
         "ids": [i for i, _, _ in held], "tokens": [t for _, t, _ in held], "results": [r for _, _, r in held], "now": now,
         "pg_channel": PG_CHANNEL, "channels": [SEQUENCER_CHANNEL, *channels],
     }
-    done = {int(r.id) for r in (await tx.execute_alone(_COMPLETE_HELD_ALONE, params)).all()}
+    done = {int(r.id) for r in (await tx.fetch_alone(_COMPLETE_HELD_ALONE, params)).all()}
     if done:
         tx.notify(SEQUENCER_CHANNEL)
         for channel in channels:
@@ -625,6 +626,15 @@ async def extend_leases(tx: Executor, leases: Sequence[tuple[int, str, int]]) ->
         .values(lease_expires_at=bindparam("b_expires"))
     )
     await tx.execute(stmt, [{"b_id": i, "b_token": t, "b_expires": e} for i, t, e in leases])
+
+
+async def queues_of(conn: Executor, ids: Iterable[int]) -> dict[int, str]:
+    """The queue of each item in ``ids`` that exists."""
+    wanted = sorted(set(ids))
+    if not wanted:
+        return {}
+    rows = (await conn.execute(select(items.c.id, items.c.queue).where(items.c.id.in_(wanted)))).all()
+    return {r.id: r.queue for r in rows}
 
 
 async def held_leases(conn: Executor, ids: Iterable[int]) -> dict[int, tuple[str, str | None]]:
@@ -834,7 +844,7 @@ async def take_due_alone(
         "queue": queue, "now": now, "room": room, "token": token, "lease_ms": lease_ms, "worker": worker,
         "pg_channel": PG_CHANNEL, "sequencer": SEQUENCER_CHANNEL,
     }
-    result = (await tx.execute_alone(_TAKE_DUE_ALONE, params)).all()
+    result = (await tx.fetch_alone(_TAKE_DUE_ALONE, params)).all()
     if not result:
         return None
     width = len(queues.c)
