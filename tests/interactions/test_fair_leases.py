@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from mainspring.app import App, AppError
+from mainspring.client.interactions import AsyncInteractionsClient
 from mainspring.config import Settings
 from mainspring.interactions import leasing, outcomes, service
+from mainspring.interactions.models import Interaction
+from mainspring.interactions.worker import Worker
+from mainspring.producer import producer
 from mainspring.store import ManualClock, Store
 from tests.interactions.conftest import create, get, lease, put_queue, release
 
@@ -261,3 +268,67 @@ async def test_a_release_through_the_service_frees_the_owners_slot(store: Store,
     await leasing.release(store, c1["id"], c1["lease"]["token"], outcomes.Complete(None))
     [next_c1] = (await leasing.lease(store, cfg, "q", "w", 5)).items
     assert next_c1["channel"] == "c1"
+
+
+# --- the worker, the producer, the client -------------------------------------------------------------------
+
+
+async def test_app_queue_owner_options_set_the_queue_and_the_worker_keeps_each_owner_within_its_limit(
+    store: Store, settings: Settings
+) -> None:
+    cfg = settings.interactions
+    running: Counter[str] = Counter()
+    most: Counter[str] = Counter()
+    done: list[str] = []
+
+    async def handle(item: Interaction) -> None:
+        owner = item.user or ""
+        running[owner] += 1
+        most[owner] = max(most[owner], running[owner])
+        await asyncio.sleep(0.02)
+        running[owner] -= 1
+        done.append(item.id)
+
+    app = App()
+    app.queue("owned", concurrency=20, owner_by="user", per_owner={"concurrency": 2}, fair=True, weights={"a": 2})(handle)
+    worker = Worker(store, app, cfg, poll_ms=50)
+    await worker.start()  # creates the queue with those settings
+    try:
+        await service.create_many(store, cfg, "owned", [{"user": u} for u in ("a", "b", "c") for _ in range(6)])
+        for _ in range(400):
+            if len(done) == 18:
+                break
+            await asyncio.sleep(0.025)
+    finally:
+        await worker.stop()
+    assert len(done) == 18
+    assert max(most.values()) <= 2 and set(most) == {"a", "b", "c"}
+    queue = await service.get_queue(store, cfg, "owned")
+    assert (queue["owner_by"], queue["per_owner"]["concurrency"], queue["fair"], queue["weights"]) == ("user", 2, True, {"a": 2})
+
+
+def test_app_queue_refuses_owner_options_without_owner_by() -> None:
+    with pytest.raises(AppError, match="owner_by"):
+        App().queue("q", fair=True)(lambda item: None)
+    with pytest.raises(AppError, match="weights"):
+        App().queue("q", owner_by="user", weights={"a": 0})(lambda item: None)
+
+
+async def test_the_producer_creates_with_a_priority(database_url: str, tmp_path: Path, store: Store, settings: Settings) -> None:
+    async with producer(database=database_url, data_dir=tmp_path) as mainspring:
+        await mainspring.create("p", data=1)
+        urgent = await mainspring.create("p", data=2, priority=5)
+    assert urgent["priority"] == 5
+    [first, _] = (await leasing.lease(store, settings.interactions, "p", "w", 2)).items
+    assert first["id"] == urgent["id"]
+
+
+async def test_the_client_sets_owner_settings_and_creates_with_a_priority(app: Any) -> None:
+    ms = AsyncInteractionsClient("http://mainspring.test")
+    ms._http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://mainspring.test")
+    async with ms:
+        queue = await ms.put_queue("c", owner_by="channel", per_owner={"concurrency": 1}, fair=True, weights={"x": 3},
+                                                priority_aging_ms=1000)
+        assert (queue["owner_by"], queue["per_owner"], queue["weights"]) == ("channel", {"concurrency": 1, "rate_limit": None}, {"x": 3})
+        item = await ms.create("c", {"n": 1}, channel="x", priority=-3)
+        assert item["priority"] == -3
