@@ -100,6 +100,12 @@ async def expire_leases(tx: Transaction, q: QueueRow, now: int) -> int:
     return len(rows)
 
 
+def _window(now: int, per_ms: int, started: int) -> int:
+    """The rate window ``now`` falls in; never one before the window in force (``started``), which a server
+    whose clock runs ahead may have opened: going back would count a window twice."""
+    return max(now - now % per_ms, started)
+
+
 def _lease_end(q: QueueRow, leased_at: int, now: int, lease_ms: int) -> int:
     end = now + lease_ms
     if q.processing_timeout_ms is not None:
@@ -127,6 +133,9 @@ async def _lease_once(store: Store, cfg: InteractionsSettings, queue: str, worke
         if locked is None:
             return None
         q, has_expired = locked
+        # The time of the lease is when it holds the queue: waiting for the lock may take a while, and the
+        # counts and windows it reads are those of that moment, not of when it began waiting.
+        now = max(now, store.now_ms())
         if has_expired:
             await expire_leases(tx, q, now)
         if q.paused:
@@ -141,7 +150,7 @@ async def _lease_once(store: Store, cfg: InteractionsSettings, queue: str, worke
             room = min(room, slots)
         window_start, window_count = q.window_start, q.window_count
         if q.rate_limit_count is not None:
-            current = now - now % q.rate_limit_per_ms
+            current = _window(now, q.rate_limit_per_ms, window_start)
             if window_start != current:
                 window_start, window_count = current, 0
             left = q.rate_limit_count - window_count
@@ -195,7 +204,7 @@ async def _pick(tx: Transaction, q: QueueRow, now: int, room: int) -> list[int]:
         if q.per_owner_concurrency is not None:
             room_of = min(room_of, q.per_owner_concurrency - busy.get(owner, 0))
         if q.per_owner_rate_count is not None and q.per_owner_rate_per_ms is not None:
-            current = now - now % q.per_owner_rate_per_ms
+            current = _window(now, q.per_owner_rate_per_ms, state.window_start)
             if state.window_start != current:
                 state.window_start, state.window_count = current, 0
             room_of = min(room_of, q.per_owner_rate_count - state.window_count)
