@@ -2,9 +2,9 @@
 leasing over HTTP at once, and the store's own record (when each item was leased, when it finished) shows no
 owner ever above its concurrency, in any rate window above its count, nor the queue above its own limit.
 
-A lease's time is read once it holds the queue's row, and a release's once it holds the item's: so an item
-released before a lease counted its owner's items has finished_at <= that lease's leased_at, and an overlap of
-[leased_at, finished_at) intervals is one the limits really allowed."""
+A lease's time is read once it holds the queue's row and has counted what is processing, and a release's once
+it holds the item's: so an item released before a lease counted has finished_at <= that lease's leased_at, and
+an overlap of [leased_at, finished_at) intervals is one the limits really allowed."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ async def test_per_owner_concurrency_and_rate_are_never_exceeded_by_three_server
             await asyncio.gather(*workers)
             async with store.read() as conn:
                 rows = (await conn.execute(text(
-                    "SELECT owner, leased_at, finished_at, attempts, state FROM interactions WHERE queue = 'owned'"
+                    "SELECT owner, leased_at, finished_at, attempts, state, worker, id FROM interactions WHERE queue = 'owned' ORDER BY leased_at"
                 ))).all()
         finally:
             await store.close()
@@ -96,7 +96,8 @@ async def test_per_owner_concurrency_and_rate_are_never_exceeded_by_three_server
         by_owner[r.owner].append((r.leased_at, r.finished_at))
     assert {o: len(v) for o, v in by_owner.items()} == OWNERS
     for owner, intervals in by_owner.items():
-        assert most_at_once(intervals) <= PER_OWNER_CONCURRENCY, f"{owner} ran more than {PER_OWNER_CONCURRENCY} at once"
+        assert most_at_once(intervals) <= PER_OWNER_CONCURRENCY, (
+            f"{owner} ran more than {PER_OWNER_CONCURRENCY} at once: " + "; ".join(f"{r.id} {r.worker} {r.leased_at}-{r.finished_at}" for r in rows if r.owner == owner))
         windows: dict[int, int] = defaultdict(int)
         for leased_at, _ in intervals:
             windows[leased_at - leased_at % RATE_PER_MS] += 1

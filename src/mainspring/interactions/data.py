@@ -995,6 +995,10 @@ async def set_fair_clock(tx: Executor, queue: str, clock: int) -> None:
     await tx.execute(queues.update().where(queues.c.name == queue).values(fair_clock=clock))
 
 
+async def owned_queues(conn: Executor) -> list[str]:
+    return list((await conn.execute(select(queues.c.name).where(queues.c.owner_by.is_not(None)).order_by(queues.c.name))).scalars())
+
+
 async def owner_counts(conn: Executor, now: int, queue: str, limit: int) -> list[tuple[str, int, int]]:
     """The busiest owners of ``queue``: (owner, ready, processing), most ready + processing first."""
     ready = func.sum(case((and_(items.c.state == "queued", items.c.next_processing <= now), 1), else_=0))

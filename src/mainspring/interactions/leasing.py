@@ -133,8 +133,6 @@ async def _lease_once(store: Store, cfg: InteractionsSettings, queue: str, worke
         if locked is None:
             return None
         q, has_expired = locked
-        # The time of the lease is when it holds the queue: waiting for the lock may take a while, and the
-        # counts and windows it reads are those of that moment, not of when it began waiting.
         now = max(now, store.now_ms())
         if has_expired:
             await expire_leases(tx, q, now)
@@ -144,8 +142,13 @@ async def _lease_once(store: Store, cfg: InteractionsSettings, queue: str, worke
         room = max_items
         limited_until: int | None = None
         slots: int | None = None
+        leased_now = await data.count_processing(tx, queue) if q.concurrency is not None else 0
+        busy = await data.processing_by_owner(tx, queue) if q.owned and q.per_owner_concurrency is not None else {}
+        # The time of the lease is read after what is processing was counted (waiting for the queue's lock, or
+        # for those reads, takes a while): a release that committed before the count finished before it, and
+        # the rate windows are those of that moment.
+        now = max(now, store.now_ms())
         if q.concurrency is not None:
-            leased_now = await data.count_processing(tx, queue)
             slots = q.concurrency - leased_now
             room = min(room, slots)
         window_start, window_count = q.window_start, q.window_count
@@ -162,7 +165,7 @@ async def _lease_once(store: Store, cfg: InteractionsSettings, queue: str, worke
         if room > 0:
             expires = _lease_end(q, now, now, lease_ms or q.lease_ms)
             if q.owned or q.priority_aging_ms is not None:
-                picked = await _pick(tx, q, now, room)
+                picked = await _pick(tx, q, now, room, busy)
                 took = await data.take_ids_with_events(tx, queue, picked, now, new_token(), expires, worker)
             else:
                 took = await data.take_due_with_events(tx, queue, now, room, new_token(), expires, worker)
@@ -185,17 +188,16 @@ TURN_STRIDE = 720_720
 every weight up to 16, so common weights share exactly."""
 
 
-async def _pick(tx: Transaction, q: QueueRow, now: int, room: int) -> list[int]:
+async def _pick(tx: Transaction, q: QueueRow, now: int, room: int, busy: dict[str, int]) -> list[int]:
     """The ids a lease of ``q`` takes, at most ``room``, in order: without ``owner_by``, by effective priority;
     with it, within each owner's limits (its concurrency, its rate window), and with ``fair`` owner by owner
-    in weighted turns. Runs under the queue's row lock, which every such lease takes: the counts it reads and
-    the owner rows it writes are nobody else's until it commits."""
+    in weighted turns (``busy``: each owner's items processing). Runs under the queue's row lock, which every
+    such lease takes: the counts it reads and the owner rows it writes are nobody else's until it commits."""
     if not q.owned:
         return [c.id for c in await data.ready_candidates(tx, q.name, None, now, room, aging_ms=q.priority_aging_ms)]
     owners = await data.owners_with_due(tx, q.name, now)
     if not owners:
         return []
-    busy = await data.processing_by_owner(tx, q.name) if q.per_owner_concurrency is not None else {}
     states = await data.owner_states(tx, q.name, owners)
     left: dict[str, int] = {}
     for owner in owners:

@@ -197,6 +197,13 @@ async def get_queue(store: Store, cfg: InteractionsSettings, queue: str) -> dict
     return body
 
 
+async def busiest_owners(store: Store, queue: str, limit: int = 20) -> list[dict[str, Any]]:
+    """The owners of ``queue`` with the most ready and processing items (who is starving whom)."""
+    async with store.read() as conn:
+        top = await data.owner_counts(conn, store.now_ms(), queue, limit)
+    return [{"owner": owner, "ready": ready, "processing": processing} for owner, ready, processing in top]
+
+
 async def pause_queue(store: Store, cfg: InteractionsSettings, queue: str, paused: bool) -> dict[str, Any]:
     """Stop (or start again) leasing from ``queue`` on every server: the state is in the queue's row, which
     each lease reads. Items leased already run on; expired leases still turn into retries."""
