@@ -21,6 +21,7 @@ from mainspring.batching.tables import batch_packages, batch_tasks, batch_versio
 from mainspring.core import data as core_data
 from mainspring.store import Transaction
 from mainspring.store.dialect import Executor
+from mainspring.store.postgres import lock_key
 from mainspring.store.schema import Millis
 
 LIVE_TASK_STATUSES = ("pending", "packed", "claimed")
@@ -435,6 +436,82 @@ async def content_in_log(tx: Executor, batcher: str, group: str, member: str, sh
     params = {"batcher": batcher, "group": group, "member": member, "sha256": sha256}
     same, own, top = (await tx.execute(_CONTENT_IN_LOG, params)).one()
     return ContentInLog(same, own, top)
+
+
+# PostgreSQL: submits of different groups that arrived together, in one statement (``unnest`` arrays, one
+# statement text whatever their number), prepared once per connection. Per submit, in array order: a task
+# whose id is already stored is answered as it is (nothing written); otherwise its group's log decides — the
+# content already accepted for the member: the task is stored ``rejected`` (duplicate) with that version;
+# else the next version, ``max(own latest + 1, group's highest)``, is logged and the task stored ``pending`` —
+# with its ``batch.task.accepted`` or ``batch.task.rejected`` event. The caller holds each group's numbering
+# lock, taken by an earlier statement (the snapshot of this one is taken after it), and sends at most one
+# submit per group and per task id.
+_SUBMIT_SQL = (
+    "WITH s AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::jsonb[], "
+    "$7::jsonb[]) WITH ORDINALITY AS s(batcher, id, grp, member, sha256, content, data, ord)), "
+    "known AS (SELECT s.ord, t.seq FROM s JOIN batch_tasks t ON t.batcher = s.batcher AND t.id = s.id), "
+    "log AS (SELECT s.*, "
+    "(SELECT min(v.version) FROM batch_versions v WHERE v.batcher = s.batcher AND v.\"group\" = s.grp "
+    "AND v.member = s.member AND v.sha256 = s.sha256 AND v.withdrawn_at IS NULL) AS same, "
+    "(SELECT max(v.version) FROM batch_versions v WHERE v.batcher = s.batcher AND v.\"group\" = s.grp "
+    "AND v.member = s.member) AS own, "
+    "(SELECT max(v.version) FROM batch_versions v WHERE v.batcher = s.batcher AND v.\"group\" = s.grp) AS top "
+    "FROM s WHERE NOT EXISTS (SELECT 1 FROM known WHERE known.ord = s.ord)), "
+    "plan AS (SELECT log.*, COALESCE(same, GREATEST(COALESCE(own, 0) + 1, COALESCE(top, 0))) AS version FROM log), "
+    "vl AS (INSERT INTO batch_versions (batcher, \"group\", member, version, sha256, task_id, at) "
+    "SELECT batcher, grp, member, version, sha256, id, $8 FROM plan WHERE same IS NULL ORDER BY ord), "
+    "ins AS (INSERT INTO batch_tasks (batcher, id, \"group\", member, sha256, version, status, reason, content, data, "
+    "created_at, updated_at, reissued) SELECT batcher, id, grp, member, sha256, version, "
+    "CASE WHEN same IS NULL THEN 'pending' ELSE 'rejected' END, CASE WHEN same IS NULL THEN NULL ELSE 'duplicate' END, "
+    "content, data, $8, $8, false FROM plan ORDER BY ord), "
+    "ev AS (INSERT INTO events (type, at, subject_kind, subject_id, data) "
+    "SELECT CASE WHEN same IS NULL THEN 'batch.task.accepted' ELSE 'batch.task.rejected' END, $8, 'batch_task', "
+    "batcher || '/' || id, jsonb_build_object('batcher', batcher, 'id', id, 'group', grp, 'member', member, "
+    "'version', version, 'sha256', sha256) || CASE WHEN same IS NULL THEN '{}'::jsonb "
+    "ELSE jsonb_build_object('reason', 'duplicate') END FROM plan ORDER BY ord) "
+    "SELECT s.ord, known.seq, plan.version, plan.same IS NULL FROM s LEFT JOIN known ON known.ord = s.ord "
+    "LEFT JOIN plan ON plan.ord = s.ord ORDER BY s.ord"
+)
+_LOCK_GROUPS = "SELECT count(*) FROM (SELECT pg_advisory_xact_lock(k) FROM unnest($1::int[]) AS k ORDER BY k) AS locked"
+_TRY_LOCK_GROUPS = "SELECT bool_and(pg_try_advisory_xact_lock(k)) FROM unnest($1::int[]) AS k"
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitOutcome:
+    """How one submit of ``submit_new_tasks`` ended: ``known`` is the seq of a task already stored under its
+    id (nothing written); else its ``version`` and whether it was ``accepted`` (else rejected, a duplicate)."""
+
+    known: int | None
+    version: int | None
+    accepted: bool
+
+
+async def lock_groups(tx: Transaction, keys: Iterable[str], *, wait: bool) -> bool:
+    """PostgreSQL: take the numbering locks of these groups until commit (the advisory locks of
+    ``dialect.advisory_xact_lock``), in one statement, in key order; without ``wait`` only if none is held
+    elsewhere (answers False, holding some of them: the caller gives up the transaction)."""
+    ints = sorted({lock_key(k) for k in keys})
+    if wait:
+        await tx.fetch_prepared(_LOCK_GROUPS, ints)
+        return True
+    return bool((await tx.fetch_prepared(_TRY_LOCK_GROUPS, ints))[0][0])
+
+
+async def submit_new_tasks(tx: Transaction, tasks: Sequence[NewTask], now: int) -> list[SubmitOutcome]:
+    """PostgreSQL: ``_SUBMIT_SQL`` for ``tasks`` (their version, status and reason are decided there)."""
+    rows = await tx.fetch_prepared(
+        _SUBMIT_SQL, [t.batcher for t in tasks], [t.id for t in tasks], [t.group for t in tasks],
+        [t.member for t in tasks], [t.sha256 for t in tasks], [json.dumps(t.content) for t in tasks],
+        [json.dumps(t.data) for t in tasks], now,
+    )
+    return [SubmitOutcome(r[1], r[2], bool(r[3])) for r in rows]
+
+
+_TASK_BY_SEQ = select(*_TASK_COLUMNS).where(batch_tasks.c.seq == bindparam("seq"))
+
+
+async def task_by_seq(conn: Executor, seq: int) -> TaskRow:
+    return _task((await conn.execute(_TASK_BY_SEQ, {"seq": seq})).one())
 
 
 async def insert_version_line(

@@ -6,6 +6,7 @@ The dispatcher (batch forming) is in ``dispatcher.py``; the package cafe (claim,
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import weakref
@@ -267,7 +268,72 @@ async def _submit_once(
         tx.notify(dispatcher_channel(name))
         return task_to_api(task), True
 
+    if store.is_postgres:
+        # Submits arriving together: their groups' locks in one statement, then one statement for all of them.
+        return await store.grouped_batch("batching.submit", _submit_all, _Submit(name, body, sha, defaults))
     return await store.grouped(work)
+
+
+@dataclass(frozen=True, slots=True)
+class _Submit:
+    name: str
+    body: TaskIn
+    sha: str
+    defaults: dict[str, Any] | None
+
+
+async def _submit_all(tx: Transaction, submits: list[_Submit]) -> list[tuple[dict[str, Any], bool] | Exception]:
+    """PostgreSQL: the submits of one group commit. Each group's versions are numbered under its lock, taken
+    first (sharing a commit, a submit does not wait for a group another transaction numbers: the group commit
+    is then run one submit at a time); the submits then go in one statement per round, each round holding at
+    most one submit per group and per task id (a later one must see what the earlier one wrote)."""
+    for name in sorted({s.name for s in submits}):
+        await ensure_batcher(tx, name, next(s.defaults for s in submits if s.name == name))
+    keys = {group_lock_key(s.name, s.body.group) for s in submits}
+    if not await data.lock_groups(tx, keys, wait=not tx.shared):
+        raise GroupBusy("a group is being numbered by another transaction")
+    answers: list[tuple[dict[str, Any], bool] | Exception | None] = [None] * len(submits)
+    pending = list(range(len(submits)))
+    now = tx.store.now_ms()
+    wake: set[str] = set()
+    while pending:
+        this_round: list[int] = []
+        later: list[int] = []
+        seen: set[tuple[str, str]] = set()
+        for i in pending:
+            s = submits[i]
+            keys_of = {("g", f"{s.name}\x00{s.body.group}"), ("t", f"{s.name}\x00{s.body.id}")}
+            if keys_of & seen:
+                later.append(i)
+            else:
+                seen |= keys_of
+                this_round.append(i)
+        tasks = [_new_task(submits[i].name, submits[i].body, submits[i].sha, now, "pending", None, 0) for i in this_round]
+        outcomes = await data.submit_new_tasks(tx, tasks, now)
+        for i, task, outcome in zip(this_round, tasks, outcomes, strict=True):
+            s = submits[i]
+            if outcome.known is not None:
+                known = await data.task_by_seq(tx, outcome.known)
+                if (known.sha256, known.group, known.member) != (s.sha, s.body.group, s.body.member):
+                    answers[i] = TaskIdConflict(
+                        f"task {s.body.id!r} is already stored with other content, group or member", task_id=s.body.id
+                    )
+                else:
+                    answers[i] = (task_to_api(known), False)
+                continue
+            assert outcome.version is not None
+            wake.add(outbox.SEQUENCER_CHANNEL)  # its event was written
+            if outcome.accepted:
+                answers[i] = (task_to_api(dataclasses.replace(task, version=outcome.version)), True)
+                wake.add(dispatcher_channel(s.name))
+            else:
+                answers[i] = (task_to_api(dataclasses.replace(task, version=outcome.version, status="rejected",
+                                                              reason="duplicate")), False)
+        pending = later
+    for channel in sorted(wake):
+        tx.notify(channel)
+    assert all(a is not None for a in answers)
+    return answers  # type: ignore[return-value]
 
 
 class GroupBusy(Exception):

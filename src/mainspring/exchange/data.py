@@ -34,6 +34,7 @@ from mainspring.exchange.tables import exchange_messages as M
 from mainspring.exchange.tables import exchange_processes as P
 from mainspring.store import Transaction
 from mainspring.store.dialect import Executor
+from mainspring.store.notify import PG_CHANNEL
 
 # --- records ------------------------------------------------------------------------------------------
 
@@ -186,6 +187,45 @@ async def insert_messages(tx: Executor, messages: Sequence[NewMessage]) -> None:
     (PENDING: visible once it commits). A second message under a mailbox's Message-Id is refused (a unique
     violation), and with it the statement."""
     await tx.execute(M.insert(), [_insert_values(m) for m in messages])
+
+
+# PostgreSQL: producers' puts that arrived together and their ``exchange.message.stored`` events, one statement
+# (``unnest`` arrays, one statement text whatever their number), prepared once per connection.
+_PUT_COLUMNS = (
+    ("id", "text"), ("addressee", "text"), ("database", "text"), ("message_key", "text"), ("size", "bigint"),
+    ("sha256", "text"), ("content_type", "text"), ("sender", "text"), ("created_at", "bigint"), ("path", "text"),
+)
+_PUT_SQL = (
+    "WITH s AS (SELECT * FROM unnest("
+    + ", ".join(f"${n}::{kind}[]" for n, (_, kind) in enumerate(_PUT_COLUMNS, 1))
+    + ") WITH ORDINALITY AS s(" + ", ".join(name for name, _ in _PUT_COLUMNS) + ", ord)), "
+    "m AS (INSERT INTO exchange_messages (" + ", ".join(name for name, _ in _PUT_COLUMNS) + ", state, synced) "
+    "SELECT " + ", ".join(name for name, _ in _PUT_COLUMNS) + ", 'AVAILABLE', true FROM s RETURNING 1), "
+    f"ev AS (INSERT INTO events (type, at, subject_kind, subject_id, data) "
+    f"SELECT 'exchange.message.stored', ${len(_PUT_COLUMNS) + 1}, 'exchange.message', s.id, jsonb_build_object("
+    "'addressee', s.addressee, 'database', s.database, 'size', s.size, 'sha256', s.sha256) FROM s ORDER BY s.ord)"
+)
+_PUT_WITH_EVENTS = _PUT_SQL + " SELECT count(*) FROM m"
+# The same as a whole transaction of its own (autocommit, one round trip): it sends the wake-ups to other
+# servers itself, delivered when it commits.
+_PUT_WITH_EVENTS_ALONE = (
+    _PUT_SQL + f", wake AS (SELECT pg_notify(${len(_PUT_COLUMNS) + 2}, channel) "
+    f"FROM unnest(${len(_PUT_COLUMNS) + 3}::text[]) AS channel) "
+    "SELECT count(*) FROM m WHERE (SELECT count(*) FROM wake) >= 0"
+)
+
+
+async def insert_stored_with_events(
+    tx: Transaction, messages: Sequence[NewMessage], at: int, wake: Sequence[str]
+) -> None:
+    """PostgreSQL: store producers' messages (AVAILABLE) with their ``exchange.message.stored`` events in one
+    statement; in a transaction that may run it alone it is the whole transaction, and sends the wake-ups on
+    ``wake`` itself. A second message under a mailbox's Message-Id is refused (a unique violation)."""
+    arrays = [[getattr(m, name) for m in messages] for name, _ in _PUT_COLUMNS]
+    if tx.may_run_alone:
+        await tx.fetch_prepared_alone(_PUT_WITH_EVENTS_ALONE, *arrays, at, PG_CHANNEL, list(wake))
+    else:
+        await tx.fetch_prepared(_PUT_WITH_EVENTS, *arrays, at)
 
 
 async def mailbox_message(conn: Executor, addressee: str, database: str, message_id: str) -> MessageRow | None:

@@ -138,6 +138,13 @@ async def store_message(
 
 
 async def _insert_stored(tx: Transaction, rows: list[NewMessage]) -> list[None]:
+    if tx.store.is_postgres:
+        # One statement: the rows, their events and (alone in its commit) the wake-ups to other servers.
+        wake = [outbox.SEQUENCER_CHANNEL, CHANNEL]
+        await data.insert_stored_with_events(tx, rows, tx.store.now_ms(), wake)
+        for channel in wake:
+            tx.notify(channel)
+        return [None] * len(rows)
     await data.insert_messages(tx, rows)
     await outbox.emit_many(tx, [
         outbox.Event("exchange.message.stored", "exchange.message", row.id,

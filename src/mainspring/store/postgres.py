@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import zlib
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from sqlalchemy import (
@@ -38,7 +38,7 @@ from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 
 from mainspring.store.errors import TransactionAborted, is_unavailable
-from mainspring.store.notify import PG_CHANNEL
+from mainspring.store.notify import PG_CHANNEL, payloads
 
 T = TypeVar("T")
 
@@ -56,8 +56,9 @@ def quote_literal(value: str) -> str:
 
 
 def notify_and_commit(channels: list[str]) -> str:
-    """One simple-protocol query: the wake-ups (delivered only if the commit succeeds), then COMMIT."""
-    notifies = "".join(f"SELECT pg_notify({quote_literal(PG_CHANNEL)}, {quote_literal(c)});" for c in channels)
+    """One simple-protocol query: the wake-ups (delivered only if the commit succeeds; one NOTIFY for all
+    of them), then COMMIT."""
+    notifies = "".join(f"SELECT pg_notify({quote_literal(PG_CHANNEL)}, {quote_literal(p)});" for p in payloads(channels))
     return notifies + "COMMIT"
 
 
@@ -80,13 +81,16 @@ class PostgresSession:
         self.done_alone = False
 
     async def execute(self, statement: Executable, params: Any = None) -> Result[Any]:
+        await self._begin_lazily()
+        return await self.conn.execute(statement, params)
+
+    async def _begin_lazily(self) -> None:
         if not self.begun:
             self._refuse_after_alone()
             assert self.backend is not None
             self.backend.round_trips += 1
             await self.driver.execute("BEGIN")
             self.begun = True
-        return await self.conn.execute(statement, params)
 
     async def execute_alone(self, statement: Executable, params: Any = None) -> Result[Any]:
         if self.begun:
@@ -94,6 +98,24 @@ class PostgresSession:
         self._refuse_after_alone()
         self.done_alone = True
         return await self.conn.execute(statement, params)
+
+    async def fetch_prepared(self, sql: str, args: Sequence[Any]) -> list[Any]:
+        """``sql`` (``$n`` parameters) on the raw asyncpg connection, prepared once per connection (asyncpg's
+        statement cache): no SQLAlchemy statement compiled, looked up or wrapped per call."""
+        await self._begin_lazily()
+        assert self.backend is not None
+        self.backend.round_trips += 1
+        return await self.driver.fetch(sql, *args)  # type: ignore[no-any-return]
+
+    async def fetch_prepared_alone(self, sql: str, args: Sequence[Any]) -> list[Any]:
+        """``fetch_prepared`` as the whole transaction (autocommit, one round trip)."""
+        if self.begun:
+            raise RuntimeError("execute_alone after another statement of the transaction")
+        self._refuse_after_alone()
+        self.done_alone = True
+        assert self.backend is not None
+        self.backend.round_trips += 1
+        return await self.driver.fetch(sql, *args)  # type: ignore[no-any-return]
 
     def _refuse_after_alone(self) -> None:
         if self.done_alone:
