@@ -11,7 +11,8 @@ backend of the scratch database, the LISTEN one included) per item (pg_stat_wal 
 WAL is not counted: on a shared machine other databases write most of it). Variants: ``as shipped``; ``no wake trigger`` (interactions_0003's statement trigger off);
 ``events unlocked`` (the position from the sequence without the numbering lock — unsafe, for its price);
 ``no events pkey`` (the events' id index dropped); ``no ON CONFLICT``, ``no events``, ``no NOTIFY`` (the
-statement without that part); ``floor`` (a one-row insert into a table without
+statement without that part); ``generic plan`` (``plan_cache_mode = force_generic_plan``: the prepared
+statement planned once, not at each execution); ``floor`` (a one-row insert into a table without
 an index, no event, no NOTIFY: what any commit costs here, per statement); ``sequencer`` (events unnumbered, then numbered by an
 UPDATE per statement, as before core_0006). Each variant runs after a ``CHECKPOINT``; on a machine whose other users
 request checkpoints every few seconds (CREATE/DROP DATABASE), full-page images weigh on every variant alike.
@@ -53,6 +54,7 @@ VARIANTS: dict[str, list[str]] = {
     "events unlocked": ["ALTER TABLE events ALTER COLUMN position SET DEFAULT nextval('events_position_seq')"],
     "no events pkey": ["ALTER TABLE events DROP CONSTRAINT pk_events"],
     **{name: [] for name in REWRITES},
+    "generic plan": [],
     "floor: a one-row insert per commit": ["CREATE TABLE bench_floor (n integer)"],
     "sequencer": ["ALTER TABLE events ALTER COLUMN position DROP DEFAULT",
                   "CREATE INDEX ix_events_unpositioned ON events (id) WHERE position IS NULL"],
@@ -80,6 +82,8 @@ async def run(admin: str, name: str, ddl: list[str], creates: int, group: int) -
     psql(admin, f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
     psql(admin, f'CREATE DATABASE "{database}"')
     url = admin.rsplit("/", 1)[0] + "/" + database
+    if name == "generic plan":  # planned once per connection, not at every execution
+        psql(admin, f'ALTER DATABASE "{database}" SET plan_cache_mode = force_generic_plan')
     store = Store(url, pool_size=2)
     data._CREATE_WITH_EVENTS_ALONE = text(REWRITES.get(name, SHIPPED)).columns(*data.items.c)
     try:

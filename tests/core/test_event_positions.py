@@ -46,6 +46,16 @@ async def test_a_transactions_events_are_one_statement_written_last(pg_store: St
     assert await positions(pg_store) == [1, 2]
 
 
+async def test_a_transaction_with_events_waiting_to_be_written_cannot_run_one_statement_alone(pg_store: Store) -> None:
+    """An autocommit statement would commit before the events written last: they would be lost."""
+    async with pg_store.transaction(alone=True) as tx:
+        assert tx.may_run_alone
+        await outbox.emit(tx, "test.a", "test", "s")
+        assert not tx.may_run_alone
+        await tx.execute(select(1))
+    assert await positions(pg_store) == [1]
+
+
 async def test_an_insert_naming_no_position_is_numbered_too(pg_store: Store) -> None:
     """A face's own statement, a script's, or an older server's: the column's default numbers them all."""
     async with pg_store.transaction() as tx:

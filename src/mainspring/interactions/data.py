@@ -397,7 +397,7 @@ async def insert_queued_with_events(
     if tx.may_run_alone:
         # One NOTIFY for the readers of events and the queues' workers (as many as the payload limit needs).
         params.update(pg_channel=PG_CHANNEL, channels=payloads([SEQUENCER_CHANNEL, *wake]))
-        rows = [_item(r) for r in (await tx.execute_alone(_CREATE_WITH_EVENTS_ALONE, params)).all()]
+        rows = [_item(r) for r in (await tx.fetch_alone(_CREATE_WITH_EVENTS_ALONE, params)).all()]
     else:
         rows = [_item(r) for r in (await tx.execute(_CREATE_WITH_EVENTS, params)).all()]
     if rows:
@@ -565,7 +565,7 @@ async def complete_held_alone(tx: Transaction, held: Sequence[tuple[int, str, st
         "ids": [i for i, _, _ in held], "tokens": [t for _, t, _ in held], "results": [r for _, _, r in held], "now": now,
         "pg_channel": PG_CHANNEL, "channels": [SEQUENCER_CHANNEL, *channels],
     }
-    done = {int(r.id) for r in (await tx.execute_alone(_COMPLETE_HELD_ALONE, params)).all()}
+    done = {int(r.id) for r in (await tx.fetch_alone(_COMPLETE_HELD_ALONE, params)).all()}
     if done:
         tx.notify(SEQUENCER_CHANNEL)
         for channel in channels:
@@ -810,7 +810,7 @@ async def take_due_alone(
         "queue": queue, "now": now, "room": room, "token": token, "lease_ms": lease_ms, "worker": worker,
         "pg_channel": PG_CHANNEL, "sequencer": SEQUENCER_CHANNEL,
     }
-    result = (await tx.execute_alone(_TAKE_DUE_ALONE, params)).all()
+    result = (await tx.fetch_alone(_TAKE_DUE_ALONE, params)).all()
     if not result:
         return None
     width = len(queues.c)

@@ -39,8 +39,15 @@ def queue_channel(queue: str) -> str:
 
 
 def finished_channel(queue: str) -> str:
-    """Wakes readers waiting for an item of ``queue`` to finish, and workers whose item was cancelled."""
+    """Wakes readers waiting for an item of ``queue`` to finish."""
     return f"interactions-finished:{queue}"
+
+
+def cancelled_channel(queue: str) -> str:
+    """Wakes the workers of ``queue`` when an item being processed was cancelled (their handler of it stops).
+    Apart from ``finished_channel``: a worker's own completions, most of a busy queue's finishes, would
+    otherwise make every worker of the queue read its leases back after each of them."""
+    return f"interactions-cancelled:{queue}"
 
 
 def parse_id(value: str | int | None) -> int | None:
@@ -374,6 +381,7 @@ async def cancel_children(tx: Transaction, parent_ids: Iterable[int], now: int) 
             tx.notify(finished_channel(queue))
             if any(r.state == "processing" for r in rows if r.queue == queue):
                 tx.notify(queue_channel(queue))
+                tx.notify(cancelled_channel(queue))
         frontier = ids
 
 
@@ -411,6 +419,8 @@ async def finish(
     tx.notify(finished_channel(row.queue))
     if row.state == "processing":
         tx.notify(queue_channel(row.queue))
+        if state == "cancelled":
+            tx.notify(cancelled_channel(row.queue))
     return finished
 
 
