@@ -242,6 +242,17 @@ async def test_the_interactions_commands_list_show_create_cancel_and_schedule(li
     assert json.loads(queue.output)["counts"]["cancelled"] == 2
 
 
+async def test_the_interactions_commands_create_with_a_priority_and_an_owner_and_show_owner_settings(live_url: str, client: Any) -> None:
+    await client.put("/v1/queues/tenants", json={"owner_by": "user", "fair": True, "per_owner": {"concurrency": 2}})
+    created = await invoke("interactions", "create", "tenants", "--priority", "7", "--user", "ada", "--url", live_url)
+    assert created.exit_code == 0, created.output
+    assert {k: json.loads(created.output)[k] for k in ("priority", "user")} == {"priority": 7, "user": "ada"}
+    bad = await invoke("interactions", "create", "tenants", "--priority", "1001", "--url", live_url)
+    assert bad.exit_code == 1 and "invalid_request" in bad.output
+    queue = json.loads((await invoke("interactions", "queue", "tenants", "--url", live_url)).output)
+    assert (queue["owner_by"], queue["fair"], queue["per_owner"]["concurrency"]) == ("user", True, 2)
+
+
 async def test_the_interactions_retry_command_makes_failed_items_due_again(live_url: str, client: Any) -> None:
     await client.put("/v1/queues/mail", json={"max_attempts": 1})
     ids = []

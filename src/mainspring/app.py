@@ -23,9 +23,9 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from mainspring.core.errors import MainspringError
 
@@ -36,6 +36,22 @@ class AppError(MainspringError):
     """``--app`` does not name a ``mainspring.App``, or a registration is invalid."""
 
     status, code, title = 400, "invalid_app", "Invalid app"
+
+
+class RateOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    count: int = Field(ge=1, le=1_000_000)
+    per_ms: int = Field(ge=1)
+
+
+class PerOwnerOptions(BaseModel):
+    """Limits that hold for each owner separately, on every server: ``{"concurrency": n, "rate_limit": {"count", "per_ms"}}``."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    concurrency: int | None = Field(None, ge=1, le=1_000_000)
+    rate_limit: RateOptions | None = None
 
 
 class QueueOptions(BaseModel):
@@ -63,6 +79,18 @@ class QueueOptions(BaseModel):
     max_delay_ms: int | None = Field(None, ge=0)
     jitter: bool | None = None
     max_attempts: int | None = Field(None, ge=1)
+    # Priorities, owners and fair shares (API.md §3), the queue's settings too.
+    priority_aging_ms: int | None = Field(None, ge=1)
+    owner_by: Literal["user", "source", "channel"] | None = None
+    per_owner: PerOwnerOptions | None = None
+    fair: bool | None = None
+    weights: dict[str, Annotated[int, Field(ge=1, le=10_000)]] | None = None
+
+    @model_validator(mode="after")
+    def _owners_need_owner_by(self) -> QueueOptions:
+        if self.owner_by is None and (self.per_owner is not None or self.fair or self.weights):
+            raise ValueError("per_owner, fair and weights need owner_by (user, source or channel)")
+        return self
 
 
 class BatcherOptions(BaseModel):
@@ -121,6 +149,11 @@ class App:
         max_delay_ms: int | None = None,
         jitter: bool | None = None,
         max_attempts: int | None = None,
+        priority_aging_ms: int | None = None,
+        owner_by: Literal["user", "source", "channel"] | None = None,
+        per_owner: dict[str, Any] | None = None,
+        fair: bool | None = None,
+        weights: dict[str, int] | None = None,
     ) -> Callable[[T], T]:
         """Handle the items of interaction queue ``name`` with the decorated function (async or sync).
 
@@ -129,12 +162,15 @@ class App:
         which completes the item with that result. Raising means ``Retry`` — unless ``retry_for`` is given
         and does not name the exception, or ``fail_for`` does: then ``Fail``. ``error_delay_ms``,
         ``backoff``, ``max_delay_ms``, ``jitter`` and ``max_attempts`` set the queue's retry policy when the
-        queue is first created. See ``QueueOptions``.
+        queue is first created, and so do ``priority_aging_ms``, ``owner_by``, ``per_owner``
+        (``{"concurrency": n, "rate_limit": {"count": n, "per_ms": ms}}``), ``fair`` and ``weights``: limits per
+        owner and fair shares between owners, held across all servers. See ``QueueOptions``.
         """
         options = _checked(QueueOptions, f"queue {name!r}", concurrency=concurrency, lease_ms=lease_ms,
                            timeout_ms=timeout_ms, batch=batch, retry_for=_as_tuple(retry_for), fail_for=_as_tuple(fail_for),
                            error_delay_ms=error_delay_ms, backoff=backoff, max_delay_ms=max_delay_ms, jitter=jitter,
-                           max_attempts=max_attempts)
+                           max_attempts=max_attempts, priority_aging_ms=priority_aging_ms, owner_by=owner_by, per_owner=per_owner,
+                           fair=fair, weights=weights)
         return self._register(self.queues, "queue", name, options)
 
     def periodic(

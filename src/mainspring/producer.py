@@ -73,7 +73,7 @@ class Producer:
 
     async def create(self, queue: str, data: Any = None, **fields: Any) -> answers.Interaction:
         """Create an interaction in ``queue`` (fields as in ``POST /v1/queues/{queue}/interactions``:
-        ``parent_id``, ``name``, ``message_id``, ``channel``, ``user``, ``source``, ``process_at`` or
+        ``parent_id``, ``name``, ``message_id``, ``channel``, ``user``, ``source``, ``priority``, ``process_at`` or
         ``process_in_ms``, ``completed`` and ``result``). A ``message_id`` already used in the queue answers
         the existing interaction."""
         body = CreateIn.model_validate({"data": data, **fields})

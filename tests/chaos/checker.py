@@ -10,7 +10,8 @@ What each face promises (``ok``: the client got a 2xx; ``unknown``: no answer, s
 - machines: history ids are 1..n without a gap; an ok Call/Notify key's event is there exactly once, an
   unknown one at most once, a refused one never; each timer (numbered by the processor) fired once, in order.
 - interactions: an ok creation exists and is completed exactly once (one ``interaction.completed`` event,
-  at most one ok complete in the history).
+  at most one ok complete in the history); no owner holds more leases at once than its per-owner concurrency
+  (a lease released with a 2xx was held from its answer to its release request, which the server counted).
 - batching: an accepted task is in exactly one completed package and is ``done``; no package is completed
   twice; no task in a package was never submitted.
 - never stuck (``drained``: faults stopped and the quiet period passed): no message still available, no
@@ -59,6 +60,10 @@ class FinalState:
     """message_id (the client's key) → {"id", "status"}."""
     interaction_completed_events: dict[str, int] = field(default_factory=dict)
     """interaction id → number of ``interaction.completed`` events."""
+    interaction_leases_held: list[tuple[str, float, float]] = field(default_factory=list)
+    """(owner, lease answered, release sent) of each lease released with a 2xx: held all that time."""
+    interaction_owner_concurrency: int | None = None
+    """The chaos queue's per-owner concurrency."""
     # batching
     batch_tasks: dict[str, dict[str, Any]] = field(default_factory=dict)
     """task id → {"status", "package_id"}."""
@@ -195,7 +200,26 @@ def check_interactions(ops: list[Op], final: FinalState) -> list[Violation]:
     for key in final.interactions:
         if key not in created:
             found.append(Violation("interactions", "invented", key, "an interaction nobody created"))
+    limit = final.interaction_owner_concurrency
+    if limit is not None:
+        by_owner: dict[str, list[tuple[float, float]]] = {}
+        for owner, start, end in final.interaction_leases_held:
+            by_owner.setdefault(owner, []).append((start, end))
+        for owner, spans in sorted(by_owner.items()):
+            most = most_at_once(spans)
+            if most > limit:
+                found.append(Violation("interactions", "limit_exceeded", owner or "(none)", f"{most} leases held at once, per_owner concurrency {limit}"))
     return found
+
+
+def most_at_once(spans: list[tuple[float, float]]) -> int:
+    """The most spans [start, end) open at one moment (an end at t comes before a start at t)."""
+    points = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
+    most = running = 0
+    for _, step in points:
+        running += step
+        most = max(most, running)
+    return most
 
 
 def check_batching(ops: list[Op], final: FinalState) -> list[Violation]:

@@ -172,6 +172,15 @@ def test_an_unfinished_interaction_is_stuck() -> None:
     assert invariants(check(ops, final)) == {("interactions", "stuck")}
 
 
+def test_an_owner_holding_more_leases_at_once_than_its_limit_is_a_limit_exceeded() -> None:
+    ops, final = clean_run()
+    final.interaction_owner_concurrency = 2
+    final.interaction_leases_held = [("ada", 0.0, 1.0), ("ada", 0.5, 2.0), ("ada", 1.0, 3.0), ("bo", 0.2, 0.9), ("", 0.1, 5.0)]
+    assert check(ops, final) == []
+    final.interaction_leases_held.append(("ada", 1.5, 1.6))
+    assert invariants(check(ops, final)) == {("interactions", "limit_exceeded")}
+
+
 def test_planted_task_in_two_completed_packages_is_caught() -> None:
     ops, final = clean_run()
     final.batch_packages["P2"] = {"status": "done", "task_ids": ["t2"]}

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import random
+import time
 from collections.abc import Awaitable, Callable
 from itertools import count
 from pathlib import Path
@@ -315,9 +316,16 @@ class MachinesWorkload(Workload):
 
 # --- interactions --------------------------------------------------------------------------------------
 
+OWNERS = ("ada", "bo", "cy", "dee", "")
+"""The chaos queue's owners (``user``; "" creates items without one), the first a noisy tenant."""
+PER_OWNER_CONCURRENCY = 2
+
+
 class InteractionsWorkload(Workload):
-    """Producers create interactions (keyed by ``message_id``); one HTTP worker per server leases them and
-    mostly completes them, sometimes asks for a retry, sometimes dies holding the lease."""
+    """Producers create interactions (keyed by ``message_id``), each for one of a few owners, most for a noisy
+    one; two HTTP workers per server lease them and mostly complete them, sometimes ask for a retry, sometimes
+    die holding the lease. The queue has per-owner limits and fair shares on: a lease a worker released with
+    a 2xx was held from its answer to its release, so more of one owner's held at once is a limit exceeded."""
 
     face = "interactions"
     queue = "chaos"
@@ -326,10 +334,14 @@ class InteractionsWorkload(Workload):
         super().__init__(*args, **kwargs)
         self.clients = [AsyncInteractionsClient(u, timeout=CLIENT_TIMEOUT, attempts=1) for u in self.urls]
         self.seq = count(1)
+        self.held: list[tuple[str, float, float]] = []
+        """(owner, lease answered, release sent) of each lease released with a 2xx (monotonic seconds)."""
 
     async def setup(self) -> None:
         async with AsyncInteractionsClient(self.direct) as client:
-            await client.put_queue(self.queue, lease_ms=LEASE_MS, error_delay_ms=200, max_attempts=1_000_000)
+            await client.put_queue(self.queue, lease_ms=LEASE_MS, error_delay_ms=200, max_attempts=1_000_000, owner_by="user",
+                                   fair=True, weights={"ada": 2}, per_owner={"concurrency": PER_OWNER_CONCURRENCY,
+                                                                            "rate_limit": {"count": 200, "per_ms": 1000}})
 
     async def produce(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -337,7 +349,8 @@ class InteractionsWorkload(Workload):
 
             async def create(key: str = key) -> Any:
                 with self.history.op("interactions", "create", key) as op:
-                    item = await random.choice(self.clients).create(self.queue, data={"key": key}, message_id=key)
+                    owner = OWNERS[0] if random.random() < 0.5 else random.choice(OWNERS)
+                    item = await random.choice(self.clients).create(self.queue, data={"key": key}, message_id=key, user=owner or None)
                     op.value["id"] = item["id"]
                     return item
 
@@ -345,7 +358,7 @@ class InteractionsWorkload(Workload):
             await _pause(stop, random.expovariate(self.rate))
 
     async def work(self, stop: asyncio.Event) -> None:
-        await asyncio.gather(*(self._worker(stop, i) for i in range(len(self.clients))))
+        await asyncio.gather(*(self._worker(stop, i) for i in range(2 * len(self.clients))))
 
     async def _worker(self, stop: asyncio.Event, index: int) -> None:
         while not stop.is_set():
@@ -357,22 +370,29 @@ class InteractionsWorkload(Workload):
                 continue
             if not page["interactions"]:
                 await _pause(stop, 0.3)
+            answered = time.monotonic()
             for item in page["interactions"]:
-                await self._handle(client, item)
+                await self._handle(client, item, answered)
 
-    async def _handle(self, client: AsyncInteractionsClient, item: dict[str, Any]) -> None:
+    async def _handle(self, client: AsyncInteractionsClient, item: dict[str, Any], answered: float) -> None:
         roll = random.random()
         token = item["lease"]["token"]
+        owner = item["user"] or ""
         if roll < 0.05:
             return  # the worker "died": the lease runs out and the item is retried
         if roll < 0.15:
             with contextlib.suppress(Exception), self.history.op("interactions", "retry", item["id"]):
+                sent = time.monotonic()
                 await client.release(item["id"], token, {"retry": {"error": "chaos says retry"}})
+                self.held.append((owner, answered, sent))
             return
 
         async def complete() -> Any:
             with self.history.op("interactions", "complete", item["id"]):
-                return await client.release(item["id"], token, {"complete": {"result": {"by": "chaos"}}})
+                sent = time.monotonic()
+                done = await client.release(item["id"], token, {"complete": {"result": {"by": "chaos"}}})
+                self.held.append((owner, answered, sent))
+                return done
 
         await _attempts(complete)
 
@@ -382,6 +402,8 @@ class InteractionsWorkload(Workload):
         return sum(n for status, n in counts.items() if status != "completed")
 
     async def read_final(self, final: FinalState) -> None:
+        final.interaction_leases_held = list(self.held)
+        final.interaction_owner_concurrency = PER_OWNER_CONCURRENCY
         async with httpx.AsyncClient(base_url=self.direct, timeout=30) as http:
             cursor = None
             while True:

@@ -35,6 +35,18 @@ async def test_interactions_are_counted_by_queue_and_status(client: httpx.AsyncC
     assert _value(text, "mainspring_interactions_oldest_ready_seconds", queue="mq") is not None
 
 
+async def test_the_busiest_owners_of_a_queue_with_owner_by_have_their_ready_and_processing_counts(client: httpx.AsyncClient) -> None:
+    await client.put("/v1/queues/mo", json={"owner_by": "source", "per_owner": {"concurrency": 1}})
+    items = [{"source": "noisy"}] * 4 + [{"source": "quiet"}]
+    await client.post("/v1/queues/mo/interactions/bulk", json={"interactions": items})
+    await client.post("/v1/queues/mo/lease", json={"worker": "w", "max": 10})
+    text = await _scrape(client)
+    assert _value(text, "mainspring_interactions_owner", queue="mo", owner="noisy", status="ready") == 3
+    assert _value(text, "mainspring_interactions_owner", queue="mo", owner="noisy", status="processing") == 1
+    assert _value(text, "mainspring_interactions_owner", queue="mo", owner="quiet", status="processing") == 1
+    assert _value(text, "mainspring_interactions_owner", queue="mq", owner="", status="ready") is None, "only queues with owner_by"
+
+
 async def test_processed_leases_are_counted_by_outcome(client: httpx.AsyncClient) -> None:
     before = _value(await _scrape(client), "mainspring_interactions_processed_total", queue="mp", outcome="completed") or 0
     await client.post("/v1/queues/mp/interactions", json={})

@@ -99,6 +99,20 @@ async def test_the_queue_page_shows_its_limits_and_pause_stops_leasing_until_res
     assert len((await client.post("/v1/queues/mail/lease", json={"worker": "w", "max": 5})).json()["interactions"]) == 1
 
 
+async def test_the_queue_page_shows_the_owner_settings_and_the_busiest_owners(client: httpx.AsyncClient) -> None:
+    await client.put("/v1/queues/tenants", json={"owner_by": "user", "fair": True, "weights": {"big": 3}, "priority_aging_ms": 5000,
+                                                 "per_owner": {"concurrency": 2, "rate_limit": {"count": 7, "per_ms": 1000}}})
+    items = [{"user": "big"}] * 5 + [{"user": "small"}] * 2 + [{}]
+    await client.post("/v1/queues/tenants/interactions/bulk", json={"interactions": items})
+    await client.post("/v1/queues/tenants/lease", json={"worker": "w", "max": 1})
+    page = (await client.get("/ui/interactions/queues/tenants")).text
+    assert "concurrency 2" in page and "7 per 1000 ms" in page and "big=3" in page and "+1 every 5000 ms waited" in page
+    rows = re.findall(r'<tr data-owner="([^"]*)"><td>[^<]*</td><td>(\d+)</td><td>(\d+)</td></tr>', page)
+    assert rows == [("big", "5", "0"), ("small", "2", "0"), ("", "0", "1")], "the owner '' went first: its name sorts first"
+    plain = (await client.get("/ui/interactions/queues/mail")).text
+    assert 'id="owners"' not in plain
+
+
 async def test_failed_machines_are_repaired_in_bulk_selected_or_all_matching(client: httpx.AsyncClient, processor: OrdersProcessor) -> None:
     for machine_id in ("m1", "m2", "m3"):
         await failed_machine(client, machine_id)

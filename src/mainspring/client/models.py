@@ -63,6 +63,11 @@ class RateLimit(TypedDict):
     per_ms: int
 
 
+class PerOwner(TypedDict, total=False):
+    concurrency: int | None
+    rate_limit: RateLimit | None
+
+
 class Queue(TypedDict):
     name: str
     rate_limit: RateLimit | None
@@ -75,6 +80,11 @@ class Queue(TypedDict):
     backoff: NotRequired[Literal["fixed", "exponential"]]
     max_delay_ms: NotRequired[int]
     jitter: NotRequired[bool]
+    priority_aging_ms: NotRequired[int | None]
+    owner_by: NotRequired[Literal["user", "source", "channel"] | None]
+    per_owner: NotRequired[PerOwner]
+    fair: NotRequired[bool]
+    weights: NotRequired[dict[str, int]]
     paused: NotRequired[bool]
     counts: NotRequired[dict[str, int] | None]
 
@@ -94,6 +104,7 @@ class Interaction(TypedDict):
     channel: str | None
     user: str | None
     source: str | None
+    priority: NotRequired[int]
     data: Any
     result: Any
     error: str | None

@@ -77,6 +77,10 @@ def create_command(
     message_id: Annotated[str | None, typer.Option("--message-id", help="Idempotency key, unique per queue.", show_default=False)] = None,
     parent_id: Annotated[str | None, typer.Option("--parent-id", help="Make it a child of this interaction.", show_default=False)] = None,
     name: Annotated[str | None, typer.Option(help="Its name among the parent's children.", show_default=False)] = None,
+    priority: Annotated[int | None, typer.Option(help="Higher first, -1000..1000.", show_default="0")] = None,
+    user: Annotated[str | None, typer.Option(help="Its user (an owner, when the queue's owner_by is user).", show_default=False)] = None,
+    source: Annotated[str | None, typer.Option(help="Its source.", show_default=False)] = None,
+    channel: Annotated[str | None, typer.Option(help="Its channel.", show_default=False)] = None,
     in_ms: InMsOpt = None,
     url: UrlOpt = DEFAULT_URL,
     token: TokenOpt = None,
@@ -84,7 +88,7 @@ def create_command(
     """Create an interaction and print it."""
     with InteractionsClient(url, token) as client:
         item = client.create(queue, json_arg(data, "--data"), message_id=message_id, parent_id=parent_id, name=name,
-                             process_in_ms=in_ms)
+                             priority=priority, user=user, source=source, channel=channel, process_in_ms=in_ms)
     print_json(item)
 
 
@@ -125,6 +129,6 @@ def schedule_command(
 
 @cli.command("queue")
 def queue_command(queue: QueueArg, url: UrlOpt = DEFAULT_URL, token: TokenOpt = None) -> None:
-    """A queue's settings and its counts by status, as JSON."""
+    """A queue's settings (limits, priority aging, owners and fair shares) and its counts by status, as JSON."""
     with InteractionsClient(url, token) as client:
         print_json(client.get_queue(queue))

@@ -13,12 +13,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, bindparam, case, column, func, or_, select, text
+from sqlalchemy import ColumnElement, and_, bindparam, case, column, func, literal, or_, select, text
 
 from mainspring.core import data as core_data
 from mainspring.core import leases, outbox
 from mainspring.core.outbox import SEQUENCER_CHANNEL
 from mainspring.interactions.tables import interaction_counts as counts
+from mainspring.interactions.tables import interaction_owners as owners_table
 from mainspring.interactions.tables import interaction_queues as queues
 from mainspring.interactions.tables import interaction_schedules as schedules
 from mainspring.interactions.tables import interactions as items
@@ -59,6 +60,9 @@ class InteractionRow:
     finished_at: int | None
     error_detail: dict[str, Any] | None
     trace_parent: str | None
+    priority: int
+    owner: str
+    """The value of the field the queue's ``owner_by`` named when the item was created ('' for none)."""
 
     def status(self, now: int) -> str:
         """The API's status: ``queued`` is split by ``next_processing`` into scheduled, ready and waiting."""
@@ -91,6 +95,24 @@ class QueueRow:
     backoff: str
     max_delay_ms: int
     jitter: bool
+    priority_aging_ms: int | None
+    owner_by: str | None
+    per_owner_concurrency: int | None
+    per_owner_rate_count: int | None
+    per_owner_rate_per_ms: int | None
+    fair: bool
+    weights: dict[str, int] | None
+    fair_clock: int
+
+    @property
+    def owned(self) -> bool:
+        """Whether its leases go owner by owner (per-owner limits, fair shares)."""
+        return self.owner_by is not None
+
+    @property
+    def limited(self) -> bool:
+        """Whether a lease must hold the queue's row alone: limits to count, turns to take, or aging to rank by."""
+        return self.concurrency is not None or self.rate_limit_count is not None or self.owned or self.priority_aging_ms is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +132,7 @@ class NewInteraction:
     result: Any = None
     trace_parent: str | None = None
     """The W3C traceparent of the request that created it (tracing on)."""
+    priority: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,8 +166,25 @@ def _queue(row: Any) -> QueueRow:
 
 RETRY_SETTINGS = ("backoff", "max_delay_ms", "jitter")
 """How a queue delays the retry of a failed attempt (``interactions.retry``)."""
+OWNER_SETTINGS = ("priority_aging_ms", "owner_by", "per_owner_concurrency", "per_owner_rate_count", "per_owner_rate_per_ms", "fair", "weights")
+"""Priorities that age, owners and their limits, fair shares (``leasing``)."""
 QUEUE_SETTINGS = ("rate_limit_count", "rate_limit_per_ms", "concurrency", "lease_ms", "error_delay_ms", "max_attempts",
-                  "processing_timeout_ms", "retention_ms", *RETRY_SETTINGS)
+                  "processing_timeout_ms", "retention_ms", *RETRY_SETTINGS, *OWNER_SETTINGS)
+OWNER_FIELDS = ("user", "source", "channel")
+
+
+_QUEUE = select(queues).where(queues.c.name == bindparam("name"))
+
+
+def _owner_expression(owner_by: str | None) -> ColumnElement[Any]:
+    """An item's owner under ``owner_by`` ('' for a null field, and for every item without ``owner_by``)."""
+    if owner_by is None:
+        return literal("")
+    return func.coalesce(items.c[owner_by], "")
+
+
+def owner_of(owner_by: str | None, values: dict[str, Any]) -> str:
+    return "" if owner_by is None else values.get(owner_by) or ""
 
 
 async def ensure_queue(tx: Transaction, name: str, defaults: dict[str, Any]) -> None:
@@ -160,8 +200,17 @@ async def ensure_queue(tx: Transaction, name: str, defaults: dict[str, Any]) -> 
 
 async def put_queue(tx: Transaction, name: str, settings: dict[str, Any]) -> None:
     now = tx.store.now_ms()
+    # The row locked first (it may not exist yet: the upsert then inserts it), so the owner's re-keying below
+    # sees the queue as it is now.
+    before = (await tx.execute(tx.store.dialect.for_update(_QUEUE), {"name": name})).first()
     stmt = tx.store.dialect.insert(queues).values(name=name, created_at=now, updated_at=now, **settings)
     await tx.execute(stmt.on_conflict_do_update(index_elements=["name"], set_={**settings, "updated_at": now}))
+    owner_by = settings.get("owner_by")
+    if (before.owner_by if before is not None else None) != owner_by:
+        # Items waiting are owned by the new field from now on (what is leased keeps its owner until released).
+        await tx.execute(
+            items.update().where(items.c.queue == name, items.c.state == "queued").values(owner=_owner_expression(owner_by))
+        )
     known: set[str] = tx.store.extras.setdefault("interactions:queues", set())
     tx.after_commit(lambda: known.add(name))
 
@@ -170,9 +219,6 @@ async def set_paused(tx: Transaction, name: str, paused: bool) -> bool:
     """Pause or resume a queue; False when it was so already."""
     statement = queues.update().where(queues.c.name == name, queues.c.paused == (not paused)).values(paused=paused, updated_at=tx.store.now_ms())
     return bool((await tx.execute(statement)).rowcount)
-
-
-_QUEUE = select(queues).where(queues.c.name == bindparam("name"))
 
 
 async def get_queue(conn: Executor, name: str) -> QueueRow | None:
@@ -374,6 +420,7 @@ _UNNEST_COLUMNS = (
     ("created_at", "bigint"),
     ("updated_at", "bigint"),
     ("trace_parent", "text"),
+    ("priority", "integer"),
 )
 
 # The items and their events in one statement. Events are inserted in id order, so the sequencer numbers
@@ -381,9 +428,10 @@ _UNNEST_COLUMNS = (
 _CREATE_WITH_EVENTS = text(
     "WITH ins AS (INSERT INTO interactions ("
     + ", ".join(f'"{c}"' for c, _ in _UNNEST_COLUMNS)
-    + ", attempts) SELECT *, 0 FROM unnest("
+    + ", owner, attempts) SELECT u.*, COALESCE((SELECT CASE q.owner_by WHEN 'user' THEN u.\"user\" WHEN 'source' THEN u.source "
+    "WHEN 'channel' THEN u.channel END FROM interaction_queues AS q WHERE q.name = u.queue), ''), 0 FROM unnest("
     + ", ".join(f"CAST(:{c} AS {t}[])" for c, t in _UNNEST_COLUMNS)
-    + ") ON CONFLICT (queue, message_id) DO NOTHING RETURNING *), "
+    + ") AS u(" + ", ".join(f'"{c}"' for c, _ in _UNNEST_COLUMNS) + ") ON CONFLICT (queue, message_id) DO NOTHING RETURNING *), "
     "ev AS (INSERT INTO events (type, at, subject_kind, subject_id, data) "
     "SELECT 'interaction.created', ins.created_at, 'interaction', ins.id::text, jsonb_build_object("
     "'queue', ins.queue, "
@@ -427,6 +475,7 @@ def _values(new: NewInteraction, now: int) -> dict[str, Any]:
         "updated_at": now,
         "finished_at": now if new.completed else None,
         "trace_parent": new.trace_parent,
+        "priority": new.priority,
     }
 
 
@@ -438,7 +487,7 @@ async def insert_queued_with_events(
     caller notifies once it inserted; on PostgreSQL, a transaction that may run this statement alone does
     (one round trip), and the statement then sends them itself."""
     if not tx.store.is_postgres:
-        inserted = [await _insert_one(tx, _values(new, now)) for new in batch]
+        inserted = [await _insert_one(tx, await _owned_values(tx, new, now)) for new in batch]
         await outbox.emit_many(tx, [created_event(row, now) for row in inserted if row is not None])
         return inserted
     values = [_values(new, now) for new in batch]
@@ -486,9 +535,17 @@ async def _insert_one(tx: Transaction, values: dict[str, Any]) -> InteractionRow
     return None if row is None else _item(row)
 
 
+async def _owned_values(tx: Transaction, new: NewInteraction, now: int) -> dict[str, Any]:
+    """The values of ``new`` with its owner under its queue's ``owner_by`` as the transaction sees it."""
+    values = _values(new, now)
+    owner_by = (await tx.execute(select(queues.c.owner_by).where(queues.c.name == new.queue))).scalar()
+    values["owner"] = owner_of(owner_by, values)
+    return values
+
+
 async def insert_one(tx: Transaction, new: NewInteraction, now: int) -> InteractionRow | None:
     """Insert one interaction (any kind, completed too) without events; None when its message_id was used."""
-    return await _insert_one(tx, _values(new, now))
+    return await _insert_one(tx, await _owned_values(tx, new, now))
 
 
 async def by_message_id(conn: Executor, queue: str, message_id: str) -> InteractionRow | None:
@@ -740,6 +797,11 @@ async def count_processing(tx: Executor, queue: str) -> int:
     return int((await tx.execute(select(func.count()).select_from(items).where(items.c.queue == queue, items.c.state == "processing"))).scalar_one())
 
 
+def pick_order(row: InteractionRow) -> tuple[int, int, int]:
+    """The lease's order without aging: highest priority, then earliest due, then id."""
+    return (-row.priority, row.next_processing or 0, row.id)
+
+
 @dataclass(frozen=True, slots=True)
 class Taken:
     """What a lease took, and when the queue next needs a lease: its earliest waiting item's due time and its
@@ -756,11 +818,11 @@ _TAKE_DUE_WITH_EVENTS = text(
     "WITH taken AS (UPDATE interactions SET state = 'processing', lease_token = :token, lease_expires_at = :expires, "
     "leased_at = :now, worker = :worker, wake = false, attempts = attempts + 1, updated_at = :now "
     "WHERE id IN (SELECT id FROM interactions WHERE queue = :queue AND state = 'queued' AND next_processing <= :now "
-    "ORDER BY next_processing, id LIMIT :room FOR UPDATE SKIP LOCKED) RETURNING *), "
+    "ORDER BY priority DESC, next_processing, id LIMIT :room FOR UPDATE SKIP LOCKED) RETURNING *), "
     "ev AS (INSERT INTO events (type, at, subject_kind, subject_id, data) "
     "SELECT 'interaction.changed', :now, 'interaction', taken.id::text, "
     "jsonb_build_object('queue', taken.queue, 'status', 'processing', 'worker', CAST(:worker AS text)) "
-    "FROM taken ORDER BY taken.next_processing, taken.id), "
+    "FROM taken ORDER BY taken.priority DESC, taken.next_processing, taken.id), "
     "upcoming AS (SELECT "
     "(SELECT min(next_processing) FROM interactions WHERE queue = :queue AND state = 'queued' "
     "AND id NOT IN (SELECT id FROM taken)) AS upcoming_due, "
@@ -769,20 +831,24 @@ _TAKE_DUE_WITH_EVENTS = text(
 ).columns(*items.c, column("upcoming_due", Millis), column("upcoming_expiry", Millis))
 
 
+async def _taken_pg(tx: Transaction, statement: Any, params: dict[str, Any], order: Any) -> Taken:
+    """Run a PostgreSQL lease statement (the rows taken, with what is due next on every row) and read it."""
+    result = (await tx.execute(statement, params)).all()
+    rows = sorted((_item(r[: len(items.c)]) for r in result if r.id is not None), key=order)
+    if rows:
+        tx.notify(SEQUENCER_CHANNEL)
+    expiry = result[0].upcoming_expiry
+    if rows:
+        expiry = params["expires"] if expiry is None else min(expiry, params["expires"])
+    return Taken(rows, result[0].upcoming_due, expiry)
+
+
 async def take_due_with_events(tx: Transaction, queue: str, now: int, room: int, token: str, expires: int, worker: str) -> Taken:
     """Lease up to ``room`` due items (skipping rows other transactions hold), oldest due first, with their
     ``interaction.changed`` events; and what is due next."""
     if tx.store.is_postgres:
         params = {"queue": queue, "now": now, "room": room, "token": token, "expires": expires, "worker": worker}
-        result = (await tx.execute(_TAKE_DUE_WITH_EVENTS, params)).all()
-        rows = [_item(r[: len(items.c)]) for r in result if r.id is not None]
-        rows.sort(key=lambda r: (r.next_processing or 0, r.id))
-        if rows:
-            tx.notify(SEQUENCER_CHANNEL)
-        expiry = result[0].upcoming_expiry
-        if rows:
-            expiry = expires if expiry is None else min(expiry, expires)
-        return Taken(rows, result[0].upcoming_due, expiry)
+        return await _taken_pg(tx, _TAKE_DUE_WITH_EVENTS, params, pick_order)
     rows = await take_due(tx, queue, now, room, token, expires, worker)
     await outbox.emit_many(tx, [
         outbox.Event("interaction.changed", "interaction", str(r.id), {"queue": queue, "status": "processing", "worker": worker}) for r in rows
@@ -801,17 +867,17 @@ _TAKE_DUE_ALONE = text(
     "WITH q AS (SELECT interaction_queues.*, EXISTS (SELECT 1 FROM interactions WHERE queue = :queue AND state = 'processing' "
     "AND lease_expires_at <= :now) AS has_expired FROM interaction_queues WHERE name = :queue FOR SHARE), "
     "go AS (SELECT q.lease_ms, q.processing_timeout_ms FROM q WHERE NOT q.paused AND NOT q.has_expired "
-    "AND q.concurrency IS NULL AND q.rate_limit_count IS NULL), "
+    "AND q.concurrency IS NULL AND q.rate_limit_count IS NULL AND q.owner_by IS NULL AND q.priority_aging_ms IS NULL), "
     "taken AS (UPDATE interactions SET state = 'processing', lease_token = :token, "
     "lease_expires_at = LEAST(:now + COALESCE(CAST(:lease_ms AS bigint), (SELECT lease_ms FROM go)), "
     ":now + (SELECT processing_timeout_ms FROM go)), "
     "leased_at = :now, worker = :worker, wake = false, attempts = attempts + 1, updated_at = :now "
     "WHERE EXISTS (SELECT 1 FROM go) AND id IN (SELECT id FROM interactions WHERE queue = :queue AND state = 'queued' "
-    "AND next_processing <= :now ORDER BY next_processing, id LIMIT :room FOR UPDATE SKIP LOCKED) RETURNING *), "
+    "AND next_processing <= :now ORDER BY priority DESC, next_processing, id LIMIT :room FOR UPDATE SKIP LOCKED) RETURNING *), "
     "ev AS (INSERT INTO events (type, at, subject_kind, subject_id, data) "
     "SELECT 'interaction.changed', :now, 'interaction', taken.id::text, "
     "jsonb_build_object('queue', taken.queue, 'status', 'processing', 'worker', CAST(:worker AS text)) "
-    "FROM taken ORDER BY taken.next_processing, taken.id), "
+    "FROM taken ORDER BY taken.priority DESC, taken.next_processing, taken.id), "
     "wake AS (SELECT pg_notify(:pg_channel, :sequencer) WHERE EXISTS (SELECT 1 FROM taken)), "
     "upcoming AS (SELECT "
     "(SELECT min(next_processing) FROM interactions WHERE queue = :queue AND state = 'queued' "
@@ -850,10 +916,10 @@ async def take_due_alone(
     width = len(queues.c)
     first = result[0]
     q = _queue(first[:width])
-    if q.paused or first.has_expired or q.concurrency is not None or q.rate_limit_count is not None:
+    if q.paused or first.has_expired or q.limited:
         return TakenAlone(q, bool(first.has_expired), None)
     rows = [_item(r[width + 1 : width + 1 + len(items.c)]) for r in result if r.id is not None]
-    rows.sort(key=lambda r: (r.next_processing or 0, r.id))
+    rows.sort(key=pick_order)
     expiry = first.upcoming_expiry
     if rows:
         tx.notify(SEQUENCER_CHANNEL)
@@ -868,7 +934,7 @@ async def take_due(tx: Transaction, queue: str, now: int, room: int, token: str,
     due = (
         select(items.c.id)
         .where(items.c.queue == queue, items.c.state == "queued", items.c.next_processing <= now)
-        .order_by(items.c.next_processing, items.c.id)
+        .order_by(items.c.priority.desc(), items.c.next_processing, items.c.id)
         .limit(room)
     )
     taking = (
@@ -881,8 +947,214 @@ async def take_due(tx: Transaction, queue: str, now: int, room: int, token: str,
         .returning(*items.c)
     )
     rows = [_item(r) for r in (await tx.execute(taking)).all()]
-    rows.sort(key=lambda r: (r.next_processing or 0, r.id))
+    rows.sort(key=pick_order)
     return rows
+
+
+# --- picks by priority, age and owner (queues with ``owner_by`` or ``priority_aging_ms``) ------------------
+#
+# Each read walks an index in its own order and stops early, so a lease costs the same beside a backlog of a
+# million: owners are found by skipping from one to the next in ix_interactions_owner_ready (one probe each),
+# priority levels the same way, and each owner's (or level's) items come in index order.
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A due item a lease may take, with what its place in the order depends on."""
+
+    id: int
+    owner: str
+    priority: int
+    next_processing: int
+
+
+def _owner_clause(by_owner: bool) -> str:
+    return "AND owner = :owner " if by_owner else ""
+
+
+def _ready_statement(by_owner: bool, level: bool) -> Any:
+    return text(
+        "SELECT id, owner, priority, next_processing FROM interactions WHERE queue = :queue " + _owner_clause(by_owner)
+        + "AND state = 'queued' " + ("AND priority = :priority " if level else "") + "AND next_processing <= :now ORDER BY "
+        + ("" if level else "priority DESC, ") + "next_processing, id LIMIT :k OFFSET :skip"
+    )
+
+
+def _levels_statement(by_owner: bool) -> Any:
+    where = "FROM interactions WHERE queue = :queue " + _owner_clause(by_owner) + "AND state = 'queued' "
+    return text(
+        "WITH RECURSIVE levels(p) AS (SELECT (SELECT priority " + where + "ORDER BY priority DESC LIMIT 1) "
+        "UNION ALL SELECT (SELECT priority " + where + "AND priority < levels.p ORDER BY priority DESC LIMIT 1) "
+        "FROM levels WHERE levels.p IS NOT NULL) SELECT p FROM levels WHERE p IS NOT NULL"
+    )
+
+
+_READY = {(o, lv): _ready_statement(o, lv) for o in (False, True) for lv in (False, True)}
+_LEVELS = {o: _levels_statement(o) for o in (False, True)}
+
+
+def aged_order(aging_ms: int) -> Any:
+    """The order with aging: effective priority ``priority + waited / aging_ms`` highest first — the same as
+    ``priority × aging_ms − next_processing`` highest first, which does not move with the clock — then
+    earliest due, then id."""
+    return lambda c: (c.next_processing - c.priority * aging_ms, c.next_processing, c.id)
+
+
+async def ready_candidates(
+    conn: Executor, queue: str, owner: str | None, now: int, k: int, skip: int = 0, aging_ms: int | None = None
+) -> list[Candidate]:
+    """The due items of ``queue`` (of one ``owner`` when given) in the lease's order, from the ``skip``-th,
+    at most ``k``. With aging, the head of each priority level is read and merged (levels are few: the index
+    orders each by due time, and age only ever moves an item ahead of a higher level's later items)."""
+    params: dict[str, Any] = {"queue": queue, "owner": owner, "now": now}
+    by_owner = owner is not None
+    if aging_ms is None:
+        rows = (await conn.execute(_READY[by_owner, False], {**params, "k": k, "skip": skip})).all()
+        return [Candidate(*r) for r in rows]
+    found: list[Candidate] = []
+    for (level,) in (await conn.execute(_LEVELS[by_owner], params)).all():
+        rows = (await conn.execute(_READY[by_owner, True], {**params, "priority": level, "k": skip + k, "skip": 0})).all()
+        found.extend(Candidate(*r) for r in rows)
+    found.sort(key=aged_order(aging_ms))
+    return found[skip : skip + k]
+
+
+_HEADS_PG = text(
+    "SELECT c.id, c.owner, c.priority, c.next_processing FROM unnest(CAST(:owners AS text[]), CAST(:skips AS integer[]), "
+    "CAST(:ks AS integer[])) AS w(owner, skip, k) CROSS JOIN LATERAL (SELECT id, owner, priority, next_processing FROM interactions "
+    "WHERE queue = :queue AND owner = w.owner AND state = 'queued' AND next_processing <= :now "
+    "ORDER BY priority DESC, next_processing, id LIMIT w.k OFFSET w.skip) AS c"
+)
+
+
+async def owners_heads(
+    conn: Executor, store: Store, queue: str, now: int, wants: dict[str, tuple[int, int]], aging_ms: int | None
+) -> dict[str, list[Candidate]]:
+    """For each owner, its due items in the lease's order from ``skip``, at most ``k`` (``wants``: owner →
+    (skip, k)); one statement on PostgreSQL without aging."""
+    heads: dict[str, list[Candidate]] = {o: [] for o in wants}
+    wanted = {o: sk for o, sk in wants.items() if sk[1] > 0}
+    if not wanted:
+        return heads
+    if store.is_postgres and aging_ms is None:
+        owners = sorted(wanted)
+        params = {"queue": queue, "now": now, "owners": owners, "skips": [wanted[o][0] for o in owners], "ks": [wanted[o][1] for o in owners]}
+        for r in (await conn.execute(_HEADS_PG, params)).all():
+            heads[r.owner].append(Candidate(*r))
+        for found in heads.values():
+            found.sort(key=lambda c: (-c.priority, c.next_processing, c.id))
+        return heads
+    for owner, (skip, k) in wanted.items():
+        heads[owner] = await ready_candidates(conn, queue, owner, now, k, skip, aging_ms)
+    return heads
+
+
+# Owners with an item due, one index probe per owner: the next owner name after the last one found.
+_OWNERS_DUE = text(
+    "WITH RECURSIVE o(owner) AS ("
+    "SELECT (SELECT owner FROM interactions WHERE queue = :queue AND state = 'queued' ORDER BY owner LIMIT 1) "
+    "UNION ALL SELECT (SELECT i.owner FROM interactions AS i WHERE i.queue = :queue AND i.state = 'queued' AND i.owner > o.owner "
+    "ORDER BY i.owner LIMIT 1) FROM o WHERE o.owner IS NOT NULL) "
+    "SELECT o.owner FROM o WHERE o.owner IS NOT NULL AND EXISTS (SELECT 1 FROM interactions AS d WHERE d.queue = :queue "
+    "AND d.owner = o.owner AND d.state = 'queued' AND d.next_processing <= :now)"
+)
+
+
+async def owners_with_due(conn: Executor, queue: str, now: int) -> list[str]:
+    return [r[0] for r in (await conn.execute(_OWNERS_DUE, {"queue": queue, "now": now})).all()]
+
+
+async def processing_by_owner(conn: Executor, queue: str) -> dict[str, int]:
+    query = select(items.c.owner, func.count()).where(items.c.queue == queue, items.c.state == "processing").group_by(items.c.owner)
+    return {str(o): int(n) for o, n in (await conn.execute(query)).all()}
+
+
+@dataclass(slots=True)
+class OwnerState:
+    """An owner's rate window and turn (``interaction_owners``), as a lease changes them."""
+
+    window_start: int = 0
+    window_count: int = 0
+    turn: int = 0
+
+
+async def owner_states(tx: Transaction, queue: str, owners: Sequence[str]) -> dict[str, OwnerState]:
+    if not owners:
+        return {}
+    query = select(owners_table.c.owner, owners_table.c.window_start, owners_table.c.window_count, owners_table.c.turn).where(
+        owners_table.c.queue == queue, tx.store.dialect.any_of(owners_table.c.owner, sorted(owners))
+    )
+    return {r.owner: OwnerState(int(r.window_start), int(r.window_count), int(r.turn)) for r in (await tx.execute(query)).all()}
+
+
+async def save_owner_states(tx: Transaction, queue: str, states: dict[str, OwnerState]) -> None:
+    if not states:
+        return
+    stmt = tx.store.dialect.insert(owners_table)
+    stmt = stmt.on_conflict_do_update(
+        index_elements=["queue", "owner"],
+        set_={"window_start": stmt.excluded.window_start, "window_count": stmt.excluded.window_count, "turn": stmt.excluded.turn},
+    )
+    await tx.execute(stmt, [
+        {"queue": queue, "owner": o, "window_start": st.window_start, "window_count": st.window_count, "turn": st.turn}
+        for o, st in sorted(states.items())
+    ])
+
+
+async def set_fair_clock(tx: Executor, queue: str, clock: int) -> None:
+    await tx.execute(queues.update().where(queues.c.name == queue).values(fair_clock=clock))
+
+
+async def owned_queues(conn: Executor) -> list[str]:
+    return list((await conn.execute(select(queues.c.name).where(queues.c.owner_by.is_not(None)).order_by(queues.c.name))).scalars())
+
+
+async def owner_counts(conn: Executor, now: int, queue: str, limit: int) -> list[tuple[str, int, int]]:
+    """The busiest owners of ``queue``: (owner, ready, processing), most ready + processing first."""
+    ready = func.sum(case((and_(items.c.state == "queued", items.c.next_processing <= now), 1), else_=0))
+    processing = func.sum(case((items.c.state == "processing", 1), else_=0))
+    query = (
+        select(items.c.owner, ready, processing)
+        .where(items.c.queue == queue, items.c.state.in_(ACTIVE))
+        .group_by(items.c.owner)
+        .order_by((ready + processing).desc(), items.c.owner)
+        .limit(limit)
+    )
+    return [(str(o), int(r or 0), int(p or 0)) for o, r, p in (await conn.execute(query)).all()]
+
+
+_TAKE_IDS_WITH_EVENTS = text(
+    str(_TAKE_DUE_WITH_EVENTS).replace(
+        "WHERE queue = :queue AND state = 'queued' AND next_processing <= :now ORDER BY priority DESC, next_processing, id LIMIT :room "
+        "FOR UPDATE SKIP LOCKED",
+        "WHERE id = ANY(CAST(:ids AS bigint[])) AND queue = :queue AND state = 'queued' AND next_processing <= :now FOR UPDATE SKIP LOCKED",
+    )
+).columns(*items.c, column("upcoming_due", Millis), column("upcoming_expiry", Millis))
+assert ":ids" in str(_TAKE_IDS_WITH_EVENTS), "the take-these statement drifted from the take-due one"
+
+
+async def take_ids_with_events(tx: Transaction, queue: str, ids: Sequence[int], now: int, token: str, expires: int, worker: str) -> Taken:
+    """Lease the items ``ids`` picked (those still due and not held by another transaction), with their events,
+    in the order given; and what is due next."""
+    order = {i: n for n, i in enumerate(ids)}
+    if tx.store.is_postgres:
+        params = {"queue": queue, "ids": list(ids), "now": now, "token": token, "expires": expires, "worker": worker}
+        return await _taken_pg(tx, _TAKE_IDS_WITH_EVENTS, params, lambda r: order[r.id])
+    taking = (
+        items.update()
+        .where(tx.store.dialect.any_of(items.c.id, list(ids)), items.c.queue == queue, items.c.state == "queued", items.c.next_processing <= now)
+        .values(
+            state="processing", lease_token=token, lease_expires_at=expires, leased_at=now, worker=worker, wake=False,
+            attempts=items.c.attempts + 1, updated_at=now,
+        )
+        .returning(*items.c)
+    )
+    rows = sorted((_item(r) for r in (await tx.execute(taking)).all()), key=lambda r: order[r.id]) if ids else []
+    await outbox.emit_many(tx, [
+        outbox.Event("interaction.changed", "interaction", str(r.id), {"queue": queue, "status": "processing", "worker": worker}) for r in rows
+    ])
+    due, expiry = await next_due_and_expiry(tx, queue)
+    return Taken(rows, due, expiry)
 
 
 _NEXT_DUE_AND_EXPIRY = select(

@@ -8,6 +8,7 @@ a lease is fenced by its token: a late worker gets ``409 lease_lost`` and change
 
 from __future__ import annotations
 
+import heapq
 import json
 import time
 from collections.abc import Sequence
@@ -66,7 +67,7 @@ async def _queue_for_lease(tx: Transaction, cfg: InteractionsSettings, queue: st
     limited: dict[str, bool] = tx.store.extras.setdefault("interactions:limited", {})
     exclusive = limited.get(queue, True)
     q, has_expired = await data.lock_queue_for_lease(tx, queue, now, shared=not exclusive)
-    limited[queue] = q.concurrency is not None or q.rate_limit_count is not None
+    limited[queue] = q.limited
     if limited[queue] and not exclusive:
         return None
     return q, has_expired
@@ -100,6 +101,12 @@ async def expire_leases(tx: Transaction, q: QueueRow, now: int) -> int:
     return len(rows)
 
 
+def _window(now: int, per_ms: int, started: int) -> int:
+    """The rate window ``now`` falls in; never one before the window in force (``started``), which a server
+    whose clock runs ahead may have opened: going back would count a window twice."""
+    return max(now - now % per_ms, started)
+
+
 def _lease_end(q: QueueRow, leased_at: int, now: int, lease_ms: int) -> int:
     end = now + lease_ms
     if q.processing_timeout_ms is not None:
@@ -127,6 +134,7 @@ async def _lease_once(store: Store, cfg: InteractionsSettings, queue: str, worke
         if locked is None:
             return None
         q, has_expired = locked
+        now = max(now, store.now_ms())
         if has_expired:
             await expire_leases(tx, q, now)
         if q.paused:
@@ -135,13 +143,18 @@ async def _lease_once(store: Store, cfg: InteractionsSettings, queue: str, worke
         room = max_items
         limited_until: int | None = None
         slots: int | None = None
+        leased_now = await data.count_processing(tx, queue) if q.concurrency is not None else 0
+        busy = await data.processing_by_owner(tx, queue) if q.owned and q.per_owner_concurrency is not None else {}
+        # The time of the lease is read after what is processing was counted (waiting for the queue's lock, or
+        # for those reads, takes a while): a release that committed before the count finished before it, and
+        # the rate windows are those of that moment.
+        now = max(now, store.now_ms())
         if q.concurrency is not None:
-            leased_now = await data.count_processing(tx, queue)
             slots = q.concurrency - leased_now
             room = min(room, slots)
         window_start, window_count = q.window_start, q.window_count
         if q.rate_limit_count is not None:
-            current = now - now % q.rate_limit_per_ms
+            current = _window(now, q.rate_limit_per_ms, window_start)
             if window_start != current:
                 window_start, window_count = current, 0
             left = q.rate_limit_count - window_count
@@ -152,7 +165,11 @@ async def _lease_once(store: Store, cfg: InteractionsSettings, queue: str, worke
         upcoming: tuple[int | None, int | None] | None = None
         if room > 0:
             expires = _lease_end(q, now, now, lease_ms or q.lease_ms)
-            took = await data.take_due_with_events(tx, queue, now, room, new_token(), expires, worker)
+            if q.owned or q.priority_aging_ms is not None:
+                picked = await _pick(tx, q, now, room, busy)
+                took = await data.take_ids_with_events(tx, queue, picked, now, new_token(), expires, worker)
+            else:
+                took = await data.take_due_with_events(tx, queue, now, room, new_token(), expires, worker)
             rows, upcoming = took.rows, (took.next_due, took.next_expiry)
         taken: list[dict[str, Any]] = []
         if rows:
@@ -165,6 +182,119 @@ async def _lease_once(store: Store, cfg: InteractionsSettings, queue: str, worke
             due, expiry = upcoming if upcoming is not None else await data.next_due_and_expiry(tx, queue)
             next_due = _next_look(due, expiry, len(rows) >= slots if slots is not None else False, limited_until)
     return Leased(taken, next_due, q.processing_timeout_ms, lease_ms or q.lease_ms)
+
+
+TURN_STRIDE = 720_720
+"""What one leased item adds to its owner's turn at weight 1 (at weight w, TURN_STRIDE // w): divisible by
+every weight up to 16, so common weights share exactly."""
+
+
+async def _pick(tx: Transaction, q: QueueRow, now: int, room: int, busy: dict[str, int]) -> list[int]:
+    """The ids a lease of ``q`` takes, at most ``room``, in order: without ``owner_by``, by effective priority;
+    with it, within each owner's limits (its concurrency, its rate window), and with ``fair`` owner by owner
+    in weighted turns (``busy``: each owner's items processing). Runs under the queue's row lock, which every
+    such lease takes: the counts it reads and the owner rows it writes are nobody else's until it commits."""
+    if not q.owned:
+        return [c.id for c in await data.ready_candidates(tx, q.name, None, now, room, aging_ms=q.priority_aging_ms)]
+    owners = await data.owners_with_due(tx, q.name, now)
+    if not owners:
+        return []
+    states = await data.owner_states(tx, q.name, owners)
+    left: dict[str, int] = {}
+    for owner in owners:
+        state = states.setdefault(owner, data.OwnerState())
+        room_of = room
+        if q.per_owner_concurrency is not None:
+            room_of = min(room_of, q.per_owner_concurrency - busy.get(owner, 0))
+        if q.per_owner_rate_count is not None and q.per_owner_rate_per_ms is not None:
+            current = _window(now, q.per_owner_rate_per_ms, state.window_start)
+            if state.window_start != current:
+                state.window_start, state.window_count = current, 0
+            room_of = min(room_of, q.per_owner_rate_count - state.window_count)
+        if room_of > 0:
+            left[owner] = room_of
+    if q.fair:
+        taken = await _fair_shares(tx, q, now, room, left, states)
+    else:
+        heads = await data.owners_heads(tx, tx.store, q.name, now, {o: (0, min(n, room)) for o, n in left.items()}, q.priority_aging_ms)
+        order = data.aged_order(q.priority_aging_ms) if q.priority_aging_ms is not None else (lambda c: (-c.priority, c.next_processing, c.id))
+        taken = sorted((c for found in heads.values() for c in found), key=order)[:room]
+    served: dict[str, data.OwnerState] = {}
+    for c in taken:
+        state = served[c.owner] = states[c.owner]
+        state.window_count += 1
+    if q.per_owner_rate_count is not None or q.fair:
+        await data.save_owner_states(tx, q.name, served if not q.fair else {o: states[o] for o in served})
+    return [c.id for c in taken]
+
+
+async def _fair_shares(
+    tx: Transaction, q: QueueRow, now: int, room: int, left: dict[str, int], states: dict[str, data.OwnerState]
+) -> list[data.Candidate]:
+    """Weighted round robin (stride scheduling): the owner with the least turn takes the next item and its turn
+    grows by TURN_STRIDE / its weight; an owner that had nothing due starts at the queue's clock, so it gets its
+    share at once but no burst for the time it was away. Each owner's items are read in its own order, as many
+    as its turns give it; one that has fewer due than that gives its turns to the others."""
+    weights = q.weights or {}
+    start = {o: max(states[o].turn, q.fair_clock) for o in left}
+    capacity = dict(left)
+    got: dict[str, list[data.Candidate]] = {o: [] for o in left}
+    exhausted: set[str] = set()
+    while True:
+        share = _stride(start, capacity, weights, room)
+        wants = {o: (len(got[o]), n - len(got[o])) for o, n in share.items() if n > len(got[o]) and o not in exhausted}
+        if not wants:
+            break
+        heads = await data.owners_heads(tx, tx.store, q.name, now, wants, q.priority_aging_ms)
+        short = False
+        for owner, (_, k) in wants.items():
+            got[owner].extend(heads[owner])
+            if len(heads[owner]) < k:
+                exhausted.add(owner)
+                capacity[owner] = len(got[owner])
+                short = True
+        if not short:
+            break
+    share = _stride(start, capacity, weights, room)
+    taken: list[data.Candidate] = []
+    for owner, n in share.items():
+        mine = got[owner][:n]
+        taken.extend(mine)
+        states[owner].turn = start[owner] + len(mine) * _stride_of(weights, owner)
+    # The clock follows the least-served owner still waiting, so one that comes back starts beside it.
+    waiting = [states[o].turn if share.get(o) else start[o] for o in left if o not in exhausted or len(got[o]) > share.get(o, 0)]
+    clock = min(waiting) if waiting else max((states[o].turn for o in share), default=q.fair_clock)
+    if clock > q.fair_clock:
+        await data.set_fair_clock(tx, q.name, clock)
+    # The order across owners is the order of turns taken, so a worker that handles its batch in order is fair too.
+    return _interleave(taken, start, weights)
+
+
+def _stride_of(weights: dict[str, int], owner: str) -> int:
+    return TURN_STRIDE // max(1, int(weights.get(owner, 1)))
+
+
+def _stride(start: dict[str, int], capacity: dict[str, int], weights: dict[str, int], room: int) -> dict[str, int]:
+    """How many items each owner gets of ``room``, taking turns from ``start``, none beyond its ``capacity``."""
+    heap = [(start[o], o) for o, c in capacity.items() if c > 0]
+    heapq.heapify(heap)
+    share: dict[str, int] = {}
+    while heap and room > 0:
+        turn, owner = heapq.heappop(heap)
+        share[owner] = share.get(owner, 0) + 1
+        room -= 1
+        if share[owner] < capacity[owner]:
+            heapq.heappush(heap, (turn + _stride_of(weights, owner), owner))
+    return share
+
+
+def _interleave(taken: list[data.Candidate], start: dict[str, int], weights: dict[str, int]) -> list[data.Candidate]:
+    turns: list[tuple[int, str, int, data.Candidate]] = []
+    seen: dict[str, int] = {}
+    for c in taken:
+        n = seen[c.owner] = seen.get(c.owner, 0) + 1
+        turns.append((start[c.owner] + (n - 1) * _stride_of(weights, c.owner), c.owner, n, c))
+    return [t[3] for t in sorted(turns, key=lambda t: t[:3])]
 
 
 def _known_unlimited(store: Store, queue: str) -> bool:
@@ -185,7 +315,7 @@ async def _lease_alone(store: Store, queue: str, worker: str, max_items: int, le
     if q.paused:
         return Leased([], None, q.processing_timeout_ms, lease_ms or q.lease_ms)
     if got.taken is None:
-        store.extras["interactions:limited"][queue] = q.concurrency is not None or q.rate_limit_count is not None
+        store.extras["interactions:limited"][queue] = q.limited
         return None
     rows = got.taken.rows
     next_due = _next_look(got.taken.next_due, got.taken.next_expiry, False, None) if len(rows) < max_items else None

@@ -17,6 +17,11 @@ OLDEST_READY = Gauge("mainspring_interactions_oldest_ready_seconds", "How long t
 PROCESSED = Counter(
     "mainspring_interactions_processed_total", "Leases ended, by outcome (completed, failed, retried, repeated, waited)", ["queue", "outcome"]
 )
+OWNER_ITEMS = Gauge(
+    "mainspring_interactions_owner", "Ready and processing interactions of a queue's busiest owners (queues with owner_by, top 20 each)",
+    ["queue", "owner", "status"],
+)
+TOP_OWNERS = 20
 LEASE_EXPIRIES = Counter("mainspring_interactions_lease_expiries_total", "Leases that expired unreleased", ["queue"])
 RETRIED = Counter("mainspring_interactions_retried_total", "Failed or cancelled items run again on request", ["queue"])
 
@@ -26,8 +31,13 @@ async def read_gauges(ctx: Any) -> None:
     async with ctx.store.read() as conn:
         counted = await data.count_by_status(conn, now, postgres=ctx.store.is_postgres)
         oldest = await data.oldest_ready(conn, now)
+        owners = {q: await data.owner_counts(conn, now, q, TOP_OWNERS) for q in await data.owned_queues(conn)}
     set_all(ITEMS, (((queue, status), n) for queue, by_status in counted.by_queue.items() for status, n in by_status.items()))
     set_all(ESTIMATED, (((queue, status), 1) for queue, status in counted.estimated))
+    set_all(OWNER_ITEMS, (
+        ((queue, owner, status), n)
+        for queue, top in owners.items() for owner, ready, processing in top for status, n in (("ready", ready), ("processing", processing))
+    ))
     set_all(OLDEST_READY, (((queue,), max(0.0, (now - since) / 1000)) for queue, since in oldest.items()))
 
 

@@ -76,7 +76,41 @@ class RetrySettings(Strict):
     """Each delay is drawn uniformly between 0 and the backoff's, so items that failed together spread out."""
 
 
-class QueueSettingsIn(RetrySettings):
+OwnerBy = Literal["user", "source", "channel"]
+Priority = Annotated[StrictInt, Field(ge=-1000, le=1000)]
+Weight = Annotated[StrictInt, Field(ge=1, le=10_000)]
+
+
+class PerOwner(Strict):
+    """Limits that hold for each owner separately, across all servers."""
+
+    concurrency: int | None = Field(None, ge=1, le=1_000_000)
+    rate_limit: RateLimit | None = None
+
+
+class OwnerSettings(Strict):
+    """Priorities that age, owners, their limits and fair shares (API.md §3)."""
+
+    priority_aging_ms: PositiveMs | None = None
+    """A due item's effective priority grows by 1 every this many ms it waits (null: priorities do not age)."""
+    owner_by: OwnerBy | None = None
+    """The field that names an item's owner (null counts as the owner ``""``)."""
+    per_owner: PerOwner | None = None
+    fair: bool = False
+    """Owners with due items take turns (weighted round robin by ``weights``)."""
+    weights: dict[Name, Weight] | None = Field(None, max_length=10_000)
+    """Each named owner's share of the turns (default 1)."""
+
+    @model_validator(mode="after")
+    def _owners_need_owner_by(self) -> OwnerSettings:
+        if self.owner_by is None:
+            named = [k for k in ("per_owner", "weights") if getattr(self, k)] + (["fair"] if self.fair else [])
+            if named:
+                raise ValueError(f"{', '.join(named)} need owner_by (user, source or channel): nothing names an item's owner")
+        return self
+
+
+class QueueSettingsIn(RetrySettings, OwnerSettings):
     rate_limit: RateLimit | None = None
     concurrency: int | None = Field(None, ge=1, le=1_000_000)
     lease_ms: PositiveMs | None = None
@@ -99,6 +133,11 @@ class QueueOut(BaseModel):
     backoff: Backoff = "fixed"
     max_delay_ms: int = 3_600_000
     jitter: bool = False
+    priority_aging_ms: int | None = None
+    owner_by: OwnerBy | None = None
+    per_owner: PerOwner = Field(default_factory=PerOwner)
+    fair: bool = False
+    weights: dict[str, int] = Field(default_factory=dict)
     paused: bool = False
     """A paused queue leases nothing (``POST /v1/queues/{queue}/pause``, ``…/resume``); what is leased runs on."""
     counts: dict[str, int] | None = None
@@ -138,6 +177,8 @@ class CreateIn(When):
     channel: Name | None = None
     user: Name | None = None
     source: Name | None = None
+    priority: Priority = 0
+    """Higher first (−1000..1000); with the queue's ``priority_aging_ms``, waiting raises it."""
     completed: bool = False
     result: JsonValue = None
 
@@ -200,6 +241,7 @@ class Interaction(BaseModel):
     channel: str | None
     user: str | None
     source: str | None
+    priority: int = 0
     data: Any
     result: Any
     error: str | None

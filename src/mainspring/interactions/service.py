@@ -73,6 +73,7 @@ def to_api(row: InteractionRow, now: int, *, with_lease: bool = False) -> dict[s
         "channel": row.channel,
         "user": row.user,
         "source": row.source,
+        "priority": row.priority,
         "data": row.data,
         "result": row.result,
         "error": row.error,
@@ -107,6 +108,13 @@ def queue_defaults(cfg: InteractionsSettings) -> dict[str, Any]:
         "backoff": cfg.backoff,
         "max_delay_ms": cfg.max_delay_ms,
         "jitter": cfg.jitter,
+        "priority_aging_ms": None,
+        "owner_by": None,
+        "per_owner_concurrency": None,
+        "per_owner_rate_count": None,
+        "per_owner_rate_per_ms": None,
+        "fair": False,
+        "weights": None,
     }
 
 
@@ -123,6 +131,35 @@ def queue_to_api(settings: dict[str, Any], name: str) -> dict[str, Any]:
         "rate_limit": rate,
         **{k: settings[k] for k in ("concurrency", "lease_ms", "error_delay_ms", "max_attempts", "processing_timeout_ms", "retention_ms")},
         **{k: settings[k] for k in data.RETRY_SETTINGS},
+        **owner_settings_to_api(settings),
+    }
+
+
+def owner_settings_to_api(settings: dict[str, Any]) -> dict[str, Any]:
+    per_owner_rate = None
+    if settings.get("per_owner_rate_count") is not None:
+        per_owner_rate = {"count": settings["per_owner_rate_count"], "per_ms": settings["per_owner_rate_per_ms"]}
+    return {
+        "priority_aging_ms": settings.get("priority_aging_ms"),
+        "owner_by": settings.get("owner_by"),
+        "per_owner": {"concurrency": settings.get("per_owner_concurrency"), "rate_limit": per_owner_rate},
+        "fair": bool(settings.get("fair")),
+        "weights": settings.get("weights") or {},
+    }
+
+
+def owner_settings_from_api(values: dict[str, Any]) -> dict[str, Any]:
+    """The stored columns of the API's owner settings (absent ones: none)."""
+    per_owner = values.get("per_owner") or {}
+    rate = per_owner.get("rate_limit")
+    return {
+        "priority_aging_ms": values.get("priority_aging_ms"),
+        "owner_by": values.get("owner_by"),
+        "per_owner_concurrency": per_owner.get("concurrency"),
+        "per_owner_rate_count": rate["count"] if rate else None,
+        "per_owner_rate_per_ms": rate["per_ms"] if rate else None,
+        "fair": bool(values.get("fair")),
+        "weights": values.get("weights") or None,
     }
 
 
@@ -139,6 +176,7 @@ async def put_queue(store: Store, cfg: InteractionsSettings, queue: str, values:
     rate = values.get("rate_limit")
     settings["rate_limit_count"] = rate["count"] if rate else None
     settings["rate_limit_per_ms"] = rate["per_ms"] if rate else None
+    settings.update(owner_settings_from_api(values))
     async with store.transaction() as tx:
         await data.put_queue(tx, queue, settings)
         # A looser limit may let waiting workers lease at once.
@@ -168,6 +206,13 @@ async def get_queue(store: Store, cfg: InteractionsSettings, queue: str) -> dict
     # data.SCHEDULED_CAP of each on PostgreSQL: those two are then the planner's estimate, and named here.
     body["counts_estimated"] = counted.estimated_statuses()
     return body
+
+
+async def busiest_owners(store: Store, queue: str, limit: int = 20) -> list[dict[str, Any]]:
+    """The owners of ``queue`` with the most ready and processing items (who is starving whom)."""
+    async with store.read() as conn:
+        top = await data.owner_counts(conn, store.now_ms(), queue, limit)
+    return [{"owner": owner, "ready": ready, "processing": processing} for owner, ready, processing in top]
 
 
 async def pause_queue(store: Store, cfg: InteractionsSettings, queue: str, paused: bool) -> dict[str, Any]:
@@ -218,6 +263,7 @@ def new_interaction(queue: str, spec: dict[str, Any]) -> NewInteraction:
         channel=spec.get("channel"),
         user=spec.get("user"),
         source=spec.get("source"),
+        priority=spec.get("priority") or 0,
         due_at=spec.get("due_at"),
         completed=bool(spec.get("completed")),
         result=spec.get("result"),

@@ -40,6 +40,17 @@ interaction_queues = Table(
     Column("backoff", String(16), nullable=False, server_default="fixed"),
     Column("max_delay_ms", Millis, nullable=False, server_default=text("3600000")),
     Column("jitter", Boolean, nullable=False, server_default=text("false")),
+    # Priorities that age, owners with their own limits, fair shares (migration interactions_0010, API.md §3).
+    Column("priority_aging_ms", Millis, nullable=True),
+    Column("owner_by", String(16), nullable=True),
+    Column("per_owner_concurrency", Integer, nullable=True),
+    Column("per_owner_rate_count", Integer, nullable=True),
+    Column("per_owner_rate_per_ms", Millis, nullable=True),
+    Column("fair", Boolean, nullable=False, server_default=text("false")),
+    Column("weights", Json, nullable=True),
+    # The fair scheduler's clock: where an owner that had nothing due starts again (the least ``turn``
+    # of the owners served by the last lease), so coming back gives it its share, not a burst.
+    Column("fair_clock", BigInteger, nullable=False, server_default=text("0")),
 )
 
 # ``state`` is what is stored: queued | processing | completed | failed | cancelled. The API's status
@@ -70,8 +81,18 @@ interactions = Table(
     Column("finished_at", Millis, nullable=True),
     Column("error_detail", Json, nullable=True),
     Column("trace_parent", String(55), nullable=True),
+    Column("priority", Integer, nullable=False, server_default=text("0")),
+    # The value of the field the queue's ``owner_by`` names ('' for null, and for every item of a queue without
+    # ``owner_by``): set when the item is created, and again for waiting items when ``owner_by`` changes.
+    Column("owner", String(128), nullable=False, server_default=""),
     UniqueConstraint("queue", "message_id", name="uq_interactions_queue_message_id"),
     Index("ix_interactions_due", "queue", "next_processing", "id", postgresql_where=text("state = 'queued'"), sqlite_where=text("state = 'queued'")),
+    # The lease's pick, in its order: highest priority, then earliest due, then id (migration interactions_0010).
+    Index("ix_interactions_ready", "queue", text("priority DESC"), "next_processing", "id", postgresql_where=text("state = 'queued'"), sqlite_where=text("state = 'queued'")),
+    # The same per owner, for queues with ``owner_by``. Both are partial on waiting items: a lease or a release
+    # (which make an item processing or finished) writes neither.
+    Index("ix_interactions_owner_ready", "queue", "owner", text("priority DESC"), "next_processing", "id",
+          postgresql_where=text("state = 'queued'"), sqlite_where=text("state = 'queued'")),
     Index("ix_interactions_leased", "queue", "lease_expires_at", postgresql_where=text("state = 'processing'"), sqlite_where=text("state = 'processing'")),
     Index("ix_interactions_children", "parent_id", "name", "id", postgresql_where=text("parent_id IS NOT NULL"), sqlite_where=text("parent_id IS NOT NULL")),
     Index("ix_interactions_queue_id", "queue", "id"),
@@ -92,6 +113,19 @@ interaction_counts = Table(
     Column("status", String(16), primary_key=True),
     Column("slot", Integer, primary_key=True),
     Column("n", BigInteger, nullable=False),
+)
+
+# Per owner of a queue with ``owner_by``: its rate window and its place in the fair rotation. Written only
+# under the queue's row lock (every lease that counts limits or takes turns holds it), so it needs none of its own.
+interaction_owners = Table(
+    "interaction_owners",
+    metadata,
+    Column("queue", String(128), primary_key=True),
+    Column("owner", String(128), primary_key=True),
+    Column("window_start", Millis, nullable=False, server_default=text("0")),
+    Column("window_count", Integer, nullable=False, server_default=text("0")),
+    # Stride scheduling: each item leased adds TURN_STRIDE / weight; the owner with the least turn goes next.
+    Column("turn", BigInteger, nullable=False, server_default=text("0")),
 )
 
 # Cron-style schedules: each tick creates one interaction in ``queue`` (message_id ``periodic:<name>:<tick>``,

@@ -38,7 +38,7 @@ from mainspring.client import models as answers
 from mainspring.core import tracing
 from mainspring.core.logs import bind
 from mainspring.core.runtime import log_failure
-from mainspring.interactions import data, outcomes
+from mainspring.interactions import data, outcomes, service
 from mainspring.interactions.models import Interaction
 from mainspring.interactions.service import cancelled_channel, queue_channel
 from mainspring.interactions.settings import InteractionsSettings
@@ -49,6 +49,7 @@ log = logging.getLogger("mainspring.interactions.worker")
 
 RELEASE_BATCH = 500
 QUEUE_SETTINGS = ("error_delay_ms", *data.RETRY_SETTINGS, "max_attempts")
+OWNER_OPTIONS = ("priority_aging_ms", "owner_by", "per_owner", "fair", "weights")
 """The options of ``@app.queue`` that are the queue's settings (used when a worker creates it), not its own."""
 
 
@@ -73,10 +74,19 @@ class QueueOptions:
     max_delay_ms: int | None = None
     jitter: bool | None = None
     max_attempts: int | None = None
+    priority_aging_ms: int | None = None
+    owner_by: str | None = None
+    per_owner: dict[str, Any] | None = None
+    fair: bool | None = None
+    weights: dict[str, int] | None = None
 
     def queue_settings(self) -> dict[str, Any]:
         """The queue's settings these options give, for a queue created by this worker."""
-        return {k: v for k, v in ((k, getattr(self, k)) for k in QUEUE_SETTINGS) if v is not None}
+        given = {k: v for k, v in ((k, getattr(self, k)) for k in QUEUE_SETTINGS) if v is not None}
+        owners = {k: getattr(self, k) for k in OWNER_OPTIONS if getattr(self, k) is not None}
+        if owners:
+            given.update(service.owner_settings_from_api(owners))
+        return given
 
     def outcome_of(self, exc: Exception) -> outcomes.Retry | outcomes.Fail:
         """What a handler's exception means for its item: retried, unless ``fail_for`` names it or

@@ -244,9 +244,10 @@ async def queue_page(request: Request, principal: Principal, query: QueueQuery, 
     settings = await interactions.get_queue(ctx.store, ctx.settings.interactions, queue)
     filters = {"status": [status] if status else None}
     found, next_cursor = await interactions.list_items(ctx.store, queue, filters, 100, cursor)
+    owners = await interactions.busiest_owners(ctx.store, queue) if settings["owner_by"] else []
     return render(
         request, "queue.html", page="interactions", queue=settings, items=found, next_cursor=next_cursor,
-        status=status, statuses=interactions.STATUSES,
+        status=status, statuses=interactions.STATUSES, owners=owners,
     )
 
 

@@ -15,6 +15,7 @@ from mainspring.client.models import (
     InteractionPage,
     LeasesKept,
     LeasesReleased,
+    PerOwner,
     Queue,
     RateLimit,
 )
@@ -46,14 +47,23 @@ class InteractionsClient(BaseClient):
         backoff: Literal["fixed", "exponential"] | None = None,
         max_delay_ms: int | None = None,
         jitter: bool | None = None,
+        priority_aging_ms: int | None = None,
+        owner_by: Literal["user", "source", "channel"] | None = None,
+        per_owner: PerOwner | None = None,
+        fair: bool | None = None,
+        weights: dict[str, int] | None = None,
     ) -> Queue:
         """Store the settings of ``queue`` (created if new); every server applies them at its next lease.
         A retry waits ``error_delay_ms`` (``backoff="fixed"``) or ``min(error_delay_ms × 2^(n−1), max_delay_ms)``
-        after the n-th failed attempt (``"exponential"``); ``jitter`` draws it between 0 and that."""
+        after the n-th failed attempt (``"exponential"``); ``jitter`` draws it between 0 and that. With
+        ``owner_by`` (the item field naming its owner), ``per_owner`` limits hold for each owner and ``fair``
+        makes owners take turns by ``weights``; ``priority_aging_ms`` makes waiting raise an item's priority."""
         settings = {"rate_limit": rate_limit, "concurrency": concurrency, "lease_ms": lease_ms,
                     "error_delay_ms": error_delay_ms, "max_attempts": max_attempts,
                     "processing_timeout_ms": processing_timeout_ms, "retention_ms": retention_ms,
-                    "backoff": backoff, "max_delay_ms": max_delay_ms, "jitter": jitter}
+                    "backoff": backoff, "max_delay_ms": max_delay_ms, "jitter": jitter,
+                    "priority_aging_ms": priority_aging_ms, "owner_by": owner_by, "per_owner": per_owner, "fair": fair,
+                    "weights": weights}
         return cast(Queue, self._json("PUT", _queue(queue), idempotent=True, json=body(**settings)))
 
     def get_queue(self, queue: str) -> Queue:
@@ -79,6 +89,7 @@ class InteractionsClient(BaseClient):
         channel: str | None = None,
         user: str | None = None,
         source: str | None = None,
+        priority: int | None = None,
         process_at: str | None = None,
         process_in_ms: int | None = None,
         completed: bool | None = None,
@@ -87,7 +98,7 @@ class InteractionsClient(BaseClient):
         """Create an interaction in ``queue``. With ``message_id`` (unique per queue) a repeat answers the
         existing item, so the call is retried safely."""
         fields = body(data=data, parent_id=parent_id, name=name, message_id=message_id, channel=channel, user=user,
-                      source=source, process_at=process_at, process_in_ms=process_in_ms, completed=completed,
+                      source=source, priority=priority, process_at=process_at, process_in_ms=process_in_ms, completed=completed,
                       result=result)
         path = f"{_queue(queue)}/interactions"
         return cast(Interaction, self._json("POST", path, idempotent=message_id is not None, json=fields))

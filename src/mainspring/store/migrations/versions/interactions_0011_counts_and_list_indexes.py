@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "interactions_0011"
-down_revision = "interactions_0009"
+down_revision = "interactions_0010"
 branch_labels = None
 depends_on = None
 

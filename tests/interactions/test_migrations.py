@@ -1,0 +1,88 @@
+"""interactions_0010 (fair leases) on a store with items in it: they get priority 0 and no owner, are in the new
+indexes, and are leased after the upgrade as before."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from alembic import command
+from sqlalchemy import Connection, text
+
+from mainspring.config import Settings
+from mainspring.interactions import leasing, service
+from mainspring.store import Clock, Store
+from mainspring.store.migrate import alembic_config, migrate
+from tests.conftest import _pg_admin, pg_url
+
+
+def _upgrade_to(target: str):  # type: ignore[no-untyped-def]
+    def work(connection: Connection) -> None:
+        config = alembic_config()
+        config.attributes["connection"] = connection
+        command.upgrade(config, target)
+
+    return work
+
+
+@pytest.fixture
+def blank_database_url(engine: str, tmp_path: Path) -> Iterator[str]:
+    if engine == "sqlite":
+        yield f"sqlite:///{tmp_path / 'old.db'}"
+        return
+    name = f"mst_fair_leases_migration_{tmp_path.name[-20:]}".replace("-", "_")
+    asyncio.run(_pg_admin(f'DROP DATABASE IF EXISTS "{name}"', f'CREATE DATABASE "{name}"'))
+    yield pg_url(name)
+    asyncio.run(_pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+async def test_items_queued_before_the_ready_ranks_are_leased_after_the_upgrade(blank_database_url: str, settings: Settings) -> None:
+    cfg = settings.interactions
+    store = Store(blank_database_url, clock=Clock())
+    try:
+        await store.run_sync(_upgrade_to("interactions_0009"))
+        now = store.now_ms()
+        async with store.transaction() as tx:
+            await tx.execute(text(
+                "INSERT INTO interaction_queues (name, lease_ms, error_delay_ms, max_attempts, created_at, updated_at) VALUES ('q', 30000, 0, 5, 0, 0)"
+            ))
+            for n, (state, due) in enumerate((("queued", now - 2000), ("queued", now - 1000), ("queued", now + 3_600_000), ("completed", None))):
+                await tx.execute(text(
+                    "INSERT INTO interactions (queue, state, next_processing, attempts, created_at, updated_at, data) "
+                    "VALUES ('q', :state, :due, 0, :now, :now, :data)"
+                ), {"state": state, "due": due, "now": now, "data": f'{{"n": {n}}}'})
+        await migrate(store)
+        async with store.read() as conn:
+            indexes = {r[0] for r in (await conn.execute(text(
+                "SELECT indexname FROM pg_indexes WHERE tablename = 'interactions'" if store.is_postgres
+                else "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'interactions'"
+            ))).all()}
+        assert {"ix_interactions_ready", "ix_interactions_owner_ready", "ix_interactions_due"} <= indexes
+        taken = await leasing.lease(store, cfg, "q", "w", 10)
+        assert [i["data"]["n"] for i in taken.items] == [0, 1]
+        assert [i["priority"] for i in taken.items] == [0, 0]
+        counts = (await service.get_queue(store, cfg, "q"))["counts"]
+        assert (counts["processing"], counts["scheduled"], counts["completed"]) == (2, 1, 1)
+    finally:
+        await store.close()
+
+
+async def test_an_interrupted_index_build_is_built_again(blank_database_url: str, engine: str) -> None:
+    """A CONCURRENTLY build that died leaves an invalid index: running the migration again replaces it."""
+    if engine == "sqlite":
+        pytest.skip("SQLite builds an index in its transaction: nothing is left half-built")
+    store = Store(blank_database_url)
+    try:
+        await migrate(store)
+        async with store.transaction() as tx:
+            await tx.execute(text("UPDATE pg_index SET indisvalid = false WHERE indexrelid = 'ix_interactions_ready'::regclass"))
+            await tx.execute(text("DELETE FROM alembic_version WHERE version_num = 'interactions_0010'"))
+            await tx.execute(text("INSERT INTO alembic_version (version_num) VALUES ('interactions_0009')"))
+        await migrate(store)
+        async with store.read() as conn:
+            valid = (await conn.execute(text("SELECT indisvalid FROM pg_index WHERE indexrelid = 'ix_interactions_ready'::regclass"))).scalar_one()
+        assert valid is True
+    finally:
+        await store.close()
