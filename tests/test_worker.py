@@ -16,6 +16,7 @@ import pytest
 from mainspring import App, Interaction, Package
 from mainspring.app import AppError
 from mainspring.config import Settings
+from mainspring.store import Clock
 from mainspring.worker import run, runnable
 from tests.conftest import eventually, free_port
 
@@ -124,6 +125,9 @@ async def slow(item):
 
 
 @pytest.mark.slow
+# The app in this process runs on the real clock too: on the tests' manual clock (months ahead) its sweeper
+# would expire the worker's lease while the handler runs.
+@pytest.mark.parametrize("clock", [Clock()], ids=["real-clock"])
 async def test_one_sigterm_stops_a_worker_with_a_health_port_gracefully_and_its_handler_completes_the_item(
     client: httpx.AsyncClient, database_url: str, tmp_path: Path
 ) -> None:

@@ -18,7 +18,7 @@ from mainspring import __version__
 from mainspring.app import App
 from mainspring.batching.face import face as batching_face
 from mainspring.config import Settings
-from mainspring.core import alerts, openapi, outbox, tracing
+from mainspring.core import alerts, openapi, tracing
 from mainspring.core.auth import Authenticator
 from mainspring.core.docs_page import docs_routes, root_routes
 from mainspring.core.errors import Unavailable
@@ -38,8 +38,6 @@ from mainspring.ui.routes import dashboard, http_error
 
 log = logging.getLogger("mainspring.server")
 
-SEQUENCER_PAUSE_S = 0.002
-
 FACES: list[Face] = [exchange_face, machines_face, interactions_face, batching_face]
 
 
@@ -52,23 +50,6 @@ async def close_fixed_alerts(ctx: Context) -> None:
         return None
 
     await run_loop(ctx, "alerts-closer", step, channel="alerts-closer", poll_ms=ctx.settings.server.alerts_check_interval_ms)
-
-
-async def sequence_events(ctx: Context) -> None:
-    sequencer = outbox.Sequencer(ctx.store)
-
-    async def step() -> int | None:
-        # Woken at each commit: a moment's pause lets one round number the events of many commits.
-        await asyncio.sleep(SEQUENCER_PAUSE_S)
-        while await sequencer.round() >= outbox.SEQUENCER_BATCH:
-            pass
-        return None
-
-    if ctx.store.is_postgres:
-        try:
-            await run_loop(ctx, "events-sequencer", step, channel=outbox.SEQUENCER_CHANNEL, poll_ms=200)
-        finally:
-            await sequencer.close()
 
 
 SERVE_SETTINGS_ENV = "MAINSPRING_SERVE_SETTINGS"
@@ -222,7 +203,6 @@ def create_app(
         await retry_while_unavailable("start-up", start_up, settings.server.startup_wait_ms)
         tasks: list[asyncio.Task[None]] = []
         if run_background:
-            tasks.append(asyncio.create_task(sequence_events(ctx), name="events-sequencer"))
             tasks.append(asyncio.create_task(run_publishers(ctx), name="events-publishers"))
             own = [name for face in FACES if face.publishers_for is not None for name in face.publishers_for(settings)]
             tasks.append(asyncio.create_task(prune_published_events(ctx, own), name="events-retention"))

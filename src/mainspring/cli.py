@@ -9,6 +9,7 @@ traceback.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -44,6 +45,7 @@ class MainspringGroup(LazyGroup):
     lazy = {
         "exchange": "mainspring.exchange.cli:cli",
         "machines": "mainspring.machines.cli:cli",
+        "machinegun": "mainspring.machines.machinegun.cli:cli",
         "interactions": "mainspring.interactions.cli:cli",
         "batching": "mainspring.batching.cli:cli",
         "selftest": "mainspring.batching.selftest:selftest",
@@ -89,6 +91,28 @@ def settings_from(config: Path | None, database: str | None = None, data_dir: Pa
     from mainspring.config import load_settings
 
     return load_settings(config, server={"database": database, "data_dir": data_dir, **server})
+
+
+def with_machinegun_config(settings: Settings, path: Path) -> Settings:
+    """``settings`` with Machinegun's config.yaml read in: its namespaces beside (and over) the TOML's, its
+    ``machinegun`` keys over the TOML's; what it leaves out is logged."""
+    from mainspring.config import ConfigError, Settings
+    from mainspring.machines.machinegun.config_import import ConfigError as MachinegunConfigError
+    from mainspring.machines.machinegun.config_import import read_machinegun_config
+
+    try:
+        imported = read_machinegun_config(path)
+    except MachinegunConfigError as exc:
+        raise ConfigError(exc.detail) from None
+    for line in imported.report():
+        logging.getLogger("mainspring.machines.machinegun").warning("%s: %s", path, line)
+    machines = settings.machines.model_dump()
+    machines["namespaces"] = {**machines["namespaces"], **imported.machines["namespaces"]}
+    machines["machinegun"] = {**machines["machinegun"], **imported.machines["machinegun"]}
+    try:
+        return Settings.model_validate({**settings.model_dump(), "machines": machines})
+    except ValueError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
 
 
 def existing_store(settings: Settings, hint: str = "pass --database or --data-dir, or create it with `mainspring migrate`") -> None:
@@ -154,6 +178,7 @@ def serve(
     database: DatabaseOpt = None,
     app: Annotated[str | None, typer.Option("--app", help="Your code to run in the server, as module:attribute.", show_default=False)] = None,
     workers: Annotated[int, typer.Option(min=1, help="Server processes on the one port (PostgreSQL only).")] = 1,
+    machinegun_config: Annotated[Path | None, typer.Option("--machinegun-config", help="Machinegun's config.yaml: its namespaces, sinks and listener (docs/machinegun.md).", show_default=False)] = None,
 ) -> None:
     """Migrate the store (creating it if new), then serve the HTTP API, the dashboard and the background work."""
     import uvicorn
@@ -164,6 +189,8 @@ def serve(
 
     settings = settings_from(config, database, data_dir, host=host, port=port)
     configure_logging(settings.server.log_level, settings.server.log_format, access_log=settings.server.access_log)
+    if machinegun_config is not None:
+        settings = with_machinegun_config(settings, machinegun_config)
     if workers > 1 and not settings.server.database_url().startswith("postgresql"):
         raise typer.BadParameter("several workers need PostgreSQL: SQLite has one writer, so more processes add only contention", param_hint="--workers")
     registry = load_app(app) if app else None

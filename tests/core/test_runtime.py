@@ -13,7 +13,8 @@ from mainspring.core.errors import LeaseLost
 from mainspring.core.leases import fenced_update, new_token
 from mainspring.core.runtime import Context, run_loop
 from mainspring.store import ManualClock, Store
-from mainspring.store.notify import Notifier
+from mainspring.store.notify import Notifier, payloads
+from mainspring.store.postgres import notify_and_commit
 
 
 async def test_notify_wakes_a_waiter_on_another_server(store: Store, database_url: str) -> None:
@@ -27,6 +28,34 @@ async def test_notify_wakes_a_waiter_on_another_server(store: Store, database_ur
         assert await waiter.wait(5)
     finally:
         await other.close()
+
+
+async def test_one_commit_sends_one_notify_that_wakes_each_of_its_channels_on_another_server(store: Store, database_url: str) -> None:
+    if not store.is_postgres:
+        pytest.skip("NOTIFY is PostgreSQL's; SQLite's servers share a Unix socket")
+    other = Store(database_url)
+    await other.start()
+    try:
+        await other.listening()
+        waiters = [other.notifier.waiter(channel) for channel in ("interactions:emails", "events", "batching:b")]
+        async with store.transaction() as tx:
+            await tx.execute(select(1))
+            for channel in ("interactions:emails", "events", "batching:b"):
+                tx.notify(channel)
+            sql = notify_and_commit(tx.channels)
+        assert sql.count("pg_notify") == 1
+        for waiter in waiters:
+            assert await waiter.wait(5)
+    finally:
+        await other.close()
+
+
+def test_wake_ups_too_long_for_one_notify_are_split_under_the_payload_limit() -> None:
+    channels = [f"interactions:queue-{i:04d}" + "x" * 100 for i in range(200)]
+    sent = payloads(channels)
+    assert len(sent) > 1 and all(len(p.encode()) < 8000 for p in sent)
+    assert [c for p in sent for c in p.split(" ")] == channels
+    assert payloads(["events"]) == ["events"]
 
 
 async def test_a_waiter_taken_before_the_signal_never_misses_it() -> None:

@@ -40,15 +40,20 @@ BODIES: dict[tuple[str, str], dict[str, Any]] = {
 # Machinegun's Automaton multiplexes every machine behind one URL: the namespace is in the Thrift message, so
 # the stranger sends a real call for another namespace and is refused the woody way (403, woody headers).
 THRIFT = ("post", "/v1/machinegun/automaton")
+THRIFT_SINK = ("post", "/v1/machinegun/event_sink")
 
 
 async def thrift_get_machine(client: httpx.AsyncClient, url: str, ns: str, machine_id: str) -> httpx.Response:
     from mainspring.machines.machinegun import woody
-    from mainspring.machines.machinegun.idl import Automaton
+    from mainspring.machines.machinegun.idl import Automaton, EventSink, stateproc
     from tests.machines.machinegun import desc
 
     headers = {"content-type": woody.CONTENT_TYPE, **woody.root_trace().child().headers(), **as_("stranger")}
-    return await client.post(url, content=woody.encode_call(Automaton, "GetMachine", {"desc": desc(ns, machine_id)}), headers=headers)
+    if url.endswith("event_sink"):
+        call = woody.encode_call(EventSink, "GetHistory", {"event_sink_id": ns, "range": stateproc.HistoryRange()})
+    else:
+        call = woody.encode_call(Automaton, "GetMachine", {"desc": desc(ns, machine_id)})
+    return await client.post(url, content=call, headers=headers)
 
 
 @pytest.fixture
@@ -110,7 +115,7 @@ async def test_every_v1_operation_refuses_a_token_for_other_names(app: Any, clie
         for method in operations:
             if method not in {"get", "post", "put", "delete"}:
                 continue
-            if (method, path) == THRIFT:
+            if (method, path) in (THRIFT, THRIFT_SINK):
                 answer = await thrift_get_machine(client, url, values["ns"], values["id"])
                 checked += 1
                 if answer.status_code != 403:

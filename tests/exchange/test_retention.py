@@ -197,3 +197,33 @@ async def test_none_keeps_every_finished_process(app, client, clock):
     await remove_all(app.state.context)
     assert await retention_step(app.state.context) is None
     assert (await state_of(client, finished), await state_of(client, given_up)) == ("DONE", "ABORTED")
+
+
+@pytest.mark.parametrize("retention_ms", [0])
+async def test_api_4_and_api_5_answer_the_finished_process_when_retention_removes_it_at_once(
+        app, client, monkeypatch):
+    """With retention 0 the loop is woken as the process finishes and may remove it before the call's answer
+    is built: the answer is the process as the call left it, never 404. The race is made certain here by
+    removing right after the call's own file moves; the loop itself also runs and may win it first."""
+    from mainspring.exchange import sync
+
+    own_moves = sync.sync_process_files
+
+    async def then_retention(ctx, process_id):
+        await own_moves(ctx, process_id)
+        await remove_all(ctx)
+
+    monkeypatch.setattr(sync, "sync_process_files", then_retention)
+    for cycle in range(3):
+        _, pid = await started(client, f"failed-{cycle}")
+        await ready(client, pid, reply_to="receipts")
+        response = await client.post(f"{PR}/{pid}/commit-failed", json={"error": "rolled back"})
+        assert response.status_code == 200, response.text
+        assert (response.json()["id"], response.json()["state"], response.json()["error"]) == (
+            pid, "ABORTED", "rolled back")
+        _, pid = await started(client, f"done-{cycle}")
+        await ready(client, pid, reply_to="receipts")
+        response = await client.post(f"{PR}/{pid}/committed")
+        assert response.status_code == 200, response.text
+        assert (response.json()["id"], response.json()["state"]) == (pid, "DONE")
+        assert await state_of(client, pid) == "removed"

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hashlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +13,7 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
+from mainspring.api import create_app
 from mainspring.config import Settings, load_settings
 from mainspring.core import outbox
 from mainspring.core.tables import events
@@ -68,3 +72,18 @@ async def events_of(client: httpx.AsyncClient, store: Store, types: str = "inter
     response = await client.get("/v1/events", params={"types": types, "limit": 1000})
     assert response.status_code == 200, response.text
     return list(response.json()["events"])
+
+
+@contextlib.asynccontextmanager
+async def clients_with_tokens(settings: Settings, store: Store, scopes: dict[str, list[str]]) -> AsyncIterator[dict[str, httpx.AsyncClient]]:
+    """An app whose tokens are the keys of ``scopes`` (each with its scopes), and a client per token; the
+    token ``""`` is a client that sends none."""
+    data = settings.model_dump()
+    data["auth"]["tokens"] = [
+        {"token_sha256": hashlib.sha256(token.encode()).hexdigest(), "scopes": given, "name": token} for token, given in scopes.items() if token
+    ]
+    app = create_app(Settings.model_validate(data), store=store, run_background=False)
+    async with app.router.lifespan_context(app), contextlib.AsyncExitStack() as stack:
+        transport = httpx.ASGITransport(app=app)
+        yield {token: await stack.enter_async_context(httpx.AsyncClient(transport=transport, base_url="http://t", headers={"Authorization": f"Bearer {token}"} if token else {}))
+               for token in scopes}

@@ -128,10 +128,10 @@ async def test_init_call_timer_notification_failure_repair(client: httpx.AsyncCl
     deliveries = [m for k, m in invoices.seen if k == "notification"]
     assert len(deliveries) == 2 and all(len(m.history) == 2 and m.history_range.limit == 2 for m in deliveries)
 
-    # A processor unavailable for a call: 502 Resource Unavailable, and the machine is unchanged.
+    # A processor unavailable for a call: 503 Resource Unavailable, and the machine is unchanged.
     with pytest.raises(woody.WoodyError) as busy:
         await mg.Call(desc(NS, "inv-1"), s("busy"))
-    assert (busy.value.status, busy.value.error_class) == (502, "Resource Unavailable")
+    assert (busy.value.status, busy.value.error_class) == (503, "Resource Unavailable")
     assert (await mg.GetMachine(desc(NS, "inv-1"))).status.working is not None
 
     # failure: a processor crashing (500 Result Unexpected) fails the machine, as Machinegun does.
@@ -168,7 +168,7 @@ async def _events(mg: AutomatonClient, count: int) -> bool:
 
 async def test_retry_policies_per_kind(client: httpx.AsyncClient, invoices: Invoices) -> None:
     """``retries.processor`` retries a transient processor failure within one call (Machinegun's processor
-    policy); without it the call is answered 502 at once, as before."""
+    policy); without it the call is answered 503 at once, as before."""
     mg = AutomatonClient(client)
     await mg.Start(NS, "inv-2", V(i=1))
     invoices.unavailable = 1

@@ -24,12 +24,13 @@ async def test_bad_namespace_bodies_and_names_are_422(client: httpx.AsyncClient)
     for body in ({"processor": {"url": "ftp://x"}}, {"retry": {"factor": 0.5}}, {"retry": {"initial_ms": -1}}, {"unknown": 1}, [1]):
         reply = await client.put("/v1/namespaces/pay", json=body)
         assert reply.status_code == 422 and reply.json()["code"] == "invalid_request", body
-    assert (await client.put("/v1/namespaces/..bad", json={})).status_code == 422
+    assert (await client.put("/v1/namespaces/a%00b", json={})).status_code == 422  # NUL: PostgreSQL cannot store it
+    assert (await client.put(f"/v1/namespaces/{'n' * 1025}", json={})).status_code == 422  # past 1 KiB
     assert (await client.get("/v1/namespaces/none")).json()["code"] == "namespace_not_found"
 
 
 async def test_bad_machine_requests_are_422_and_change_nothing(client: httpx.AsyncClient, fake: FakeProcessor) -> None:
-    for body in ({"id": "a/b"}, {"id": ""}, {"args": 1}, {"id": "x", "args": "\u0000"}, {"id": "x", "extra": 1}):
+    for body in ({"id": "a\u0000b"}, {"id": "i" * 1025}, {"id": ""}, {"args": 1}, {"id": "x", "args": "\u0000"}, {"id": "x", "extra": 1}):
         reply = await client.post("/v1/namespaces/orders/machines", json=body)
         assert reply.status_code == 422 and reply.json()["code"] == "invalid_request", body
     reply = await client.post("/v1/namespaces/orders/machines", content=b"{not json", headers={"content-type": "application/json"})

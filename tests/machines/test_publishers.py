@@ -149,15 +149,15 @@ def kafka_broker() -> Iterator[str]:
         proc.wait(10)
 
 
-async def create_topic(broker: str, prefix: str) -> str:
-    """A new one-partition topic on ``broker``; answers its name."""
+async def create_topic(broker: str, prefix: str, partitions: int = 1) -> str:
+    """A new topic of ``partitions`` partitions on ``broker``; answers its name."""
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
     topic = f"{prefix}-{uuid.uuid4().hex[:8]}"
     admin = AIOKafkaAdminClient(bootstrap_servers=broker)
     await admin.start()
     try:
-        await admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])
+        await admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
     finally:
         await admin.close()
     return topic

@@ -181,13 +181,13 @@ async def complete_package(
             outbox.Event("batch.package.done", "batch_package", package_id,
                          {"batcher": row.batcher, "worker": row.worker, "size": row.size})
         )
-        # The tasks' outcomes, the package and the events in as few statements as the engine allows (one on
-        # PostgreSQL); the answer is what was written, not read back.
+        # The tasks' outcomes and the package in as few statements as the engine allows (one on PostgreSQL);
+        # the answer is what was written, not read back. The events go through the outbox, written as the
+        # shared transaction's last statement: inserted here, their numbering lock would be held while the
+        # group's later writes wait for rows other transactions hold.
         outcome_rows = [data.TaskOutcome(t.seq, t.status, t.result, t.error) for t in finished]
-        if await data.complete_package_with_events(tx, row.seq, outcome_rows, events, now):
-            tx.notify(outbox.SEQUENCER_CHANNEL)
-        else:
-            await outbox.emit_many(tx, events)
+        await data.complete_package_with_events(tx, row.seq, outcome_rows, [], now)
+        await outbox.emit_many(tx, events)
         done = dataclasses.replace(row, status="done", lease_expires_at=None, error=None, updated_at=now)
         return package_to_api(done, finished, with_lease=False)
 

@@ -115,6 +115,20 @@ class Heartbeat(TypedDict):
     expires_at: str
 
 
+class LeasesKept(TypedDict):
+    """The answer of ``heartbeat_many``."""
+
+    held: list[str]
+    lease_lost: list[str]
+
+
+class LeasesReleased(TypedDict):
+    """The answer of ``release_many``: every released outcome is stored."""
+
+    released: list[str]
+    lease_lost: list[str]
+
+
 # --- batching (API.md §4) -----------------------------------------------------------------------------
 
 

@@ -6,6 +6,7 @@ cache without rebuilding them; functions answer typed records, never rows.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -78,8 +79,6 @@ SQL from the rows a statement wrote; NULL stays NULL."""
 
 # --- the outbox ---------------------------------------------------------------------------------------
 
-# PostgreSQL: positions are given after commit by the sequencer.
-_INSERT_EVENT = events.insert()
 # SQLite: one writer, so the inserting statement numbers its event itself (one statement per event, run as
 # an executemany: each execution sees the rows of the ones before it).
 _INSERT_NUMBERED_EVENT = events.insert().values(
@@ -88,49 +87,39 @@ _INSERT_NUMBERED_EVENT = events.insert().values(
 
 
 async def insert_events(tx: Executor, store: Store, batch: Sequence[Event], at: int) -> None:
+    """Insert ``batch``, numbered (SQLite; on PostgreSQL ``insert_numbered_events``, as a transaction's last
+    statement)."""
+    if store.is_postgres:
+        await insert_numbered_events(tx, [(e, at) for e in batch])
+        return
     rows = [
         {"type": e.type, "at": at, "subject_kind": e.subject_kind, "subject_id": e.subject_id, "data": e.data}
         for e in batch
     ]
-    await tx.execute(_INSERT_EVENT if store.is_postgres else _INSERT_NUMBERED_EVENT, rows)
+    await tx.execute(_INSERT_NUMBERED_EVENT, rows)
 
 
-_NUMBER_SQL = """
-    UPDATE events SET position = numbered.pos
-    FROM (
-        SELECT id,
-               (SELECT COALESCE(MAX(position), 0) FROM events) + row_number() OVER (ORDER BY id) AS pos
-        FROM events WHERE position IS NULL ORDER BY id LIMIT :batch
-    ) AS numbered
-    WHERE events.id = numbered.id
-"""
-_NUMBER_EVENTS = text(_NUMBER_SQL)
-
-
-async def number_events(tx: Executor, batch: int) -> int:
-    """Number committed, unnumbered events in id order (PostgreSQL, under the sequencer's lock)."""
-    return (await tx.execute(_NUMBER_EVENTS, {"batch": batch})).rowcount or 0
-
-
-_NUMBER_EVENTS_AND_NOTIFY = text(
-    f"WITH numbered AS ({_NUMBER_SQL} RETURNING 1), counted AS (SELECT count(*) AS n FROM numbered) "
-    "SELECT n, CASE WHEN n > 0 THEN pg_notify(:channel, :payload) END FROM counted"
+# PostgreSQL: any number of events in one statement; each row's position comes from the column's default
+# (migration core_0006: the numbering lock, then the next number), taken in the order given.
+_INSERT_EVENTS = text(
+    "INSERT INTO events (type, at, subject_kind, subject_id, data) "
+    "SELECT e.type, e.at, e.kind, e.subject, e.data FROM unnest(CAST(:types AS text[]), CAST(:ats AS bigint[]), "
+    "CAST(:kinds AS text[]), CAST(:subjects AS text[]), CAST(:data AS jsonb[])) "
+    "WITH ORDINALITY AS e(type, at, kind, subject, data, n) ORDER BY e.n"
 )
 
 
-async def number_events_and_notify(session: Executor, batch: int, channel: str, payload: str) -> int:
-    """``number_events`` and, if it numbered any, ``pg_notify(channel, payload)`` — one autocommit statement,
-    for a session that holds the sequencer's lock across transactions (its snapshot is taken under the lock)."""
-    result = await session.execute(_NUMBER_EVENTS_AND_NOTIFY, {"batch": batch, "channel": channel, "payload": payload})
-    return int(result.scalar_one())
+async def insert_numbered_events(tx: Executor, batch: Sequence[tuple[Event, int]]) -> None:
+    """Insert each (event, at) of ``batch`` in order, numbered by the store as it writes them (PostgreSQL):
+    the numbering lock is held from here until the transaction ends, so this is its last statement."""
+    await tx.execute(_INSERT_EVENTS, {
+        "types": [e.type for e, _ in batch], "ats": [at for _, at in batch], "kinds": [e.subject_kind for e, _ in batch],
+        "subjects": [e.subject_id for e, _ in batch], "data": [json.dumps(e.data) for e, _ in batch],
+    })
 
 
 async def head_position(conn: Executor) -> int:
     return int((await conn.execute(select(func.coalesce(func.max(events.c.position), 0)))).scalar_one())
-
-
-async def count_unnumbered(conn: Executor) -> int:
-    return int((await conn.execute(select(func.count()).select_from(events).where(events.c.position.is_(None)))).scalar_one())
 
 
 def _stored(row: Any) -> StoredEvent:

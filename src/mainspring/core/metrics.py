@@ -19,7 +19,8 @@ from mainspring.core import data
 
 REFRESH_S = 2.0
 
-OUTBOX_LAG = Gauge("mainspring_outbox_unnumbered_events", "Committed events the sequencer has not numbered yet (PostgreSQL)")
+OUTBOX_LAG = Gauge("mainspring_outbox_unnumbered_events",
+                   "Committed events without a position: always 0 since events are numbered as they are written (kept for dashboards)")
 PUBLISHER_LAG = Gauge("mainspring_publisher_lag_events", "Events a publisher has yet to publish, behind the outbox's head", ["publisher"])
 OUTBOX_HEAD = Gauge("mainspring_outbox_head_position", "Position of the newest numbered event")
 
@@ -41,10 +42,9 @@ async def read_outbox_gauges(ctx: Any) -> None:
     names = [sink.name for sink in sinks_from_settings(ctx.settings.events)]
     async with ctx.store.read() as conn:
         head = await data.head_position(conn)
-        unnumbered = await data.count_unnumbered(conn) if ctx.store.is_postgres else 0
         cursors = {name: await data.cursor_position(conn, name) or 0 for name in names}
     OUTBOX_HEAD.set(head)
-    OUTBOX_LAG.set(unnumbered)
+    OUTBOX_LAG.set(0)
     set_all(PUBLISHER_LAG, (((name,), max(0, head - position)) for name, position in cursors.items()))
 
 

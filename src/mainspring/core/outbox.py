@@ -2,28 +2,30 @@
 
 Readers follow ``position``, which grows in commit order:
 - SQLite has one writer, so the inserting statement takes ``max(position) + 1`` itself.
-- PostgreSQL commits concurrently, and an id taken from a sequence can become visible after a larger one,
-  so a reader following ids could skip an event for good. There, events are inserted without a position
-  and a sequencer (one at a time, under an advisory lock, on any server) numbers the committed ones.
+- PostgreSQL commits concurrently, and a number taken from a sequence can become visible after a larger one,
+  so a reader following numbers could skip an event for good. There, the position column's default
+  (migration core_0006) takes one transaction-level advisory lock, then the sequence's next value: the lock
+  is held until the transaction has committed and is visible, so whoever numbers next numbers above every
+  earlier commit. Each event is written once, numbered. To hold that lock for the commit only, a
+  transaction's events are written in its last statement (``Transaction.write_last``), all in one.
   Per subject the order is the commit order, because the changes of one subject lock its row.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from mainspring.core import data
 from mainspring.core.data import Event, StoredEvent
 from mainspring.store import Store, Transaction, format_time
-from mainspring.store.notify import PG_CHANNEL
 
 EVENTS_CHANNEL = "events"
-SEQUENCER_CHANNEL = "events-sequencer"
-SEQUENCER_LOCK = "mainspring:events-sequencer"
-SEQUENCER_BATCH = 5000
+SEQUENCER_CHANNEL = EVENTS_CHANNEL
+"""What the faces' one-statement writes notify when they wrote events: readers of the outbox. (Named for
+the sequencer that numbered events before migration core_0006; the events are readable at commit now.)"""
+NUMBERING_LOCK = "mainspring:events-numbering"
+"""The advisory lock the position column's default takes before its number (migration core_0006)."""
 
 
 async def emit(tx: Transaction, type: str, subject_kind: str, subject_id: str, data: dict[str, Any] | None = None) -> None:
@@ -34,87 +36,29 @@ async def emit(tx: Transaction, type: str, subject_kind: str, subject_id: str, d
 async def emit_many(tx: Transaction, batch: Sequence[Event]) -> None:
     if not batch:
         return
-    await data.insert_events(tx, tx.store, batch, tx.store.now_ms())
-    tx.notify(SEQUENCER_CHANNEL if tx.store.is_postgres else EVENTS_CHANNEL)
+    if tx.store.is_postgres:
+        # Written, numbered, as the transaction's last statement (with its other events).
+        tx.write_last(EVENTS_CHANNEL, _write_events, (batch, tx.store.now_ms()))
+    else:
+        await data.insert_events(tx, tx.store, batch, tx.store.now_ms())
+    tx.notify(EVENTS_CHANNEL)
+
+
+async def _write_events(tx: Transaction, batches: list[tuple[Sequence[Event], int]]) -> None:
+    await data.insert_numbered_events(tx, [(event, at) for batch, at in batches for event in batch])
 
 
 async def assign_positions(store: Store) -> int:
-    """Number committed, unnumbered events (PostgreSQL). Returns how many it numbered."""
-    if not store.is_postgres:
-        return 0
-    async with store.transaction() as tx:
-        if not await store.dialect.try_advisory_xact_lock(tx, SEQUENCER_LOCK):
-            return 0
-        count = await data.number_events(tx, SEQUENCER_BATCH)
-        if count:
-            tx.notify(EVENTS_CHANNEL)
-        return count
-
-
-class Sequencer:
-    """Numbers committed events for one server (PostgreSQL), each round as cheap as the guarantees allow.
-
-    The server that holds the sequencer's lock as a session lock, on a connection kept for it, numbers
-    each round in one autocommit statement (number, then NOTIFY readers): the lock is held before the
-    statement's snapshot is taken, so the snapshot sees every earlier round of every server. The other
-    servers try the lock at their wake-ups and take over when its holder's connection is gone (PostgreSQL
-    drops a session's locks with it, after the session's last statement has committed or rolled back).
-    ``assign_positions`` (a transaction under the same lock, as a transaction lock) still works beside it.
-    """
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self._held: contextlib.AsyncExitStack | None = None
-        self._session: Any = None
-
-    async def round(self) -> int:
-        """Number up to ``SEQUENCER_BATCH`` events if this server leads (taking the lead if it is free);
-        answers how many were numbered."""
-        if self._session is None and not await self._lead():
-            return 0
-        try:
-            count = await data.number_events_and_notify(self._session, SEQUENCER_BATCH, PG_CHANNEL, EVENTS_CHANNEL)
-        except BaseException as exc:
-            held, self._held, self._session = self._held, None, None
-            if held is not None:
-                await held.__aexit__(type(exc), exc, exc.__traceback__)
-            raise
-        if count:
-            self.store.notifier.signal(EVENTS_CHANNEL)
-        return count
-
-    async def _lead(self) -> bool:
-        stack = contextlib.AsyncExitStack()
-        session = await stack.enter_async_context(self.store.dialect.session_lock(SEQUENCER_LOCK))
-        if session is None:
-            await stack.aclose()
-            return False
-        self._held, self._session = stack, session
-        return True
-
-    async def close(self) -> None:
-        """Give up the lead (and its connection)."""
-        held, self._held, self._session = self._held, None, None
-        if held is not None:
-            await held.aclose()
+    """Number committed events that have no position: there are none, since events are numbered as they are
+    written; answers 0 (kept for callers written when a sequencer numbered them after commit)."""
+    del store
+    return 0
 
 
 async def wait_numbered(store: Store, timeout_s: float = 10) -> None:
-    """Return once every committed event has its position (PostgreSQL; at once on SQLite).
-
-    ``assign_positions`` answers 0 when another server's sequencer holds the lock, so a caller that
-    needs to read what it just committed (tests, a CLI) waits for the numbering here instead."""
-    if not store.is_postgres:
-        return
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while True:
-        while await assign_positions(store):
-            pass
-        async with store.read() as conn:
-            left = await data.count_unnumbered(conn)
-        if not left or asyncio.get_running_loop().time() > deadline:
-            return
-        await asyncio.sleep(0.01)
+    """Return once every committed event has its position: at once, since events are numbered as they are
+    written (kept for callers written when a sequencer numbered them after commit)."""
+    del store, timeout_s
 
 
 async def head_position(store: Store) -> int:
@@ -166,7 +110,6 @@ async def delete_events_before(store: Store, before_ms: int, batch: int = 1000, 
 __all__ = [
     "EVENTS_CHANNEL",
     "Event",
-    "Sequencer",
     "assign_positions",
     "delete_events_before",
     "emit",

@@ -266,8 +266,16 @@ async def committed(
                                     state=row.state)
     if outcome is not None:
         raise outcome
+    assert row is not None  # a process that is gone set ``outcome``
     await sync.sync_process_files(ctx, process_id)
-    return await get_process(ctx, process_id)
+    async with store.read() as conn:
+        now_row = await data.get_process(conn, process_id)
+    if now_row is None:
+        # Only retention removes a process, and only a finished one: the cleanup ended (DONE) and, with
+        # ``finished_retention_ms = 0``, the loop woken by it removed the row before this read. The answer is
+        # still the process as this call left it, never 404.
+        now_row = dataclasses.replace(row, state="DONE", deadline=None, updated_at=store.now_ms())
+    return process_to_api(now_row)
 
 
 async def _commit(tx: Transaction, row: ProcessRow, backup: bool, resolving: bool) -> None:
@@ -302,7 +310,7 @@ async def commit_failed(
         if resolving and row.state != "IN_DOUBT":
             raise NotInDoubt(f"process {process_id} is {row.state}", state=row.state)
         if row.state in ("STARTED", "READY_TO_COMMIT", "IN_DOUBT"):
-            await abort(tx, row, error, resolving=resolving)
+            row = await abort(tx, row, error, resolving=resolving)
         elif row.state in ("CLEANUP", "DONE"):
             await _alert(tx, "exchange_commit_contradiction", process_id,
                          f"client {row.client_id} reported a failed commit of process {process_id}, "
@@ -311,13 +319,15 @@ async def commit_failed(
     if outcome is not None:
         raise outcome
     await sync.sync_process_files(ctx, process_id)
-    return await get_process(ctx, process_id)
+    # The process as this transaction left it, not read back: ABORTED never changes again, and with
+    # ``finished_retention_ms = 0`` the retention loop (woken at this commit) may already have removed it.
+    return process_to_api(row)
 
 
 async def abort(tx: Transaction, row: ProcessRow, error: str | None, *, resolving: bool = False,
-                state: str = "ABORTED") -> None:
+                state: str = "ABORTED") -> ProcessRow:
     """Give a process's messages back to its mailbox (from ``unknown/`` if quarantined) and drop its
-    replies; used by API_5 and by the watchdog's cancel."""
+    replies; used by API_5 and by the watchdog's cancel. Answers the process as it now is."""
     now = tx.store.now_ms()
     await data.give_back_messages(tx, row.id, now)
     await data.end_process(tx, row.id, state, error, now)
@@ -329,6 +339,7 @@ async def abort(tx: Transaction, row: ProcessRow, error: str | None, *, resolvin
     tx.notify(CHANNEL)
     if state == "ABORTED":
         tx.notify(FINISHED_CHANNEL)
+    return dataclasses.replace(row, state=state, deadline=None, updated_at=now, error=error)
 
 
 async def resolve(ctx: Context, process_id: str, was_committed: bool) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from mainspring.interactions.tables import interaction_schedules as schedules
 from mainspring.interactions.tables import interactions as items
 from mainspring.store import Store, Transaction, format_time
 from mainspring.store.dialect import Executor
-from mainspring.store.notify import PG_CHANNEL
+from mainspring.store.notify import PG_CHANNEL, payloads
 from mainspring.store.schema import Millis
 
 ACTIVE = ("queued", "processing")
@@ -346,7 +346,8 @@ async def insert_queued_with_events(
     params["data"] = [None if d is None else json.dumps(d) for d in params["data"]]
     params["now"] = now
     if tx.may_run_alone:
-        params.update(pg_channel=PG_CHANNEL, channels=[SEQUENCER_CHANNEL, *wake])
+        # One NOTIFY for the readers of events and the queues' workers (as many as the payload limit needs).
+        params.update(pg_channel=PG_CHANNEL, channels=payloads([SEQUENCER_CHANNEL, *wake]))
         rows = [_item(r) for r in (await tx.execute_alone(_CREATE_WITH_EVENTS_ALONE, params)).all()]
     else:
         rows = [_item(r) for r in (await tx.execute(_CREATE_WITH_EVENTS, params)).all()]
@@ -525,6 +526,15 @@ async def extend_leases(tx: Executor, leases: Sequence[tuple[int, str, int]]) ->
         .values(lease_expires_at=bindparam("b_expires"))
     )
     await tx.execute(stmt, [{"b_id": i, "b_token": t, "b_expires": e} for i, t, e in leases])
+
+
+async def queues_of(conn: Executor, ids: Iterable[int]) -> dict[int, str]:
+    """The queue of each item in ``ids`` that exists."""
+    wanted = sorted(set(ids))
+    if not wanted:
+        return {}
+    rows = (await conn.execute(select(items.c.id, items.c.queue).where(items.c.id.in_(wanted)))).all()
+    return {r.id: r.queue for r in rows}
 
 
 async def held_leases(conn: Executor, ids: Iterable[int]) -> dict[int, tuple[str, str | None]]:

@@ -28,6 +28,7 @@ from mainspring.interactions.service import (
     finish,
     finished_channel,
     locked,
+    parse_id,
     queue_channel,
     to_api,
 )
@@ -285,6 +286,41 @@ async def release_many(store: Store, queue: str, releases: Sequence[tuple[int, s
     if rest:
         held.update(zip((i for i, _, _ in rest), await _release_in_transaction(store, rest), strict=True))
     return [held[i] for i, _, _ in releases]
+
+
+async def release_in_queue(store: Store, queue: str, releases: Sequence[tuple[str, str, outcomes.Outcome]]) -> tuple[list[str], list[str]]:
+    """``release_many`` for the API (``POST /v1/queues/{queue}/release``): answers (released ids, ids whose
+    lease was not held). An id that names no item of ``queue`` is answered as not held and changes nothing."""
+    mine = await _of_queue(store, queue, [raw for raw, _, _ in releases])
+    chosen = [(mine[raw], token, outcome) for raw, token, outcome in releases if raw in mine]
+    held = await release_many(store, queue, chosen)
+    done = {item_id for (item_id, _, _), ok in zip(chosen, held, strict=True) if ok}
+    return _split(releases, mine, done)
+
+
+async def heartbeat_in_queue(store: Store, queue: str, leases: Sequence[tuple[str, str]], lease_ms: int | None) -> tuple[list[str], list[str]]:
+    """``heartbeat_many`` for the API (``POST /v1/queues/{queue}/heartbeat``): answers (ids still held, ids
+    not held). ``lease_ms`` defaults to the queue's."""
+    mine = await _of_queue(store, queue, [raw for raw, _ in leases])
+    if lease_ms is None:
+        async with store.read() as conn:
+            q = await data.get_queue(conn, queue)
+        lease_ms = q.lease_ms if q is not None else 0
+    kept = await heartbeat_many(store, [(mine[raw], token) for raw, token in leases if raw in mine], lease_ms) if lease_ms else set()
+    return _split(leases, mine, kept)
+
+
+async def _of_queue(store: Store, queue: str, raw_ids: Sequence[str]) -> dict[str, int]:
+    """The given API ids that name items of ``queue`` (an item never moves between queues), by API id."""
+    parsed = {raw: key for raw in raw_ids if (key := parse_id(raw)) is not None}
+    async with store.read() as conn:
+        queues = await data.queues_of(conn, parsed.values())
+    return {raw: key for raw, key in parsed.items() if queues.get(key) == queue}
+
+
+def _split(entries: Sequence[tuple[Any, ...]], mine: dict[str, int], done: set[int]) -> tuple[list[str], list[str]]:
+    yes = [e[0] for e in entries if e[0] in mine and mine[e[0]] in done]
+    return yes, [e[0] for e in entries if not (e[0] in mine and mine[e[0]] in done)]
 
 
 async def _complete_held_alone(store: Store, queue: str, releases: Sequence[tuple[int, str, outcomes.Outcome]]) -> set[int]:

@@ -301,6 +301,50 @@ class ReleaseIn(Strict):
     outcome: OutcomeIn
 
 
+ItemId = Annotated[str, StringConstraints(min_length=1, max_length=32)]
+
+
+def _distinct_ids(entries: list[Any]) -> list[Any]:
+    ids = [e.id for e in entries]
+    if len(set(ids)) != len(ids):
+        raise ValueError("each interaction may appear once")
+    return entries
+
+
+class LeaseRef(Strict):
+    id: ItemId
+    token: Token
+
+
+class HeartbeatManyIn(Strict):
+    leases: Annotated[list[LeaseRef], Field(min_length=1, max_length=1000), AfterValidator(_distinct_ids)]
+    lease_ms: PositiveMs | None = None
+
+
+class HeartbeatManyOut(BaseModel):
+    held: list[str]
+    """The ids whose leases were extended."""
+    lease_lost: list[str]
+    """The ids not held with their token (finished, leased again, unknown or of another queue): unchanged."""
+
+
+class ReleaseOneIn(Strict):
+    id: ItemId
+    token: Token
+    outcome: OutcomeIn
+
+
+class ReleaseManyIn(Strict):
+    releases: Annotated[list[ReleaseOneIn], Field(min_length=1, max_length=1000), AfterValidator(_distinct_ids)]
+
+
+class ReleaseManyOut(BaseModel):
+    released: list[str]
+    """The ids whose outcome was stored."""
+    lease_lost: list[str]
+    """The ids not held with their token (finished, leased again, unknown or of another queue): unchanged."""
+
+
 class PeriodicIn(Strict):
     cron: Annotated[str, StringConstraints(min_length=1, max_length=200)]
     """A cron expression (five fields; ``@hourly`` and friends too)."""

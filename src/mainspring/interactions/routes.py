@@ -19,6 +19,8 @@ from mainspring.interactions.models import (
     CreateIn,
     FailIn,
     HeartbeatIn,
+    HeartbeatManyIn,
+    HeartbeatManyOut,
     HeartbeatOut,
     Interaction,
     InteractionList,
@@ -32,6 +34,8 @@ from mainspring.interactions.models import (
     QueueSettingsIn,
     ReadQuery,
     ReleaseIn,
+    ReleaseManyIn,
+    ReleaseManyOut,
     RetryIn,
     ScheduleIn,
 )
@@ -238,6 +242,23 @@ async def lease(call: Call[LeaseIn]) -> Any:
     taken = await leasing.lease_wait(call.store, cfg, call.params["queue"], body.worker, body.max, body.lease_ms, wait_ms,
                                      call.settings.server.poll_interval_ms)
     return {"interactions": taken.items, "next_cursor": None}
+
+
+@routes.post("/queues/{queue}/heartbeat", scope=QUEUE, body=HeartbeatManyIn, answer=HeartbeatManyOut)
+async def heartbeat_leases(call: Call[HeartbeatManyIn]) -> Any:
+    """Extend many held leases of the queue in one call (a worker's batch); `lease_ms` defaults to the queue's."""
+    held, lost = await leasing.heartbeat_in_queue(call.store, call.params["queue"], [(e.id, e.token) for e in call.body.leases],
+                                                  call.body.lease_ms)
+    return {"held": held, "lease_lost": lost}
+
+
+@routes.post("/queues/{queue}/release", scope=QUEUE, body=ReleaseManyIn, answer=ReleaseManyOut)
+async def release_leases(call: Call[ReleaseManyIn]) -> Any:
+    """End many held leases of the queue in one call, each with its outcome; all of them are stored before
+    the answer. A lease no longer held changes nothing and is answered in `lease_lost`."""
+    released, lost = await leasing.release_in_queue(
+        call.store, call.params["queue"], [(e.id, e.token, e.outcome.to_outcome()) for e in call.body.releases])
+    return {"released": released, "lease_lost": lost}
 
 
 @routes.post("/interactions/{interaction_id}/heartbeat", body=HeartbeatIn, answer=HeartbeatOut, problems=ITEM_PROBLEMS)

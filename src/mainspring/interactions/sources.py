@@ -146,6 +146,8 @@ class HttpQueues:
         self.client = client
         self.long_poll_ms = long_poll_ms
         self._queues: dict[str, tuple[float, dict[str, Any]]] = {}
+        # A batch heartbeat names its queue; the worker's runtime beats by item.
+        self._queue_of_leases: dict[int, str] = {}
 
     def waiter(self, channel: str) -> Wakeup:
         return _Nap()
@@ -165,20 +167,40 @@ class HttpQueues:
     async def lease(self, queue: str, worker: str, max_items: int, lease_ms: int | None) -> Leased:
         settings = await self._queue(queue)
         page = await self.client.lease(queue, worker, max_items, lease_ms=lease_ms, wait_ms=self.long_poll_ms)
-        return Leased([dict(i) for i in page["interactions"]], None, settings.get("processing_timeout_ms"),
-                      lease_ms or settings.get("lease_ms"))
+        items = [dict(i) for i in page["interactions"]]
+        self._queue_of_leases.update((int(i["id"]), queue) for i in page["interactions"])
+        return Leased(items, None, settings.get("processing_timeout_ms"), lease_ms or settings.get("lease_ms"))
 
     async def release_many(self, queue: str, releases: Sequence[Release]) -> list[bool]:
-        return list(await asyncio.gather(*(self._release(item_id, token, outcome) for item_id, token, outcome in releases)))
+        """The batch in one call (``POST /v1/queues/{queue}/release``), sent again while the server cannot be
+        reached (a release is fenced by its token: a repeat of one that was stored changes nothing); if the
+        server refuses the batch (an outcome it cannot store), each is released alone."""
+        if not releases:
+            return []
+        batch = [(str(i), token, _storable_body(outcome)) for i, token, outcome in releases]
+        try:
+            return await self._release_batch(queue, batch)
+        except InvalidRequest:
+            return list(await asyncio.gather(*(self._release(item_id, token, outcome) for item_id, token, outcome in releases)))
+        finally:
+            for item_id, _, _ in releases:
+                self._queue_of_leases.pop(item_id, None)
+
+    async def _release_batch(self, queue: str, batch: list[tuple[str, str, dict[str, Any]]]) -> list[bool]:
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                released = set((await self.client.release_many(queue, batch))["released"])
+                return [i in released for i, _, _ in batch]
+            except ServiceUnavailable as exc:
+                log_failure(log, exc, "releasing %d items failed (attempt %d); retrying", len(batch), attempt)
+                await asyncio.sleep(min(RELEASE_RETRY_MAX_S, 0.05 * 2**attempt))
 
     async def _release(self, item_id: int, token: str, outcome: outcomes.Outcome) -> bool:
         """One release, sent again while the server cannot be reached: a release is fenced by its token, so
         a repeat of one that was stored changes nothing (it answers ``lease_lost``)."""
-        try:
-            body = release_body(outcome)
-            json.dumps(body, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            body = {"fail": {"error": f"the handler's result cannot be stored as JSON: {exc}"[:10_000]}}
+        body = _storable_body(outcome)
         attempt = 0
         while True:
             attempt += 1
@@ -195,16 +217,23 @@ class HttpQueues:
                 await asyncio.sleep(min(RELEASE_RETRY_MAX_S, 0.05 * 2**attempt))
 
     async def heartbeat_many(self, leases: Sequence[tuple[int, str]], lease_ms: int) -> set[int]:
-        beats = await asyncio.gather(*(self.client.heartbeat(str(i), token, lease_ms=lease_ms) for i, token in leases),
-                                     return_exceptions=True)
-        kept = set()
-        for (item_id, _), beat in zip(leases, beats, strict=True):
-            if isinstance(beat, LeaseLost):
+        """One call per queue (``POST /v1/queues/{queue}/heartbeat``)."""
+        by_queue: dict[str, list[tuple[int, str]]] = {}
+        for item_id, token in leases:
+            by_queue.setdefault(self._queue_of_leases[item_id], []).append((item_id, token))
+        kept: set[int] = set()
+        for queue, group in by_queue.items():
+            try:
+                held = set((await self.client.heartbeat_many(queue, [(str(i), t) for i, t in group], lease_ms=lease_ms))["held"])
+            except ServiceUnavailable as exc:
+                # Unreachable for now: the leases may well be held still, and the next beat will tell.
+                log_failure(log, exc, "the heartbeat of %d leases failed; trying again at the next", len(group))
+                kept.update(i for i, _ in group)
                 continue
-            if isinstance(beat, BaseException):
-                # Unreachable for now: the lease may well be held still, and the next beat will tell.
-                log_failure(log, beat, "the heartbeat of #%s failed; trying again at the next", item_id)
-            kept.add(item_id)
+            kept.update(i for i, _ in group if str(i) in held)
+        for item_id, _ in leases:
+            if item_id not in kept:
+                self._queue_of_leases.pop(item_id, None)
         return kept
 
     async def still_held(self, leases: dict[int, str]) -> set[int]:
@@ -228,3 +257,13 @@ class HttpQueues:
         log.warning("the retry policy of @app.queue for %s is set when a worker with the store, or the server "
                     "(mainspring serve --app), creates the queue; over HTTP, set it with PUT /v1/queues/{queue}",
                     ", ".join(sorted(settings)))
+
+
+def _storable_body(outcome: outcomes.Outcome) -> dict[str, Any]:
+    """The outcome as the API takes it; a result that is not JSON fails the item instead."""
+    try:
+        body = release_body(outcome)
+        json.dumps(body, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        body = {"fail": {"error": f"the handler's result cannot be stored as JSON: {exc}"[:10_000]}}
+    return body

@@ -17,10 +17,12 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote, unquote
 
 from sqlalchemy import (
     Select,
@@ -34,6 +36,7 @@ from sqlalchemy import (
     select,
     text,
     tuple_,
+    update,
 )
 from sqlalchemy.sql.elements import TextClause
 
@@ -59,6 +62,8 @@ class NamespaceRow:
     """None: the JSON protocol."""
     retries: dict[str, Any] | None
     """Retry policies per kind; None (or a kind absent): the namespace's ``retry``."""
+    modernizer: dict[str, Any] | None
+    """Machinegun's event Modernizer (None: none)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +96,33 @@ class MachineRow:
     @property
     def subject(self) -> str:
         """The machine as events and alerts name it."""
-        return f"{self.namespace}/{self.id}"
+        return machine_subject(self.namespace, self.id)
+
+
+SUBJECT_SAFE = ":"
+"""Kept as they are in a subject besides letters, digits and ``_.-~``: ids written before any other
+character was allowed keep their subject."""
+MAX_SUBJECT = 400
+"""``events.subject_id`` and ``alerts.subject_id`` are this long."""
+
+
+def machine_subject(namespace: str, machine_id: str) -> str:
+    """``<ns>/<id>``, each percent-encoded so that a ``/`` in either stays unambiguous. One too long for the
+    subject column is its first part and a hash (``#`` never occurs in an encoded name): still one subject per
+    machine, so per-machine order holds, but it names no machine (``subject_machine`` answers None)."""
+    subject = f"{quote(namespace, safe=SUBJECT_SAFE)}/{quote(machine_id, safe=SUBJECT_SAFE)}"
+    if len(subject) <= MAX_SUBJECT:
+        return subject
+    digest = hashlib.sha256(f"{namespace}\x00{machine_id}".encode()).hexdigest()
+    return f"{subject[: MAX_SUBJECT - len(digest) - 1]}#{digest}"
+
+
+def subject_machine(subject: str) -> tuple[str, str] | None:
+    """(namespace, id) of a machine subject; None for a hashed one or one that is not a machine's."""
+    if "#" in subject or subject.count("/") != 1:
+        return None
+    namespace, machine_id = subject.split("/")
+    return unquote(namespace), unquote(machine_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -517,6 +548,12 @@ async def insert_history(tx: Transaction, uid: int, first: int, events: Sequence
     """Append ``events`` as ids ``first``, ``first+1``… — the (machine, id) key refuses a duplicate."""
     if events:
         await tx.execute(_INSERT_HISTORY, [{"machine_uid": uid, "event_id": first + i, "created_at": now, "data": data} for i, data in enumerate(events)])
+
+
+async def replace_event(tx: Transaction, uid: int, event_id: int, data: Any) -> bool:
+    """Rewrite one event's data in place (Machinegun's Modernizer); False when the event is gone."""
+    done = await tx.execute(update(history).where(history.c.machine_uid == uid, history.c.event_id == event_id).values(data=data))
+    return bool(done.rowcount)
 
 
 class Applied(enum.Enum):

@@ -50,3 +50,9 @@ class ProcessorRefused(MainspringError):
     the same request will never succeed. A Call's machine is now failed; a Start created nothing."""
 
     status, code, title = 502, "processor_refused", "The processor refused the request"
+
+
+class DeadlineReached(MainspringError):
+    """The caller's deadline passed during the step; nothing was written (the processor may have been called)."""
+
+    status, code, title = 504, "deadline_reached", "The caller's deadline passed; nothing was written"

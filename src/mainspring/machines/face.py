@@ -46,6 +46,15 @@ async def run_machinegun_sinks(ctx: Context) -> None:
     await run(ctx)
 
 
+async def run_machinegun_listener(ctx: Context) -> None:
+    """Machinegun's own listener (``machines.machinegun.listen``), when configured."""
+    if ctx.settings.machines.machinegun.listen is None:
+        return
+    from mainspring.machines.machinegun.listener import run_listener
+
+    await run_listener(ctx)
+
+
 def machinegun_publishers(settings: Any) -> list[str]:
     """The cursor names of the Machinegun-format sinks (``ThriftKafkaSink.name``), kept by retention."""
     return [f"machinegun-kafka:{sink.topic}" for sink in settings.machines.machinegun.sinks]
@@ -59,7 +68,7 @@ async def run_machines(ctx: Context) -> None:
 
 
 face = Face(
-    name="machines", routes=routes, recover=recover, loops=[run_machines, run_machinegun_sinks], cli=cli,
+    name="machines", routes=routes, recover=recover, loops=[run_machines, run_machinegun_sinks, run_machinegun_listener], cli=cli,
     read_gauges=metrics.read_gauges, fixed_alerts={"machine_failed": fixed_alerts},
     routes_for=machinegun_routes, publishers_for=machinegun_publishers,
 )

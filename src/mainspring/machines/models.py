@@ -2,12 +2,42 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from mainspring.core.types import JsonValue, Name, Page, PositiveMs, Query
-from mainspring.machines.settings import HistoryRange, ProcessorConfig, RetryPolicies, RetryPolicy
+from mainspring.core.types import JsonValue, Page, PositiveMs, Query
+from mainspring.machines.settings import (
+    HistoryRange,
+    ModernizerConfig,
+    ProcessorConfig,
+    RetryPolicies,
+    RetryPolicy,
+)
+
+MAX_NAME_BYTES = 1024
+"""The longest namespace or machine id, in UTF-8 bytes."""
+
+
+def check_machine_name(value: str) -> str:
+    """A namespace or machine id as Machinegun allows them: any non-empty text up to ``MAX_NAME_BYTES``
+    bytes of UTF-8 (fistful uses ``ff/withdrawal/session_v2`` and ``<id>/<sub-id>``), without NUL, which
+    PostgreSQL cannot store. ValueError says why not."""
+    if not value:
+        raise ValueError("must not be empty")
+    if "\x00" in value:
+        raise ValueError("must not hold NUL")
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise ValueError("must be valid Unicode (no lone surrogates)") from exc
+    if size > MAX_NAME_BYTES:
+        raise ValueError(f"is {size} bytes of UTF-8; at most {MAX_NAME_BYTES}")
+    return value
+
+
+MachineName = Annotated[str, Field(min_length=1, max_length=MAX_NAME_BYTES), AfterValidator(check_machine_name)]
+"""A namespace or machine id in a path (percent-encoded: ``ff%2Fidentity``) or a body."""
 
 
 class NamespaceIn(BaseModel):
@@ -16,11 +46,12 @@ class NamespaceIn(BaseModel):
     retry: RetryPolicy = RetryPolicy()
     history: HistoryRange = HistoryRange()
     retries: RetryPolicies = RetryPolicies()
+    modernizer: ModernizerConfig | None = None
 
 
 class StartIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    id: Name
+    id: MachineName
     args: JsonValue = None
 
 
@@ -110,7 +141,7 @@ class NamespaceOut(BaseModel):
 
 class MachinesQuery(Page):
     status: Literal["working", "failed"] | None = None
-    cursor: str | None = Field(None, max_length=1000)
+    cursor: str | None = Field(None, max_length=4000)  # it holds a machine id of up to 1 KiB
 
 
 class HistoryQuery(Query):

@@ -12,6 +12,7 @@ from mainspring.machines.errors import NamespaceNotFound, ProcessorFailed
 from mainspring.machines.processor import HttpProcessor, HttpTransport, LocalProcessor, Processor
 from mainspring.machines.settings import (
     HistoryRange,
+    ModernizerConfig,
     NamespaceConfig,
     ProcessorConfig,
     RetryPolicies,
@@ -65,7 +66,8 @@ _UNSTORED: dict[str, Namespace] = {}
 
 
 def _from_row(row: NamespaceRow) -> Namespace:
-    key = (row.name, row.updated_at, row.processor_url, row.timeout_ms, repr(row.retry), repr(row.history), row.processor_protocol, repr(row.retries))
+    key = (row.name, row.updated_at, row.processor_url, row.timeout_ms, repr(row.retry), repr(row.history), row.processor_protocol, repr(row.retries),
+           repr(row.modernizer))
     found = _PARSED.get(key)
     if found is None:
         if len(_PARSED) > 1000:
@@ -75,6 +77,7 @@ def _from_row(row: NamespaceRow) -> Namespace:
             retry=RetryPolicy.model_validate(row.retry),
             history=HistoryRange.model_validate(row.history),
             retries=RetryPolicies.model_validate(row.retries or {}),
+            modernizer=None if row.modernizer is None else ModernizerConfig.model_validate(row.modernizer),
         )
         found = _PARSED[key] = Namespace(row.name, config, stored=True, updated_at=row.updated_at)
     return found
@@ -119,6 +122,7 @@ async def save_namespace(tx: Transaction, name: str, config: NamespaceConfig) ->
         "updated_at": tx.store.now_ms(),
         "processor_protocol": config.processor.protocol,
         "retries": config.retries.model_dump(exclude_none=True),
+        "modernizer": None if config.modernizer is None else config.modernizer.model_dump(),
     }
     return await data.save_namespace(tx, name, values)
 
@@ -139,13 +143,19 @@ async def close_processors(ctx: Context) -> None:
         await transport.aclose()
 
 
+def http_transport(ctx: Context) -> HttpTransport:
+    """This server's connection pool to remote processors (and Modernizers)."""
+    client = ctx.extras.get(HTTP_CLIENT)
+    if client is None:
+        client = ctx.extras[HTTP_CLIENT] = HttpTransport(connections=ctx.settings.machines.concurrency * 4)
+    return client  # type: ignore[no-any-return]
+
+
 def processor_for(ctx: Context, namespace: Namespace) -> Processor:
     """The processor that serves ``namespace`` on this server."""
     url = namespace.config.processor.url
     if url is not None:
-        client = ctx.extras.get(HTTP_CLIENT)
-        if client is None:
-            client = ctx.extras[HTTP_CLIENT] = HttpTransport(connections=ctx.settings.machines.concurrency * 4)
+        client = http_transport(ctx)
         if namespace.config.processor.protocol == "machinegun":
             return machinegun_processor(url, client)
         return HttpProcessor(url, client)

@@ -94,6 +94,18 @@ class Step:
 
     history: HistoryRange
     timer_at: int | None = None
+    origin: Origin | None = None
+    """Who asked for this step, when a client did (None: a timer, a notification, the JSON API)."""
+
+
+@dataclass(frozen=True)
+class Origin:
+    """A step a woody client asked for: its ``woody.deadline`` bounds the step (nothing is written after it),
+    and ``headers`` go on to the processor (the caller's ``woody.trace-id`` and ``woody.span-id``, which
+    becomes the processor call's parent, and every ``woody.meta.*``), as Machinegun carries them."""
+
+    deadline_ms: int | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
 
 
 class Processor(Protocol):

@@ -10,7 +10,6 @@ from pydantic import StringConstraints
 from mainspring.core.errors import InvalidRequest
 from mainspring.core.http import PROBLEM
 from mainspring.core.routing import Call, Reply, Routes
-from mainspring.core.types import Name
 from mainspring.machines import namespaces as ns_service
 from mainspring.machines import service
 from mainspring.machines.models import (
@@ -19,6 +18,7 @@ from mainspring.machines.models import (
     HistoryQuery,
     Machine,
     MachineList,
+    MachineName,
     MachinesQuery,
     NamespaceIn,
     NamespaceOut,
@@ -31,7 +31,7 @@ from mainspring.machines.models import (
 from mainspring.machines.settings import HistoryRange, NamespaceConfig
 
 OperationKey = Annotated[str, StringConstraints(min_length=1, max_length=200)]
-routes = Routes("/v1", tag="machines", params={"ns": Name, "id": Name, "key": OperationKey})
+routes = Routes("/v1", tag="machines", params={"ns": MachineName, "id": MachineName, "key": OperationKey})
 
 SCOPE = "machines:{ns}"
 NOT_FOUND = {404: "namespace_not_found / machine_not_found"}

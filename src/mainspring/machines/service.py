@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 import uuid
 import weakref
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from mainspring.core import outbox
 from mainspring.core.data import Alert
@@ -24,6 +25,7 @@ from mainspring.core.runtime import Context
 from mainspring.machines import data, metrics
 from mainspring.machines.data import Applied, FailureRow, MachineRow, NotificationRow, OperationRow
 from mainspring.machines.errors import (
+    DeadlineReached,
     IdempotencyKeyReused,
     MachineAlreadyExists,
     MachineAlreadyWorking,
@@ -42,9 +44,9 @@ from mainspring.machines.namespaces import (
     namespace_of,
     processor_for,
 )
-from mainspring.machines.processor import UNSET, Answer, ProcessorError, Step
+from mainspring.machines.processor import UNSET, Answer, Origin, ProcessorError, Step
 from mainspring.machines.retry import next_delay_ms
-from mainspring.machines.settings import HistoryRange
+from mainspring.machines.settings import STORAGE_RETRY, HistoryRange, RetryPolicy
 from mainspring.machines.steps import (
     CHANNEL,
     SUBJECT,
@@ -62,6 +64,7 @@ from mainspring.machines.steps import (
 )
 from mainspring.store import Transaction, format_time
 from mainspring.store.dialect import Executor
+from mainspring.store.errors import is_unavailable
 
 
 @dataclass
@@ -181,10 +184,16 @@ async def _process(ctx: Context, ns: Namespace, kind: str, args: Any, view: dict
     policy = ns.config.retries.processor
     budget_ms = timeout_ms or ns.timeout_ms
     started = ctx.now_ms()
+    deadline_ms = step.origin.deadline_ms if step is not None and step.origin is not None else None
+    if deadline_ms is not None:
+        budget_ms = min(budget_ms, _before_deadline(ctx, deadline_ms))
     for attempt in itertools.count(1):
         left_ms = budget_ms - (ctx.now_ms() - started)
         try:
-            return await processor.process(kind, args, view, max(1, left_ms), ctx.now_ms(), step=step)
+            answer = await processor.process(kind, args, view, max(1, left_ms), ctx.now_ms(), step=step)
+            if deadline_ms is not None:
+                _before_deadline(ctx, deadline_ms)  # the caller has gone: its answer is not written
+            return answer
         except ProcessorError as error:
             delay = None if policy is None or error.permanent else next_delay_ms(policy, attempt, ctx.now_ms() - started)
             if delay is None or ctx.now_ms() - started + delay >= budget_ms:
@@ -193,35 +202,112 @@ async def _process(ctx: Context, ns: Namespace, kind: str, args: Any, view: dict
     raise AssertionError("unreachable")
 
 
+def _before_deadline(ctx: Context, deadline_ms: int) -> int:
+    """What is left of a caller's deadline; DeadlineReached once it has passed."""
+    left = deadline_ms - ctx.now_ms()
+    if left <= 0:
+        raise DeadlineReached("the caller's woody.deadline passed; nothing was written")
+    return left
+
+
+T = TypeVar("T")
+
+
+@dataclass
+class StorageRetries:
+    """Machinegun's ``storage`` retry policy for one call: store work that failed because the store was
+    unreachable is run again, until the policy is spent or the call's budget runs out."""
+
+    policy: RetryPolicy
+    until_ms: int
+    """The caller's deadline (or its processor timeout from the start), on the server's clock."""
+    failures: int = 0
+
+    async def run(self, ctx: Context, work: Callable[[], Awaitable[T]]) -> T:
+        started = time.monotonic()
+        while True:
+            try:
+                return await work()
+            except Exception as exc:
+                if not is_unavailable(exc):
+                    raise
+                self.failures += 1
+                spent_ms = int((time.monotonic() - started) * 1000)
+                delay = next_delay_ms(self.policy, self.failures, spent_ms)
+                if delay is None or ctx.now_ms() + delay >= self.until_ms:
+                    raise
+                await asyncio.sleep(delay / 1000)
+
+
+def storage_retries(ctx: Context, namespace: str, origin: Origin | None) -> StorageRetries | None:
+    """The storage retries of a Start made over Machinegun's protocol (None: a JSON API call, answered 503
+    at once). The policy is the configured namespace's (read from the settings: the store may be the thing
+    that is down), else Machinegun's default."""
+    if origin is None:
+        return None
+    configured = ctx.settings.machines.namespaces.get(namespace)
+    policy = configured.retries.storage if configured is not None and configured.retries.storage is not None else STORAGE_RETRY
+    timeout = configured.processor.timeout_ms if configured is not None else 30_000
+    until = origin.deadline_ms if origin.deadline_ms is not None else ctx.now_ms() + timeout
+    return StorageRetries(policy, until)
+
+
 # --- Start --------------------------------------------------------------------------------------------------
 
 
-async def start_machine(ctx: Context, namespace: str, machine_id: str, args: Any, key: str | None = None) -> Reply:
-    """Create a machine with the processor's ``init`` answer; nothing is created when the processor fails."""
+async def start_machine(ctx: Context, namespace: str, machine_id: str, args: Any, key: str | None = None, origin: Origin | None = None) -> Reply:
+    """Create a machine with the processor's ``init`` answer; nothing is created when the processor fails
+    (or ``origin``'s deadline passes first)."""
     replay = await _replay(ctx, namespace, machine_id, key, "start")
     if replay is not None:
         return replay
-    async with ctx.store.read() as conn:
-        stored, taken = await data.namespace_and_taken(conn, namespace, machine_id)
+    retries = storage_retries(ctx, namespace, origin)
+
+    async def read() -> tuple[data.NamespaceRow | None, bool]:
+        async with ctx.store.read() as conn:
+            return await data.namespace_and_taken(conn, namespace, machine_id)
+
+    stored, taken = await (read() if retries is None else retries.run(ctx, read))
     ns = namespace_of(ctx, namespace, stored)
     if taken:
         raise MachineAlreadyExists(f"machine {machine_id!r} already exists in namespace {namespace!r}")
     view = {"namespace": namespace, "id": machine_id, "status": "working", "history": [], "aux_state": None}
     try:
-        answer = await _process(ctx, ns, "init", args, view, step=Step(ns.config.history))
+        answer = await _process(ctx, ns, "init", args, view, step=Step(ns.config.history, origin=origin))
     except ProcessorError as error:
         metrics.count_processor_error(namespace, "init", error.code)
         raise _processor_error(error) from error
     try:
-        body = await ctx.store.grouped(lambda tx: _create(tx, namespace, machine_id, answer, key))
+        if retries is None:
+            body = await ctx.store.grouped(lambda tx: _create(tx, namespace, machine_id, answer, key))
+        else:
+            body = await retries.run(ctx, lambda: ctx.store.grouped(lambda tx: _create(tx, namespace, machine_id, answer, key)))
     except Exception as exc:
         if not ctx.store.dialect.is_unique_violation(exc):
             raise
         replay = await _replay(ctx, namespace, machine_id, key, "start")
         if replay is not None:
             return replay
+        if retries is not None and retries.failures:
+            # A commit whose answer was lost with the store: the machine there may be this very Start's.
+            mine = await _created_by(ctx, namespace, machine_id, answer)
+            if mine is not None:
+                return Reply(201, mine)
         raise MachineAlreadyExists(f"machine {machine_id!r} already exists in namespace {namespace!r}") from exc
     return Reply(201, body)
+
+
+async def _created_by(ctx: Context, namespace: str, machine_id: str, answer: Answer) -> dict[str, Any] | None:
+    """The machine as Get shows it when it is what ``answer`` creates (untouched since: version 1, the same
+    events and aux state); None otherwise."""
+    try:
+        machine = await get_machine(ctx, namespace, machine_id, HistoryRange())
+    except MachineNotFound:
+        return None
+    aux_state = None if answer.aux_state is UNSET else answer.aux_state
+    if machine["version"] != 1 or [e["data"] for e in machine["history"]] != answer.events or machine["aux_state"] != aux_state:
+        return None
+    return machine
 
 
 async def _create(tx: Transaction, namespace: str, machine_id: str, answer: Answer, key: str | None) -> dict[str, Any]:
@@ -262,19 +348,21 @@ def _created_body(machine: MachineRow, answer: Answer, now: int) -> dict[str, An
 
 
 async def call_machine(
-    ctx: Context, namespace: str, machine_id: str, args: Any, key: str | None = None, timeout_ms: int | None = None, rng: HistoryRange | None = None
+    ctx: Context, namespace: str, machine_id: str, args: Any, key: str | None = None, timeout_ms: int | None = None, rng: HistoryRange | None = None,
+    origin: Origin | None = None,
 ) -> Reply:
     """Run a ``call`` step and answer the processor's response; ``rng``: the history the processor is sent
-    (None: the namespace's range)."""
-    return await _step(ctx, namespace, machine_id, "call", args, key, timeout_ms, rng)
+    (None: the namespace's range); ``origin``: the woody caller, whose deadline bounds the step."""
+    return await _step(ctx, namespace, machine_id, "call", args, key, timeout_ms, rng, origin)
 
 
 async def repair_machine(
-    ctx: Context, namespace: str, machine_id: str, args: Any, key: str | None = None, simple: bool = False, rng: HistoryRange | None = None
+    ctx: Context, namespace: str, machine_id: str, args: Any, key: str | None = None, simple: bool = False, rng: HistoryRange | None = None,
+    origin: Origin | None = None,
 ) -> Reply:
     """Bring a failed machine back to ``working``: through the processor's ``repair``, or at once when simple."""
     if not simple:
-        return await _step(ctx, namespace, machine_id, "repair", args, key, None, rng)
+        return await _step(ctx, namespace, machine_id, "repair", args, key, None, rng, origin)
     replay = await _replay(ctx, namespace, machine_id, key, "repair")
     if replay is not None:
         return replay
@@ -282,6 +370,8 @@ async def repair_machine(
         _ns, machine, _ = await _load(ctx, namespace, machine_id, HistoryRange(limit=1))
         if machine.status != "failed":
             raise MachineAlreadyWorking(f"machine {machine_id!r} is working")
+        if origin is not None and origin.deadline_ms is not None:
+            _before_deadline(ctx, origin.deadline_ms)
         async with ctx.store.transaction() as tx:
             if not await data.mark_repaired(tx, machine, ctx.now_ms()):
                 raise MachineBusy("the machine changed while it was repaired; try again")
@@ -293,7 +383,8 @@ async def repair_machine(
     return Reply(200, body)
 
 
-async def _step(ctx: Context, namespace: str, machine_id: str, kind: str, args: Any, key: str | None, timeout_ms: int | None, rng: HistoryRange | None = None) -> Reply:
+async def _step(ctx: Context, namespace: str, machine_id: str, kind: str, args: Any, key: str | None, timeout_ms: int | None, rng: HistoryRange | None = None,
+                origin: Origin | None = None) -> Reply:
     replay = await _replay(ctx, namespace, machine_id, key, kind)
     if replay is not None:
         return replay
@@ -305,7 +396,7 @@ async def _step(ctx: Context, namespace: str, machine_id: str, kind: str, args: 
             if kind == "repair" and machine.status == "working":
                 raise MachineAlreadyWorking(f"machine {machine_id!r} is working")
             try:
-                answer = await _process(ctx, ns, kind, args, processor_view(machine, events), timeout_ms, Step(rng or ns.config.history, machine.timer_at))
+                answer = await _process(ctx, ns, kind, args, processor_view(machine, events), timeout_ms, Step(rng or ns.config.history, machine.timer_at, origin))
             except ProcessorError as error:
                 metrics.count_processor_error(namespace, kind, error.code)
                 reply = await _step_failed(ctx, machine, kind, error, key)
@@ -350,9 +441,10 @@ async def _step_failed(ctx: Context, machine: MachineRow, kind: str, error: Proc
 # --- Notify -------------------------------------------------------------------------------------------------
 
 
-async def notify_machine(ctx: Context, namespace: str, machine_id: str, args: Any, key: str | None = None, rng: HistoryRange | None = None) -> Reply:
+async def notify_machine(ctx: Context, namespace: str, machine_id: str, args: Any, key: str | None = None, rng: HistoryRange | None = None,
+                         origin: Origin | None = None) -> Reply:
     """Queue a notification; it is delivered later, in order, at least once. ``rng``: the history its step
-    is sent (None: the namespace's range)."""
+    is sent (None: the namespace's range); nothing is queued once ``origin``'s deadline has passed."""
     replay = await _replay(ctx, namespace, machine_id, key, "notify")
     if replay is not None:
         return replay
@@ -364,6 +456,8 @@ async def notify_machine(ctx: Context, namespace: str, machine_id: str, args: An
                 async with ctx.store.read() as conn:
                     await find_namespace(conn, ctx, namespace)
                 raise _not_found(namespace, machine_id)
+            if origin is not None and origin.deadline_ms is not None:
+                _before_deadline(ctx, origin.deadline_ms)
             await data.insert_notification(tx, notification_id, machine.uid, args, ctx.now_ms(), None if rng is None else rng.model_dump())
             tx.notify(CHANNEL)
             body = {"id": notification_id}
@@ -374,6 +468,21 @@ async def notify_machine(ctx: Context, namespace: str, machine_id: str, args: An
             raise
         return replay
     return Reply(202, body)
+
+
+# --- Modernize ----------------------------------------------------------------------------------------------
+
+
+async def rewrite_event(ctx: Context, namespace: str, machine_id: str, event_id: int, data_: Any) -> bool:
+    """Replace one event's data (what Machinegun's Modernizer answered), with its ``machine.event_modernized``
+    event; False when the machine or the event is gone."""
+    async with ctx.store.transaction() as tx:
+        machine = await data.lock_machine(tx, namespace, machine_id)
+        if machine is None or not await data.replace_event(tx, machine.uid, event_id, data_):
+            return False
+        await outbox.emit(tx, "machine.event_modernized", SUBJECT, machine.subject,
+                          {"namespace": namespace, "id": machine_id, "event_id": event_id, "data": data_})
+    return True
 
 
 # --- Get, list, Remove, operations --------------------------------------------------------------------------
@@ -490,12 +599,16 @@ async def count_by_status(ctx: Context) -> dict[str, int]:
 
 
 async def fixed_alerts(conn: Executor, raised: Sequence[Alert]) -> dict[str, str]:
-    """Of these open ``machine_failed`` alerts, those whose machine works again or is gone → why."""
-    keys = [tuple(a.subject_id.split("/", 1)) for a in raised if "/" in a.subject_id]
-    statuses = await data.statuses_of(conn, keys)  # type: ignore[arg-type]
+    """Of these open ``machine_failed`` alerts, those whose machine works again or is gone → why. An alert
+    whose subject names no machine (a hashed one, see ``data.machine_subject``) is closed by hand."""
+    named = {a.id: data.subject_machine(a.subject_id) for a in raised}
+    statuses = await data.statuses_of(conn, [key for key in named.values() if key is not None])
     fixed: dict[str, str] = {}
     for alert in raised:
-        status = statuses.get(tuple(alert.subject_id.split("/", 1)))  # type: ignore[call-overload]
+        key = named[alert.id]
+        if key is None:
+            continue
+        status = statuses.get(key)
         if status is None:
             fixed[alert.id] = "machine removed"
         elif status == "working":

@@ -65,6 +65,30 @@ class RetryPolicies(BaseModel):
     processor: RetryPolicy | None = None
     """Retries of a transient processor failure within one Start, Call or Repair, before it is answered
     502/504 (None: no retry, the caller decides). Bounded by the call's timeout."""
+    storage: RetryPolicy | None = None
+    """Retries of an unreachable store within one Start over Machinegun's protocol, before it is answered
+    503 (Machinegun's ``storage`` policy; None: ``STORAGE_RETRY``). Bounded by the caller's ``woody.deadline``
+    or else the processor timeout."""
+
+
+STORAGE_RETRY = RetryPolicy(initial_ms=10, factor=2.0, max_ms=1_000, max_attempts=None, max_total_ms=None)
+"""Machinegun's default ``storage`` policy (exponential from 10 ms, no attempt limit): what bounds it is the
+call's deadline."""
+
+
+class ModernizerConfig(BaseModel):
+    """Machinegun's event Modernizer of a namespace: ``Modernize`` sends each event older than
+    ``current_format_version`` (or without a version) to ``url``'s ``Modernizer.ModernizeEvent`` and keeps
+    what it answers."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+    current_format_version: int = Field(..., ge=1, le=2**31 - 1)
+    """Events below this format version (or with none) are outdated."""
+    url: str = Field(..., max_length=2000, pattern=r"^https?://")
+    """The Thrift ``Modernizer`` service (woody, like a Machinegun processor)."""
+    timeout_ms: int = Field(30_000, ge=1, le=3_600_000)
+    """How long one ``ModernizeEvent`` may take."""
 
 
 class NamespaceConfig(BaseModel):
@@ -80,10 +104,13 @@ class NamespaceConfig(BaseModel):
     """The part of the history sent to the processor."""
     retries: RetryPolicies = RetryPolicies()
     """Retry policies per kind (Machinegun's ``retries``); each absent one falls back as it says."""
+    modernizer: ModernizerConfig | None = None
+    """Machinegun's event Modernizer (None: ``Modernize`` throws NamespaceNotFound, as Machinegun does)."""
 
 
 class MachinegunSink(BaseModel):
-    """Machine events to Kafka as Machinegun's Thrift-binary ``SinkEvent`` records, keyed by machine id."""
+    """Machine events to Kafka as Machinegun's Thrift-binary ``SinkEvent`` records, keyed ``"<ns> <id>"`` and
+    partitioned by ``erlang:phash2`` of the key, as Machinegun's."""
 
     model_config = ConfigDict(use_attribute_docstrings=True)
 
@@ -102,8 +129,21 @@ class MachinegunSettings(BaseModel):
 
     automaton_path: str = Field("/v1/machinegun/automaton", pattern=r"^/[A-Za-z0-9._~/-]*$")
     """Where the Thrift ``Automaton`` service is served (``POST``, ``application/x-thrift``)."""
+    event_sink_path: str = Field("/v1/machinegun/event_sink", pattern=r"^/[A-Za-z0-9._~/-]*$")
+    """Where the Thrift ``EventSink`` service (the polling sink, ``GetHistory``) is served."""
+    listen: str | None = Field(None, pattern=r"^.+:[0-9]{1,5}$")
+    """``host:port`` of a listener of its own serving ``/v1/automaton`` and ``/v1/event_sink``, Machinegun's
+    paths, as Machinegun is deployed (port 8022 on the services' network); None: only the main server's
+    paths above. One server process only (not with ``--workers``)."""
+    event_sinks: dict[str, list[str]] = {}
+    """Polling event sinks by id (``EventSink.GetHistory``'s ``event_sink_id``) → the namespaces whose
+    events they show (empty: every namespace)."""
     sinks: list[MachinegunSink] = []
     """Kafka event sinks in Machinegun's format (``event_sink.thrift``), each with its own durable cursor."""
+    auth: Literal["token", "none"] = "token"
+    """``token``: a call needs a token with scope ``machines:<ns>`` like the JSON API; ``none``: calls need no
+    token, as with Machinegun (woody clients send no ``Authorization``) — only for a listener on the internal
+    network where the services that call Machinegun live."""
 
 
 class MachinesSettings(BaseModel):

@@ -1,5 +1,6 @@
 """The machines face's tables (migrations machines_0001, machines_0002: the one lease shape, machines_0003:
-Machinegun's protocol)."""
+Machinegun's protocol, machines_0004: ids of up to 1 KiB,
+machines_0005: a namespace's Modernizer)."""
 
 from sqlalchemy import Boolean, Column, ForeignKey, Index, Integer, String, Table, Text, UniqueConstraint
 
@@ -9,7 +10,7 @@ from mainspring.store.schema import BigId, Json, Millis, metadata
 namespaces = Table(
     "machine_namespaces",
     metadata,
-    Column("name", String(128), primary_key=True),
+    Column("name", String(1024), primary_key=True),
     Column("processor_url", String(2000), nullable=True),
     Column("timeout_ms", Integer, nullable=False),
     Column("retry", Json, nullable=False),
@@ -17,14 +18,15 @@ namespaces = Table(
     Column("updated_at", Millis, nullable=False),
     Column("processor_protocol", String(16), nullable=True),
     Column("retries", Json, nullable=True),
+    Column("modernizer", Json, nullable=True),
 )
 
 machines = Table(
     "machines",
     metadata,
     Column("uid", BigId, primary_key=True, autoincrement=True),
-    Column("namespace", String(128), nullable=False),
-    Column("id", String(128), nullable=False),
+    Column("namespace", String(1024), nullable=False),
+    Column("id", String(1024), nullable=False),
     Column("status", String(16), nullable=False),
     Column("version", Integer, nullable=False),
     Column("last_event_id", Integer, nullable=False),
@@ -72,8 +74,8 @@ notifications = Table(
 operations = Table(
     "machine_operations",
     metadata,
-    Column("namespace", String(128), primary_key=True),
-    Column("machine_id", String(128), primary_key=True),
+    Column("namespace", String(1024), primary_key=True),
+    Column("machine_id", String(1024), primary_key=True),
     Column("key", String(200), primary_key=True),
     Column("kind", String(16), nullable=False),
     Column("status_code", Integer, nullable=False),

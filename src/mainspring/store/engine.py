@@ -35,7 +35,7 @@ LISTEN_APPLICATION_NAME = "mainspring-listen"
 class Transaction:
     """A write transaction: its statements, the wake-ups it sends and what runs once it has committed."""
 
-    __slots__ = ("_after_commit", "alone", "channels", "session", "shared", "statements", "store")
+    __slots__ = ("_after_commit", "_last", "alone", "channels", "session", "shared", "statements", "store")
 
     def __init__(self, session: Session, store: Store, alone: bool = False, shared: bool = False) -> None:
         self.session = session
@@ -48,6 +48,7 @@ class Transaction:
         self.statements = 0
         self.channels: list[str] = []
         self._after_commit: list[Callable[[], Any]] = []
+        self._last: dict[Hashable, tuple[Callable[[Transaction, list[Any]], Awaitable[Any]], list[Any]]] = {}
 
     async def execute(self, statement: Executable, params: Any = None) -> Result[Any]:
         self.statements += 1
@@ -60,8 +61,9 @@ class Transaction:
 
     @property
     def may_run_alone(self) -> bool:
-        """Whether the next statement may be the whole transaction (``execute_alone``)."""
-        return self.alone and self.statements == 0
+        """Whether the next statement may be the whole transaction (``execute_alone``): not once something waits
+        to be written last (it would come after that statement's commit)."""
+        return self.alone and self.statements == 0 and not self._last
 
     async def execute_alone(self, statement: Executable, params: Any = None) -> Result[Any]:
         """Run ``statement`` as the whole transaction (only when ``may_run_alone``): on PostgreSQL it commits
@@ -94,6 +96,25 @@ class Transaction:
 
     def after_commit(self, callback: Callable[[], Any]) -> None:
         self._after_commit.append(callback)
+
+    def write_last(self, key: Hashable, write_all: Callable[[Transaction, list[ItemT]], Awaitable[Any]], item: ItemT) -> None:
+        """Write ``item`` as the transaction's last statement before it commits, in one call
+        ``write_all(tx, items)`` with the other items of ``key`` given to it. For what takes a lock every writer
+        needs (the events' numbering lock): taken last, it is held for the commit only and never while this
+        transaction waits for another."""
+        entry = self._last.get(key)
+        if entry is None:
+            self._last[key] = (write_all, [item])
+        else:
+            entry[1].append(item)
+
+    async def _write_last(self) -> None:
+        while self._last:
+            if self.committed_alone:
+                raise RuntimeError("writes left for the end of a transaction whose one statement has committed")
+            key = next(iter(self._last))
+            write_all, items = self._last.pop(key)
+            await write_all(self, items)
 
 
 class Store:
@@ -175,6 +196,7 @@ class Store:
         async with self.backend.transaction(lazy=alone) as session:
             tx = Transaction(session, self, alone, shared)
             yield tx
+            await tx._write_last()
             await self.backend.commit(session, tx.channels)
         self.notifier.signal_many(tx.channels)
         if self._wakeups is not None and tx.channels:

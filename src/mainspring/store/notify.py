@@ -16,6 +16,28 @@ log = logging.getLogger("mainspring.store.notify")
 
 PG_CHANNEL = "mainspring"
 
+PAYLOAD_SEPARATOR = " "
+"""Between the channels of one NOTIFY payload (names never hold a space: ``core.types.NAME_PATTERN``)."""
+PAYLOAD_LIMIT = 7000
+"""Bytes of channels per NOTIFY (PostgreSQL refuses payloads of 8000 bytes and more)."""
+
+
+def payloads(channels: Iterable[str]) -> list[str]:
+    """The wake-ups of one commit as few NOTIFY payloads as fit (one, unless they are thousands of bytes):
+    each NOTIFY is a queue entry every listening backend reads."""
+    found: list[str] = []
+    current: list[str] = []
+    size = 0
+    for channel in channels:
+        if current and size + len(channel) + 1 > PAYLOAD_LIMIT:
+            found.append(PAYLOAD_SEPARATOR.join(current))
+            current, size = [], 0
+        current.append(channel)
+        size += len(channel.encode()) + 1
+    if current:
+        found.append(PAYLOAD_SEPARATOR.join(current))
+    return found
+
 
 class Waiter:
     """One waiter's view of a channel, taken *before* it reads the store, so no signal slips between."""
@@ -127,4 +149,4 @@ class PostgresListener:
             await asyncio.sleep(self._reconnect_s)
 
     def _on_notify(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
-        self._notifier.signal(payload)
+        self._notifier.signal_many(payload.split(PAYLOAD_SEPARATOR))

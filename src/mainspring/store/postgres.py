@@ -38,7 +38,7 @@ from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 
 from mainspring.store.errors import TransactionAborted, is_unavailable
-from mainspring.store.notify import PG_CHANNEL
+from mainspring.store.notify import PG_CHANNEL, payloads
 
 T = TypeVar("T")
 
@@ -56,8 +56,9 @@ def quote_literal(value: str) -> str:
 
 
 def notify_and_commit(channels: list[str]) -> str:
-    """One simple-protocol query: the wake-ups (delivered only if the commit succeeds), then COMMIT."""
-    notifies = "".join(f"SELECT pg_notify({quote_literal(PG_CHANNEL)}, {quote_literal(c)});" for c in channels)
+    """One simple-protocol query: the wake-ups (delivered only if the commit succeeds; one NOTIFY for all
+    of them), then COMMIT."""
+    notifies = "".join(f"SELECT pg_notify({quote_literal(PG_CHANNEL)}, {quote_literal(p)});" for p in payloads(channels))
     return notifies + "COMMIT"
 
 

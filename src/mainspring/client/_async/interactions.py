@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import builtins
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Literal, cast
 from urllib.parse import quote
 
 from mainspring.client._async.base import AsyncBaseClient, body
-from mainspring.client.models import Heartbeat, Interaction, InteractionPage, Queue, RateLimit
+from mainspring.client.models import (
+    Heartbeat,
+    Interaction,
+    InteractionPage,
+    LeasesKept,
+    LeasesReleased,
+    Queue,
+    RateLimit,
+)
 
 
 def _item(interaction_id: str | int) -> str:
@@ -186,6 +194,18 @@ class AsyncInteractionsClient(AsyncBaseClient):
         """Extend a lease; ``LeaseLost`` when another worker holds it now."""
         path = f"{_item(interaction_id)}/heartbeat"
         return cast(Heartbeat, await self._json("POST", path, idempotent=True, json=body(token=token, lease_ms=lease_ms)))
+
+    async def heartbeat_many(self, queue: str, leases: Sequence[tuple[str, str]], *,
+                             lease_ms: int | None = None) -> LeasesKept:
+        """Extend many leases of ``queue`` in one call: ``leases`` are (id, token) pairs, at most 1,000."""
+        fields = body(leases=[{"id": str(i), "token": t} for i, t in leases], lease_ms=lease_ms)
+        return cast(LeasesKept, await self._json("POST", f"{_queue(queue)}/heartbeat", idempotent=True, json=fields))
+
+    async def release_many(self, queue: str, releases: Sequence[tuple[str, str, Mapping[str, Any]]]) -> LeasesReleased:
+        """Store the outcomes of many leased interactions of ``queue`` in one call: ``releases`` are (id,
+        token, outcome) triples, at most 1,000; a lease no longer held is answered in ``lease_lost``."""
+        fields = {"releases": [{"id": str(i), "token": t, "outcome": dict(o)} for i, t, o in releases]}
+        return cast(LeasesReleased, await self._json("POST", f"{_queue(queue)}/release", idempotent=False, json=fields))
 
     async def release(self, interaction_id: str, token: str, outcome: Mapping[str, Any]) -> Interaction:
         """Store the outcome of a leased interaction: ``{"complete": {"result": …}}``, ``{"fail": {"error":

@@ -10,6 +10,13 @@ read them as JSON, so a Value is kept as the JSON it naturally is, and tagged on
 | ``obj`` with string keys, none starting with ``$`` | object |
 | any other ``obj`` | ``{"$map": [[key, value], ...]}`` (keys kept in order, of any type) |
 | ``bin`` | ``{"$bin": "<base64>"}`` |
+| ``str`` that is not UTF-8 (hellgate marshals any binary as ``str``) or holds NUL | ``{"$str": "<base64>"}`` |
+| ``flt`` that JSONB would not give back as written: ``-0.0``, ±1e16 and past, ±inf, NaN | ``{"$flt": "<repr>"}`` |
+
+PostgreSQL keeps JSON as ``jsonb``: numbers as ``numeric`` (``1e16`` comes back as the integer
+``10000000000000000``, ``-0.0`` as ``0.0``), no NUL in strings, object keys in its own order. So the two tags
+above keep every Value exact on both engines; a map's order is not kept (a msgpack map has none, and
+Erlang's maps have none either).
 
 A ``Content`` with a ``format_version`` is ``{"$fv": n, "$data": <value>}``; without one it is just its
 value. Because a plain object never has a ``$`` key (those are written as ``$map``), every object whose
@@ -30,7 +37,9 @@ from mainspring.machines.settings import HistoryRange
 Value = msgpack.Value
 Content = stateproc.Content
 
-BIN, MAP, VERSION, DATA = "$bin", "$map", "$fv", "$data"
+BIN, MAP, VERSION, DATA, STR, FLT = "$bin", "$map", "$fv", "$data", "$str", "$flt"
+EXACT_FLOAT = 1e16
+"""From here on a float is written in JSON without a fraction (``1e+16``), which jsonb reads as an integer."""
 I64 = (-(2**63), 2**63 - 1)
 
 
@@ -49,9 +58,17 @@ def value_to_json(value: Any) -> Any:
     if value.i is not None:
         return value.i
     if value.flt is not None:
-        return float(value.flt)
+        number = float(value.flt)
+        if abs(number) < EXACT_FLOAT and not (number == 0 and math.copysign(1.0, number) < 0):
+            return number
+        return {FLT: repr(number)}  # -0.0, big, infinite or NaN: jsonb would not give it back
     if value.str is not None:
-        return value.str
+        text = value.str
+        if isinstance(text, str) and "\x00" not in text:
+            return text
+        # thriftpy2 hands over a str that is not UTF-8 as bytes; jsonb stores no NUL.
+        raw = text if isinstance(text, bytes) else text.encode("utf-8")
+        return {STR: base64.b64encode(raw).decode("ascii")}
     if value.bin is not None:
         return {BIN: base64.b64encode(value.bin).decode("ascii")}
     if value.arr is not None:
@@ -87,6 +104,17 @@ def value_from_json(data: Any) -> Any:
     if isinstance(data, dict):
         if set(data) == {BIN} and isinstance(data[BIN], str):
             return Value(bin=base64.b64decode(data[BIN]))
+        if set(data) == {STR} and isinstance(data[STR], str):
+            raw = base64.b64decode(data[STR])
+            try:
+                return Value(str=raw.decode("utf-8"))  # as thriftpy2 decodes it: text when it is UTF-8
+            except UnicodeDecodeError:
+                return Value(str=raw)
+        if set(data) == {FLT} and isinstance(data[FLT], str):
+            try:
+                return Value(flt=float(data[FLT]))
+            except ValueError as exc:
+                raise NotAValue(f"{FLT} {data[FLT]!r} is not a float") from exc
         if set(data) == {MAP} and isinstance(data[MAP], list):
             return Value(obj={value_from_json(k): value_from_json(v) for k, v in data[MAP]})
         return Value(obj={value_from_json(str(k)): value_from_json(v) for k, v in data.items()})

@@ -24,5 +24,6 @@ evsink = _load("event_sink")
 Value = msgpack.Value
 Automaton = stateproc.Automaton
 Processor = stateproc.Processor
+EventSink = stateproc.EventSink
 
-__all__ = ["Automaton", "Processor", "Value", "base", "deserialize", "evsink", "msgpack", "serialize", "stateproc"]
+__all__ = ["Automaton", "EventSink", "Processor", "Value", "base", "deserialize", "evsink", "msgpack", "serialize", "stateproc"]

@@ -44,7 +44,8 @@ class MachinegunProcessor:
         view = {**machine, "timer": format_time(step.timer_at) if step is not None else None}
         request = request_of(kind, args, codec.machine_struct(view, rng))
         try:
-            result = await woody.call(self.client, self.url, ProcessorService, *request, trace=woody.root_trace(), timeout_ms=timeout_ms, now_ms=now_ms)
+            trace, headers = caller_context(step)
+            result = await woody.call(self.client, self.url, ProcessorService, *request, trace=trace, timeout_ms=timeout_ms, now_ms=now_ms, headers=headers)
         except stateproc.RepairFailed as refused:
             raise ProcessorError("the processor refused the repair (RepairFailed)", permanent=True, refusal=codec.value_to_json(refused.reason)) from refused
         except woody.WoodyError as exc:
@@ -56,6 +57,18 @@ class MachinegunProcessor:
             # UnicodeDecodeError… by where it broke): the processor's bug, like a malformed JSON answer.
             raise ProcessorError(f"the processor's answer is not a Thrift {request[0]} reply: {type(exc).__name__}: {exc}", permanent=True) from exc
         return answer_of(result, now_ms)
+
+
+def caller_context(step: Step | None) -> tuple[woody.Trace, dict[str, str]]:
+    """The processor call's span and the headers it carries: a child span of the woody client's call that
+    caused the step, with its ``woody.meta.*``, as Machinegun passes them on; a new trace for a step nobody
+    called (a timer, a notification, the JSON API)."""
+    headers = dict(step.origin.headers) if step is not None and step.origin is not None else {}
+    trace_id, span_id = headers.get(woody.TRACE_ID), headers.get(woody.SPAN_ID)
+    if not trace_id or not span_id:
+        return woody.root_trace(), {}
+    meta = {k: v for k, v in headers.items() if k.startswith(woody.META_PREFIX)}
+    return woody.Trace(trace_id, woody.new_id(), span_id), meta
 
 
 def request_of(kind: str, args: Any, machine: Any) -> tuple[str, dict[str, Any]]:

@@ -2,7 +2,9 @@
 
 Consumers written for Machinegun's Kafka event sink read these records unchanged: the value is
 ``SinkEvent{event: MachineEvent{source_ns, source_id, event_id, created_at, format_version, data}}`` in the
-Thrift binary protocol, the key is the machine id (so one machine's events stay in one partition, in order).
+Thrift binary protocol, the key is ``"<ns> <id>"`` and the partition ``erlang:phash2(Key) rem Partitions``, as
+Machinegun's (brod's ``hash`` partitioner): one machine's events stay in the partition they went to under
+Machinegun, in order, across a cutover.
 It reads the outbox's ``machine.event`` events with its own durable cursor, beside the JSON publishers
 (``[events]``): at least once, in order per machine, never invented.
 """
@@ -13,11 +15,13 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+from mainspring.core import outbox
 from mainspring.core.publishers import KafkaPublisher, run_publisher
 from mainspring.core.runtime import Context
 from mainspring.core.settings import KafkaSink
 from mainspring.machines.machinegun import codec
-from mainspring.machines.machinegun.idl import evsink, serialize
+from mainspring.machines.machinegun.idl import evsink, serialize, stateproc
+from mainspring.machines.machinegun.phash2 import machinegun_partition
 from mainspring.machines.settings import MachinegunSink
 
 EVENT_TYPES = ("machine.event",)
@@ -34,6 +38,42 @@ def sink_event(event: dict[str, Any]) -> Any:
     return evsink.SinkEvent(event=machine_event)
 
 
+async def sink_history(ctx: Context, namespaces: Sequence[str], after: int, limit: int) -> list[Any]:
+    """Machinegun's polling sink: up to ``limit`` machine events of ``namespaces`` (empty: all) after outbox
+    position ``after``, oldest first, as ``state_processing.SinkEvent``s whose id is the position."""
+    found: list[Any] = []
+    wanted = set(namespaces)
+    while len(found) < limit:
+        events, cursor = await outbox.read_events(ctx.store, after, max(100, limit - len(found)), EVENT_TYPES)
+        for event in events:
+            data = event["data"]
+            if wanted and data["namespace"] not in wanted:
+                continue
+            version, value = codec.split_content(data["data"])
+            found.append(stateproc.SinkEvent(
+                id=int(event["id"]), source_id=data["id"], source_ns=data["namespace"],
+                event=stateproc.Event(id=data["event_id"], created_at=event["at"], format_version=version, data=codec.value_from_json(value)),
+            ))
+            if len(found) == limit:
+                break
+        if not events or cursor == after:
+            break
+        after = cursor
+    return found
+
+
+def record_key(namespace: str, machine_id: str) -> bytes:
+    """Machinegun's Kafka record key of a machine's events: ``<<NS/binary, " ", ID/binary>>``."""
+    return f"{namespace} {machine_id}".encode()
+
+
+def partition_of(key: bytes, all_partitions: Sequence[int], available: Sequence[int]) -> int:
+    """aiokafka's partitioner hook, as brod's ``hash``: by the key alone, among all the topic's partitions
+    (not only the available ones, or a machine would change partition while one is down)."""
+    partitions = sorted(all_partitions)
+    return partitions[machinegun_partition(key, len(partitions))]
+
+
 class ThriftKafkaSink(KafkaPublisher):
     """Produces a namespace's machine events to ``topic`` as Machinegun's SinkEvent records: core's Kafka
     publisher (``acks="all"``, one batch in flight per partition) with Machinegun's record format."""
@@ -42,6 +82,15 @@ class ThriftKafkaSink(KafkaPublisher):
         super().__init__(KafkaSink(bootstrap_servers=config.bootstrap_servers, topic=config.topic))
         self.sink_config = config
         self.name = f"machinegun-kafka:{config.topic}"  # face.machinegun_publishers names it too (retention)
+
+    async def _connect(self) -> Any:
+        if self._producer is None:
+            from aiokafka import AIOKafkaProducer
+
+            producer = AIOKafkaProducer(bootstrap_servers=self.config.bootstrap_servers, acks="all", partitioner=partition_of)
+            await producer.start()
+            self._producer = producer
+        return self._producer
 
     def wants(self, event: dict[str, Any]) -> bool:
         namespaces = self.sink_config.namespaces
@@ -52,7 +101,8 @@ class ThriftKafkaSink(KafkaPublisher):
         if not wanted:
             return
         producer = await self._connect()
-        futures = [await producer.send(self.config.topic, serialize(sink_event(e)), key=e["data"]["id"].encode()) for e in wanted]
+        futures = [await producer.send(self.config.topic, serialize(sink_event(e)), key=record_key(e["data"]["namespace"], e["data"]["id"]))
+                   for e in wanted]
         await asyncio.gather(*futures)
 
 

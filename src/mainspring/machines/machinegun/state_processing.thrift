@@ -185,7 +185,7 @@ struct ModernizeEventResult {
     1: required EventBody event_payload
 }
 
-/** Rewrites old event shapes; Mainspring does not call it (Modernize is a check only, see the docs). */
+/** Rewrites old event shapes: Automaton.Modernize calls it for each outdated event of the machine. */
 service Modernizer {
     ModernizeEventResult ModernizeEvent (1: MachineEvent ev) throws ()
 }
@@ -210,7 +210,7 @@ struct NotifyResponse {
 
 /**
  * The machines themselves. A reference to a machine that does not exist throws MachineNotFound; a
- * range whose `after` is not an event of the machine throws EventNotFound (GetMachine); a machine that
+ * range whose `after` is past the machine's last event is an empty history (GetMachine); a machine that
  * failed on the way throws MachineFailed.
  */
 service Automaton {
@@ -244,4 +244,23 @@ service Automaton {
 
     NotifyResponse Notify (1: MachineDescriptor desc, 2: Args a)
         throws (1: NamespaceNotFound ex1, 2: MachineNotFound ex2)
+}
+
+// The polling event sink (machinegun-proto retired it in 2024; machinegun-woody-api still serves it at
+// /v1/event_sink): the events of every machine of the sink namespaces, in the order they were committed.
+// SinkEvent.id is the sink event id (the outbox position of Mainspring): total ordered, the next after.
+struct SinkEvent {
+    1: required base.EventID    id;
+    2: required base.ID         source_id;
+    3: required base.Namespace  source_ns;
+    4: required Event           event;
+}
+
+typedef list<SinkEvent> SinkHistory;
+
+exception EventSinkNotFound {}
+
+service EventSink {
+    SinkHistory GetHistory (1: base.ID event_sink_id, 2: HistoryRange range)
+         throws (1: EventSinkNotFound ex1, 2: EventNotFound ex2, 3: base.InvalidRequest ex3);
 }

@@ -45,6 +45,8 @@ from mainspring.store import format_time, parse_time
 CONTENT_TYPE = "application/x-thrift"
 TRACE_ID, SPAN_ID, PARENT_ID, DEADLINE = "woody.trace-id", "woody.span-id", "woody.parent-id", "woody.deadline"
 ERROR_CLASS, ERROR_REASON = "woody.error-class", "woody.error-reason"
+META_PREFIX = "woody.meta."
+"""Context a woody client passes along (``woody.meta.user-identity.id`` and the like); carried to the processor."""
 LEGACY_ERROR_CLASS, LEGACY_ERROR_REASON = "x-rbk-error-class", "x-rbk-error-reason"
 ROOT_PARENT = "undefined"
 """woody's parent id of a root span (a call nobody made on behalf of another)."""
