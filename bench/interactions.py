@@ -33,7 +33,7 @@ from typing import Any
 
 import asyncpg
 import httpx
-from pgcpu import postgres_cpu_s
+from pgcpu import DatabaseCpu
 
 from mainspring.app import App
 from mainspring.interactions import service
@@ -89,7 +89,10 @@ async def bench_bulk_and_processing(url: str, jobs: int, options: dict[str, Any]
                 done.set()
 
         worker = Worker(store, app, CFG, poll_ms=1000)
-        began, cpu_began, pg_began = time.perf_counter(), time.process_time(), postgres_cpu_s()
+        pg_cpu = DatabaseCpu(url) if url.startswith("postgresql") else None
+        if pg_cpu is not None:
+            await pg_cpu.start()
+        began, cpu_began = time.perf_counter(), time.process_time()
         await worker.start()
         await asyncio.wait_for(done.wait(), 600)
         while (await service.get_queue(store, CFG, "bench"))["counts"]["completed"] < jobs:  # noqa: ASYNC110 (polls the store)
@@ -97,7 +100,7 @@ async def bench_bulk_and_processing(url: str, jobs: int, options: dict[str, Any]
         processed = jobs / (time.perf_counter() - began)
         # This process's CPU per item (the worker's own cost, steadier than a rate on a busy machine).
         cpu_us = (time.process_time() - cpu_began) / jobs * 1e6
-        pg_us = (postgres_cpu_s() - pg_began) / jobs * 1e6
+        pg_us = (await pg_cpu.stop()) / jobs * 1e6 if pg_cpu is not None else 0.0
         await worker.stop()
         measured = {"bulk_create_per_s": bulk, "processed_per_s": processed, "worker_cpu_us_per_item": cpu_us}
         if url.startswith("postgresql"):

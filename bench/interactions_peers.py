@@ -16,7 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 import asyncpg
-from pgcpu import postgres_cpu_s
+from pgcpu import DatabaseCpu
 
 
 async def fresh(pg_admin: str) -> tuple[str, str]:
@@ -64,11 +64,13 @@ async def pgqueuer_bench(dsn: str, jobs: int, settings: dict[str, Any]) -> dict[
     async def noop(job: Any) -> None:
         return None
 
-    began, cpu_began, pg_began = time.perf_counter(), time.process_time(), postgres_cpu_s()
+    pg_cpu = DatabaseCpu(dsn)
+    await pg_cpu.start()
+    began, cpu_began = time.perf_counter(), time.process_time()
     await qm.run(mode=QueueExecutionMode.drain, dequeue_timeout=timedelta(seconds=1), **settings)
     processed = (jobs + single) / (time.perf_counter() - began)
     cpu_us = (time.process_time() - cpu_began) / (jobs + single) * 1e6
-    pg_us = (postgres_cpu_s() - pg_began) / (jobs + single) * 1e6
+    pg_us = (await pg_cpu.stop()) / (jobs + single) * 1e6
     await conn.close()
     return {"enqueue_one_per_call_per_s": enqueue, "bulk_enqueue_per_s": bulk, "processed_per_s": processed,
             "worker_cpu_us_per_item": cpu_us, "postgres_cpu_us_per_item": pg_us}

@@ -32,3 +32,35 @@ def backends_cpu_s(pids: set[int]) -> float:
         except (OSError, IndexError, ValueError):
             continue
     return total / os.sysconf("SC_CLK_TCK")
+
+
+async def database_backends(dsn: str) -> set[int]:
+    """The PostgreSQL backends serving ``dsn``'s database now (asked from its server's ``postgres`` database)."""
+    import asyncpg
+
+    base, database = dsn.rsplit("/", 1)
+    conn = await asyncpg.connect(base + "/postgres")
+    try:
+        rows = await conn.fetch("SELECT pid FROM pg_stat_activity WHERE datname = $1", database.split("?")[0])
+    finally:
+        await conn.close()
+    return {row["pid"] for row in rows}
+
+
+class DatabaseCpu:
+    """CPU seconds of one database's backends between ``start`` and ``stop``, while other databases of the
+    same server are busy (the machine is shared): the backends alive at either end (a pool's connections
+    outlive the measurement)."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.pids: set[int] = set()
+        self.began = 0.0
+
+    async def start(self) -> None:
+        self.pids = await database_backends(self.dsn)
+        self.began = backends_cpu_s(self.pids)
+
+    async def stop(self) -> float:
+        self.pids |= await database_backends(self.dsn)
+        return backends_cpu_s(self.pids) - self.began

@@ -142,6 +142,9 @@ async def test_one_sigterm_stops_a_worker_with_a_health_port_gracefully_and_its_
             sys.executable, "-m", "mainspring.cli", "worker", "slowapp:app", "--database", database_url, "--http-port", str(port),
             cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
+        # The worker leases on the real clock, this server sweeps expired leases on the test's manual clock
+        # (weeks ahead): a lease shorter than that gap was swept as expired within a second (flaky).
+        assert (await client.put("/v1/queues/slow", json={"lease_ms": 5 * 365 * 86_400_000})).status_code == 200
         reply = await client.post("/v1/queues/slow/interactions",
                                   json={"data": {"started": str(started), "go": str(go)}, "process_at": "2000-01-01T00:00:00Z"})
         item = reply.json()["id"]
@@ -168,4 +171,4 @@ async def test_one_sigterm_stops_a_worker_with_a_health_port_gracefully_and_its_
     output = log_path.read_text()
     assert "by force" not in output, output
     done = (await client.get(f"/v1/interactions/{item}")).json()
-    assert done["status"] == "completed" and done["result"] == {"finished": True}, str(done)
+    assert done["status"] == "completed" and done["result"] == {"finished": True}, f"{done}\n{output}"

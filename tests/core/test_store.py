@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import BigInteger, Text, column, func, select, text
+from sqlalchemy.dialects.postgresql import JSONB
 
 from mainspring.core import outbox
 from mainspring.core.tables import events
@@ -69,3 +70,32 @@ def test_manual_clock_moves_only_when_told_and_wakes_subscribers() -> None:
     clock.advance(500)
     assert clock.now_ms() == 1500
     assert woken == [1500]
+
+
+_ROWS = text("SELECT n AS id, n * 2 AS twice, CAST(:label AS text) AS label, CAST(:doc AS jsonb) AS doc, n AS id "
+             "FROM unnest(CAST(:ns AS bigint[])) AS n ORDER BY n").columns(
+    column("id", BigInteger), column("twice", BigInteger), column("label", Text), column("doc", JSONB), column("id2", BigInteger))
+
+
+async def test_fetch_alone_answers_the_rows_execute_alone_answers(store: Store) -> None:
+    """The hot paths' statements run straight on asyncpg (PostgreSQL) read their rows as SQLAlchemy's:
+    values, slices, attributes (a repeated name is its first column), ``all`` and ``scalar``; one round trip."""
+    params = {"ns": [3, 1, 2], "label": "x", "doc": '{"a": [1, 2]}'}
+    if not store.is_postgres:
+        pytest.skip("SQLite runs execute_alone (no driver of its own to go to)")
+    async with store.transaction(alone=True) as tx:
+        expected = [tuple(r) for r in (await tx.execute_alone(_ROWS, params)).all()]
+    before = store.backend.round_trips  # type: ignore[attr-defined]
+    async with store.transaction(alone=True) as tx:
+        result = await tx.fetch_alone(_ROWS, params)
+    assert store.backend.round_trips == before + 1  # type: ignore[attr-defined]
+    rows = result.all()
+    assert [tuple(r) for r in rows] == expected == [(1, 2, "x", {"a": [1, 2]}, 1), (2, 4, "x", {"a": [1, 2]}, 2), (3, 6, "x", {"a": [1, 2]}, 3)]
+    assert (rows[1].id, rows[1].twice, rows[1].doc, rows[1][1:3]) == (2, 4, {"a": [1, 2]}, (4, "x"))
+    assert result.scalar() == 1
+    with pytest.raises(AttributeError):
+        _ = rows[0].missing
+    async with store.transaction(alone=True) as tx:
+        await tx.fetch_alone(_ROWS, params)
+        with pytest.raises(RuntimeError):
+            await tx.fetch_alone(_ROWS, params)  # the statement was the whole transaction

@@ -137,12 +137,12 @@ async def test_8_2_the_queue_processing_timeout_applies_to_running_workers(store
         await worker.stop()
 
 
-async def test_cancelling_an_item_being_processed_cancels_its_handler(store: Store, cfg: Any) -> None:
-    app = App()
+def long_handler(app: App, queue: str) -> tuple[asyncio.Event, asyncio.Event]:
+    """A handler of ``queue`` that runs a minute unless cancelled; the events it sets when it runs, when cancelled."""
     running = asyncio.Event()
     cancelled = asyncio.Event()
 
-    @app.queue("q")
+    @app.queue(queue)
     async def long(item: Any) -> Any:
         running.set()
         try:
@@ -151,6 +151,12 @@ async def test_cancelling_an_item_being_processed_cancels_its_handler(store: Sto
             cancelled.set()
             raise
 
+    return running, cancelled
+
+
+async def test_cancelling_an_item_being_processed_cancels_its_handler(store: Store, cfg: Any) -> None:
+    app = App()
+    running, cancelled = long_handler(app, "q")
     worker = await started(store, app, cfg)
     try:
         item, _ = await service.create(store, cfg, "q", {})
@@ -160,6 +166,59 @@ async def test_cancelling_an_item_being_processed_cancels_its_handler(store: Sto
         assert await status(store, item["id"]) == "cancelled"
     finally:
         await worker.stop()
+
+
+async def test_cancelling_a_parent_cancels_the_handler_of_its_running_child(store: Store, cfg: Any) -> None:
+    app = App()
+    running, cancelled = long_handler(app, "children")
+    parent, _ = await service.create(store, cfg, "parents", {"due_at": store.now_ms() + 3_600_000})
+    worker = await started(store, app, cfg)
+    try:
+        child, _ = await service.create(store, cfg, "children", {"parent_id": int(parent["id"]), "name": "step"})
+        await asyncio.wait_for(running.wait(), 10)
+        await service.cancel(store, parent["id"])
+        await asyncio.wait_for(cancelled.wait(), 5)  # long before a heartbeat (lease 30 s) would tell
+        assert await status(store, child["id"]) == "cancelled"
+    finally:
+        await worker.stop()
+
+
+async def test_a_workers_own_completions_do_not_make_it_read_its_leases_back(store: Store, cfg: Any) -> None:
+    """Only a cancel makes a worker check which of its leases still hold: its own completions (most finishes
+    of a busy queue) used to cost it a read of its leases after each batch."""
+    app = App()
+    done = asyncio.Event()
+    handled = 0
+
+    @app.queue("busy", concurrency=5, batch=5)
+    async def quick(item: Any) -> None:
+        nonlocal handled
+        await asyncio.sleep(0.001 * (int(item.id) % 3))  # handlers finish at different moments
+        handled += 1
+        if handled == 60:
+            done.set()
+
+    worker = await started(store, app, cfg)
+    checks = 0
+    still_held = worker.source.still_held
+
+    async def counted(leases: dict[int, str]) -> set[int]:
+        nonlocal checks
+        checks += 1
+        return await still_held(leases)
+
+    worker.source.still_held = counted  # type: ignore[method-assign]
+    try:
+        await service.create_many(store, cfg, "busy", [{"data": i} for i in range(60)])
+        await asyncio.wait_for(done.wait(), 30)
+        await eventually(lambda: _all_completed(store, cfg, "busy", 60))
+        assert checks == 0
+    finally:
+        await worker.stop()
+
+
+async def _all_completed(store: Store, cfg: Any, queue: str, n: int) -> bool:
+    return bool((await service.get_queue(store, cfg, queue))["counts"]["completed"] == n)
 
 
 async def test_7_1_stop_one_queue_and_await_it(store: Store, cfg: Any) -> None:

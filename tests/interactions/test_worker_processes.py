@@ -117,14 +117,14 @@ async def test_rate_limit_holds_across_three_worker_processes(workers: Workers, 
     await workers.booted(3)
     for i in range(12):
         await service.create(real_store, cfg, "rated", {"data": i})
-    began = time.monotonic()
     await finished_all(real_store, "rated", 12)
     starts = [r for r in workers.records() if r["kind"] == "start"]
     assert len(starts) == 12
     windows = Counter((parse_time(r["expires_at"]) - 30_000) // 1000 for r in starts)
     assert max(windows.values()) <= 4
+    # 12 starts at 4 a window span three windows at least: the limit held the starts apart in time. (A wall
+    # clock taken after the creates proves nothing: on a loaded machine the workers start before they end.)
     assert len(windows) >= 3
-    assert time.monotonic() - began >= 1.0
 
 
 async def test_sigkill_mid_handler_is_retried_after_lease_expiry_and_completed_once(workers: Workers, real_store: Store, settings: Settings) -> None:

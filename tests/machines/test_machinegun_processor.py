@@ -175,7 +175,7 @@ async def test_retry_policies_per_kind(client: httpx.AsyncClient, invoices: Invo
     with pytest.raises(woody.WoodyError):
         await mg.Call(desc(NS, "inv-2"), s("flaky"))
     namespace = (await client.get(f"/v1/namespaces/{NS}")).json()
-    assert namespace["retries"] == {"timers": None, "notifications": None, "processor": None}
+    assert namespace["retries"] == {"timers": None, "notifications": None, "processor": None, "storage": None}
     namespace["retries"] = {"processor": {"initial_ms": 10, "max_attempts": 5}, "timers": {"initial_ms": 5000}}
     put = await client.put(f"/v1/namespaces/{NS}", json={k: namespace[k] for k in ("processor", "retry", "history", "retries")})
     assert put.status_code == 200 and put.json()["retries"]["timers"]["initial_ms"] == 5000

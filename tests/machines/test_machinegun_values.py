@@ -19,7 +19,7 @@ from tests.machines.machinegun import AutomatonClient, V, desc
 
 I64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 EDGES = st.sampled_from([-(2**63), 2**63 - 1, -(2**53) - 1, 2**53 + 1, 0])
-FLOATS = st.floats(allow_nan=False) | st.sampled_from([1e16, -1e16, 1.5e16, 2.0**63, -0.0, 5e-324, 1.7976931348623157e308])
+FLOATS = st.floats(allow_nan=False) | st.sampled_from([0.0, 1.0, 1e16, -1e16, 1.5e16, 2.0**63, -0.0, 5e-324, 1.7976931348623157e308])
 
 
 def _not_utf8(raw: bytes) -> bool:
@@ -66,7 +66,7 @@ async def test_values_round_trip_bit_for_bit_through_the_store(client: httpx.Asy
     assert deserialize(msgpack.Value(), serialize(machine.history[0].data)) == deserialize(msgpack.Value(), serialize(value))
 
 
-@pytest.mark.parametrize("value", [V(flt=1e16), V(flt=-0.0), V(str=b"\xff\xfe"), V(str="nul\x00"), V(i=2**63 - 1)])
+@pytest.mark.parametrize("value", [V(flt=1e16), V(flt=-0.0), V(flt=1.0), V(flt=0.0), V(str=b"\xff\xfe"), V(str="nul\x00"), V(i=2**63 - 1)])
 def test_values_jsonb_would_change_are_tagged(value: Any) -> None:
     stored = codec.value_to_json(value)
     assert codec.value_from_json(stored) == value

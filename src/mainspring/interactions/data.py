@@ -18,6 +18,7 @@ from sqlalchemy import ColumnElement, and_, bindparam, case, column, func, or_, 
 from mainspring.core import data as core_data
 from mainspring.core import leases, outbox
 from mainspring.core.outbox import SEQUENCER_CHANNEL
+from mainspring.interactions.tables import interaction_counts as counts
 from mainspring.interactions.tables import interaction_queues as queues
 from mainspring.interactions.tables import interaction_schedules as schedules
 from mainspring.interactions.tables import interactions as items
@@ -216,7 +217,8 @@ async def set_rate_window(tx: Executor, name: str, start: int, count: int) -> No
 async def queue_names(conn: Executor) -> list[str]:
     """Every queue that has a row or an item."""
     named = set((await conn.execute(select(queues.c.name))).scalars())
-    named |= set((await conn.execute(select(items.c.queue).distinct())).scalars())
+    # From the counts, not a scan of the items for their distinct queues.
+    named |= set((await conn.execute(select(counts.c.queue).group_by(counts.c.queue).having(func.sum(counts.c.n) > 0))).scalars())
     return sorted(named)
 
 
@@ -229,28 +231,126 @@ def _status_expression(now: int) -> ColumnElement[str]:
     )
 
 
-async def count_by_status(conn: Executor, now: int, queue: str | None = None) -> dict[str, int]:
-    status = _status_expression(now)
-    query = select(status, func.count()).group_by(status)
-    if queue is not None:
-        query = query.where(items.c.queue == queue)
-    return {str(s): int(n) for s, n in (await conn.execute(query)).all()}
+SCHEDULED_CAP = 2_000
+"""Queued items a count looks at one by one to split a queue's queued items into ready and scheduled; past
+it (on PostgreSQL) the split is the planner's estimate, and labelled so."""
 
 
-async def count_by_queue_and_status(conn: Executor, now: int) -> list[tuple[str, str, int]]:
-    status = _status_expression(now)
-    query = select(items.c.queue, status, func.count()).group_by(items.c.queue, status)
-    return [(str(q), str(s), int(n)) for q, s, n in (await conn.execute(query)).all()]
+@dataclass(frozen=True, slots=True)
+class StatusCounts:
+    """Items by queue and API status; ``estimated`` names the (queue, status) pairs whose count is an
+    estimate (only ready and scheduled can be: every other count is exact)."""
+
+    by_queue: dict[str, dict[str, int]]
+    estimated: frozenset[tuple[str, str]]
+
+    def total(self) -> dict[str, int]:
+        summed: dict[str, int] = {}
+        for counted in self.by_queue.values():
+            for status, n in counted.items():
+                summed[status] = summed.get(status, 0) + n
+        return summed
+
+    def estimated_statuses(self) -> list[str]:
+        return sorted({status for _, status in self.estimated})
+
+
+_STORED_COUNTS = (
+    select(counts.c.queue, counts.c.status, func.sum(counts.c.n))
+    .group_by(counts.c.queue, counts.c.status)
+    .having(func.sum(counts.c.n) != 0)
+)
+
+# Per queue: how many queued items are due later, looking at no more than the cap (PostgreSQL: the due index's
+# range after now, one queue at a time; a LATERAL join does all the queues in one statement).
+_SCHEDULED_CAPPED_PG = text(
+    "SELECT q.queue, s.n FROM unnest(CAST(:queues AS text[])) AS q(queue) CROSS JOIN LATERAL ("
+    "SELECT count(*) AS n FROM (SELECT 1 FROM interactions i WHERE i.queue = q.queue AND i.state = 'queued' "
+    "AND i.next_processing > :now LIMIT :cap) AS x) AS s"
+)
+_READY_CAPPED_PG = text(
+    "SELECT count(*) FROM (SELECT 1 FROM interactions WHERE queue = :queue AND state = 'queued' "
+    "AND next_processing <= :now LIMIT :cap) AS x"
+)
+_SCHEDULED_ESTIMATE_PG = text(
+    "EXPLAIN (FORMAT JSON) SELECT 1 FROM interactions WHERE queue = :queue AND state = 'queued' AND next_processing > :now"
+)
+
+
+async def _scheduled(conn: Executor, now: int, queued: dict[str, int], postgres: bool) -> tuple[dict[str, int], set[str]]:
+    """Per queue with queued items, how many of them are scheduled (due later), and the queues where that
+    is an estimate."""
+    if not queued:
+        return {}, set()
+    if not postgres:
+        # SQLite counts the due index's range itself: microseconds per entry, no network between.
+        query = (select(items.c.queue, func.count()).where(items.c.queue.in_(list(queued)), items.c.state == "queued", items.c.next_processing > now)
+                 .group_by(items.c.queue))
+        return {str(q): int(n) for q, n in (await conn.execute(query)).all()}, set()
+    params = {"queues": list(queued), "now": now, "cap": SCHEDULED_CAP}
+    scheduled = {str(q): int(n) for q, n in (await conn.execute(_SCHEDULED_CAPPED_PG, params)).all()}
+    estimated: set[str] = set()
+    for queue, n in scheduled.items():
+        if n < SCHEDULED_CAP:
+            continue
+        ready = int((await conn.execute(_READY_CAPPED_PG, {"queue": queue, "now": now, "cap": SCHEDULED_CAP})).scalar_one())
+        if ready < SCHEDULED_CAP:
+            scheduled[queue] = queued[queue] - ready
+            continue
+        plan = (await conn.execute(_SCHEDULED_ESTIMATE_PG, {"queue": queue, "now": now})).scalar_one()
+        plan = json.loads(plan) if isinstance(plan, str) else plan
+        scheduled[queue] = max(SCHEDULED_CAP, min(queued[queue] - SCHEDULED_CAP, int(plan[0]["Plan"]["Plan Rows"])))
+        estimated.add(queue)
+    return scheduled, estimated
+
+
+async def count_by_status(conn: Executor, now: int, *, postgres: bool, queue: str | None = None) -> StatusCounts:
+    """Items by queue and status: from the counts the triggers keep (exact), queued ones split into ready
+    and scheduled by ``now``."""
+    query = _STORED_COUNTS if queue is None else _STORED_COUNTS.where(counts.c.queue == queue)
+    by_queue: dict[str, dict[str, int]] = {}
+    for q, status, n in (await conn.execute(query)).all():
+        by_queue.setdefault(str(q), {})[str(status)] = int(n)
+    queued = {q: c.pop("queued") for q, c in by_queue.items() if "queued" in c}
+    scheduled, estimated = await _scheduled(conn, now, queued, postgres)
+    for q, n in queued.items():
+        later = scheduled.get(q, 0)
+        by_queue[q]["scheduled"] = later
+        by_queue[q]["ready"] = n - later
+    return StatusCounts(by_queue, frozenset((q, s) for q in estimated for s in ("ready", "scheduled")))
+
+
+async def fold_counts(tx: Executor) -> int:
+    """PostgreSQL: fold the count rows of backends that are gone into slot 0 (each backend adds to rows of
+    its own, so they would pile up with every new connection); rows another transaction holds are left
+    for the next round. Answers how many rows were folded."""
+    result: Any = await tx.execute(_FOLD_COUNTS)
+    return len(result.all())
+
+
+_FOLD_COUNTS = text(
+    "WITH gone AS ("
+    " DELETE FROM interaction_counts c USING ("
+    "  SELECT queue, status, slot FROM interaction_counts"
+    "  WHERE slot <> 0 AND slot NOT IN (SELECT pid FROM pg_stat_activity WHERE pid IS NOT NULL)"
+    "  FOR UPDATE SKIP LOCKED) AS g"
+    " WHERE (c.queue, c.status, c.slot) = (g.queue, g.status, g.slot) RETURNING c.queue, c.status, c.n),"
+    " summed AS (SELECT queue, status, sum(n) AS n FROM gone GROUP BY queue, status) "
+    "INSERT INTO interaction_counts AS c (queue, status, slot, n) SELECT queue, status, 0, n FROM summed "
+    "ON CONFLICT (queue, status, slot) DO UPDATE SET n = c.n + excluded.n RETURNING c.queue"
+)
 
 
 async def oldest_ready(conn: Executor, now: int) -> dict[str, int]:
-    """Per queue, since when its oldest ready item has been due (epoch ms)."""
-    query = (
-        select(items.c.queue, func.min(items.c.next_processing))
-        .where(items.c.state == "queued", items.c.next_processing <= now)
-        .group_by(items.c.queue)
-    )
-    return {str(q): int(t) for q, t in (await conn.execute(query)).all()}
+    """Per queue, since when its oldest ready item has been due (epoch ms): the first entry of each queue's
+    range of the due index, not a scan of every ready item."""
+    queued = (select(counts.c.queue).where(counts.c.status == "queued").group_by(counts.c.queue)
+              .having(func.sum(counts.c.n) > 0).subquery("queued"))
+    first_due = (select(func.min(items.c.next_processing))
+                 .where(items.c.queue == queued.c.queue, items.c.state == "queued", items.c.next_processing <= now)
+                 .scalar_subquery())
+    rows = (await conn.execute(select(queued.c.queue, first_due))).all()
+    return {str(q): int(t) for q, t in rows if t is not None}
 
 
 async def queues_with_retention(conn: Executor) -> list[tuple[str, int]]:
@@ -348,7 +448,7 @@ async def insert_queued_with_events(
     if tx.may_run_alone:
         # One NOTIFY for the readers of events and the queues' workers (as many as the payload limit needs).
         params.update(pg_channel=PG_CHANNEL, channels=payloads([SEQUENCER_CHANNEL, *wake]))
-        rows = [_item(r) for r in (await tx.execute_alone(_CREATE_WITH_EVENTS_ALONE, params)).all()]
+        rows = [_item(r) for r in (await tx.fetch_alone(_CREATE_WITH_EVENTS_ALONE, params)).all()]
     else:
         rows = [_item(r) for r in (await tx.execute(_CREATE_WITH_EVENTS, params)).all()]
     if rows:
@@ -508,7 +608,7 @@ async def complete_held_alone(tx: Transaction, held: Sequence[tuple[int, str, st
         "ids": [i for i, _, _ in held], "tokens": [t for _, t, _ in held], "results": [r for _, _, r in held], "now": now,
         "pg_channel": PG_CHANNEL, "channels": [SEQUENCER_CHANNEL, *channels],
     }
-    done = {int(r.id) for r in (await tx.execute_alone(_COMPLETE_HELD_ALONE, params)).all()}
+    done = {int(r.id) for r in (await tx.fetch_alone(_COMPLETE_HELD_ALONE, params)).all()}
     if done:
         tx.notify(SEQUENCER_CHANNEL)
         for channel in channels:
@@ -744,7 +844,7 @@ async def take_due_alone(
         "queue": queue, "now": now, "room": room, "token": token, "lease_ms": lease_ms, "worker": worker,
         "pg_channel": PG_CHANNEL, "sequencer": SEQUENCER_CHANNEL,
     }
-    result = (await tx.execute_alone(_TAKE_DUE_ALONE, params)).all()
+    result = (await tx.fetch_alone(_TAKE_DUE_ALONE, params)).all()
     if not result:
         return None
     width = len(queues.c)
@@ -807,11 +907,52 @@ async def earliest_lease_expiry(conn: Executor) -> int | None:
     return None if value is None else int(value)
 
 
-async def mean_latency_by_bucket(conn: Executor, since: int, until: int, bucket_ms: int) -> dict[int, float]:
-    """Mean time from created to finished (ms) of the items that finished in each ``bucket_ms`` after ``since``."""
-    return await core_data.mean_duration_by_bucket(
-        conn, items.c.created_at, items.c.finished_at, items.c.finished_at.is_not(None), since, until, bucket_ms
-    )
+LATENCY_SAMPLE = 100
+"""Items per bucket the dashboard's latency chart averages (the latest finished of each queue,
+shared among the queues): a larger sample makes the planner's cost cross ``jit_above_cost``, and compiling
+the plan then costs more (~100 ms) than running it (~10 ms at 1M items finished in the hour)."""
+
+_SAMPLED_LATENCY_PG = text(
+    "SELECT b.i, avg(s.d) FROM generate_series(0, :buckets) AS b(i) "
+    "CROSS JOIN unnest(CAST(:queues AS text[])) AS q(queue) CROSS JOIN LATERAL ("
+    " SELECT i.finished_at - i.created_at AS d FROM interactions i WHERE i.queue = q.queue AND i.finished_at IS NOT NULL"
+    " AND i.finished_at >= CAST(:since AS bigint) + b.i * CAST(:bucket AS bigint)"
+    " AND i.finished_at < CAST(:since AS bigint) + (b.i + 1) * CAST(:bucket AS bigint)"
+    " ORDER BY i.finished_at DESC LIMIT :sample) AS s GROUP BY b.i"
+)
+
+
+async def mean_latency_by_bucket(conn: Executor, since: int, until: int, bucket_ms: int, *, postgres: bool = False) -> dict[int, float]:
+    """Mean time from created to finished (ms) of the items that finished in each ``bucket_ms`` after ``since``.
+    Of a sample: the last finished of each queue in each bucket, ``LATENCY_SAMPLE`` in all (one range of the
+    finished index each), so the chart costs the same at 10 or 10,000 items finished a second."""
+    named = list((await conn.execute(select(counts.c.queue).group_by(counts.c.queue).having(func.sum(counts.c.n) > 0))).scalars())
+    if not named:
+        return {}
+    # Buckets as ``core.data.mean_duration_by_bucket`` numbers them: ``until`` itself falls in the one past the end.
+    buckets, sample = (until - since) // bucket_ms, max(2, LATENCY_SAMPLE // len(named))
+    if postgres:
+        params = {"buckets": buckets, "queues": named, "since": since, "bucket": bucket_ms, "sample": sample}
+        return {int(i): float(mean or 0) for i, mean in (await conn.execute(_SAMPLED_LATENCY_PG, params)).all()}
+    # SQLite has no LATERAL; a statement per queue and bucket costs microseconds there (no network between).
+    found: dict[int, list[float]] = {}
+    for queue in named:
+        for i in range(buckets + 1):
+            start = since + i * bucket_ms
+            params = {"b_queue": queue, "b_start": start, "b_end": start + bucket_ms, "b_sample": sample}
+            mean, n = (await conn.execute(_SAMPLED_LATENCY_BUCKET, params)).one()
+            if n:
+                found.setdefault(i, []).extend([float(mean)] * int(n))
+    return {i: sum(values) / len(values) for i, values in found.items()}
+
+
+_LATEST_FINISHED = (
+    select((items.c.finished_at - items.c.created_at).label("d"))
+    .where(items.c.queue == bindparam("b_queue"), items.c.finished_at.is_not(None),
+           items.c.finished_at >= bindparam("b_start"), items.c.finished_at < bindparam("b_end"))
+    .order_by(items.c.finished_at.desc()).limit(bindparam("b_sample")).subquery()
+)
+_SAMPLED_LATENCY_BUCKET = select(func.avg(_LATEST_FINISHED.c.d), func.count())
 
 
 # --- retention ------------------------------------------------------------------------------------------

@@ -330,7 +330,9 @@ async def _complete_held_alone(store: Store, queue: str, releases: Sequence[tupl
     for item_id, token, outcome in releases:
         if isinstance(outcome, outcomes.Complete):
             try:
-                plain.append((item_id, token, json.dumps(outcome.result, allow_nan=False)))
+                result = outcome.result
+                # A no-op handler's None is most completions: its JSON needs no encoder.
+                plain.append((item_id, token, "null" if result is None else json.dumps(result, allow_nan=False)))
             except (TypeError, ValueError):
                 continue  # released the slow way, which reports what cannot be stored
     if not plain:

@@ -10,6 +10,9 @@ from mainspring.core.metrics import set_all
 from mainspring.interactions import data
 
 ITEMS = Gauge("mainspring_interactions", "Interactions by queue and status", ["queue", "status"])
+ESTIMATED = Gauge(
+    "mainspring_interactions_estimated", "1 where mainspring_interactions of that queue and status is an estimate (absent: exact)", ["queue", "status"]
+)
 OLDEST_READY = Gauge("mainspring_interactions_oldest_ready_seconds", "How long the oldest ready item of a queue has waited", ["queue"])
 PROCESSED = Counter(
     "mainspring_interactions_processed_total", "Leases ended, by outcome (completed, failed, retried, repeated, waited)", ["queue", "outcome"]
@@ -21,9 +24,10 @@ RETRIED = Counter("mainspring_interactions_retried_total", "Failed or cancelled 
 async def read_gauges(ctx: Any) -> None:
     now = ctx.store.now_ms()
     async with ctx.store.read() as conn:
-        counted = await data.count_by_queue_and_status(conn, now)
+        counted = await data.count_by_status(conn, now, postgres=ctx.store.is_postgres)
         oldest = await data.oldest_ready(conn, now)
-    set_all(ITEMS, (((queue, status), n) for queue, status, n in counted))
+    set_all(ITEMS, (((queue, status), n) for queue, by_status in counted.by_queue.items() for status, n in by_status.items()))
+    set_all(ESTIMATED, (((queue, status), 1) for queue, status in counted.estimated))
     set_all(OLDEST_READY, (((queue,), max(0.0, (now - since) / 1000)) for queue, since in oldest.items()))
 
 

@@ -102,6 +102,9 @@ class QueueOut(BaseModel):
     paused: bool = False
     """A paused queue leases nothing (``POST /v1/queues/{queue}/pause``, ``…/resume``); what is leased runs on."""
     counts: dict[str, int] | None = None
+    counts_estimated: list[str] | None = None
+    """With ``counts``: the statuses whose count is an estimate (ready and scheduled, when a queue has very
+    many of both on PostgreSQL); every other count is exact."""
 
 
 def _time_of(value: str | datetime | None) -> int | None:

@@ -39,8 +39,15 @@ def queue_channel(queue: str) -> str:
 
 
 def finished_channel(queue: str) -> str:
-    """Wakes readers waiting for an item of ``queue`` to finish, and workers whose item was cancelled."""
+    """Wakes readers waiting for an item of ``queue`` to finish."""
     return f"interactions-finished:{queue}"
+
+
+def cancelled_channel(queue: str) -> str:
+    """Wakes the workers of ``queue`` when an item being processed was cancelled (their handler of it stops).
+    Apart from ``finished_channel``: a worker's own completions, most of a busy queue's finishes, would
+    otherwise make every worker of the queue read its leases back after each of them."""
+    return f"interactions-cancelled:{queue}"
 
 
 def parse_id(value: str | int | None) -> int | None:
@@ -152,10 +159,14 @@ async def get_queue(store: Store, cfg: InteractionsSettings, queue: str) -> dict
     now = store.now_ms()
     async with store.read() as conn:
         row = await data.get_queue(conn, queue)
-        counted = await data.count_by_status(conn, now, queue)
+        counted = await data.count_by_status(conn, now, postgres=store.is_postgres, queue=queue)
     body = queue_to_api(_settings_of(row) if row is not None else queue_defaults(cfg), queue)
     body["paused"] = row is not None and row.paused
-    body["counts"] = {status: counted.get(status, 0) for status in STATUSES}
+    mine = counted.by_queue.get(queue, {})
+    body["counts"] = {status: mine.get(status, 0) for status in STATUSES}
+    # Every count is exact (kept with the writes) but the ready/scheduled split of a queue with more than
+    # data.SCHEDULED_CAP of each on PostgreSQL: those two are then the planner's estimate, and named here.
+    body["counts_estimated"] = counted.estimated_statuses()
     return body
 
 
@@ -176,10 +187,10 @@ async def queue_names(store: Store) -> list[str]:
         return await data.queue_names(conn)
 
 
-async def count_by_status(store: Store) -> dict[str, int]:
-    """Every queue's items counted by status."""
+async def count_by_status(store: Store) -> data.StatusCounts:
+    """Every queue's items counted by status (see ``data.StatusCounts``: which counts are estimates)."""
     async with store.read() as conn:
-        return await data.count_by_status(conn, store.now_ms())
+        return await data.count_by_status(conn, store.now_ms(), postgres=store.is_postgres)
 
 
 # --- create ----------------------------------------------------------------------------------------
@@ -328,6 +339,7 @@ async def cancel_children(tx: Transaction, parent_ids: Iterable[int], now: int) 
             tx.notify(finished_channel(queue))
             if any(r.state == "processing" for r in rows if r.queue == queue):
                 tx.notify(queue_channel(queue))
+                tx.notify(cancelled_channel(queue))
         frontier = ids
 
 
@@ -365,6 +377,8 @@ async def finish(
     tx.notify(finished_channel(row.queue))
     if row.state == "processing":
         tx.notify(queue_channel(row.queue))
+        if state == "cancelled":
+            tx.notify(cancelled_channel(row.queue))
     return finished
 
 
@@ -534,7 +548,7 @@ async def ancestors(store: Store, parent_id: str | None, depth: int = 20) -> lis
 async def mean_latency_by_bucket(store: Store, since: int, until: int, bucket_ms: int) -> dict[int, float]:
     """Mean created → finished time (ms) of what finished in each ``bucket_ms`` after ``since`` (the dashboard)."""
     async with store.read() as conn:
-        return await data.mean_latency_by_bucket(conn, since, until, bucket_ms)
+        return await data.mean_latency_by_bucket(conn, since, until, bucket_ms, postgres=store.is_postgres)
 
 
 # --- retention -------------------------------------------------------------------------------------
@@ -549,4 +563,8 @@ async def prune_finished(store: Store, batch: int) -> int:
     for queue, retention_ms in kept:
         async with store.transaction() as tx:
             deleted += await data.delete_finished_before(tx, queue, now - retention_ms, batch)
+    if store.is_postgres:
+        # Each PostgreSQL backend counts in rows of its own: those of backends gone are folded together here.
+        async with store.transaction() as tx:
+            await data.fold_counts(tx)
     return deleted

@@ -1,6 +1,17 @@
 """The interactions face's tables (migration interactions_0001)."""
 
-from sqlalchemy import Boolean, Column, Index, Integer, String, Table, Text, UniqueConstraint, text
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    Index,
+    Integer,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
 
 from mainspring.core.leases import lease_columns
 from mainspring.store.schema import BigId, Json, Millis, metadata
@@ -65,6 +76,22 @@ interactions = Table(
     Index("ix_interactions_children", "parent_id", "name", "id", postgresql_where=text("parent_id IS NOT NULL"), sqlite_where=text("parent_id IS NOT NULL")),
     Index("ix_interactions_queue_id", "queue", "id"),
     Index("ix_interactions_finished", "queue", "finished_at", postgresql_where=text("finished_at IS NOT NULL"), sqlite_where=text("finished_at IS NOT NULL")),
+    # The status lists by id (migration interactions_0011): queued items (ready, scheduled, waiting); processing, failed and cancelled ones.
+    Index("ix_interactions_queued_by_id", "queue", "id", "next_processing", postgresql_where=text("state = 'queued'"), sqlite_where=text("state = 'queued'")),
+    Index("ix_interactions_few_by_id", "queue", "state", "id", postgresql_where=text("state IN ('processing', 'failed', 'cancelled')"), sqlite_where=text("state IN ('processing', 'failed', 'cancelled')")),
+)
+
+# Items per queue and stored status (``state``; a queued item without a due time is ``waiting``), kept by
+# triggers in the transaction that changes the items (migration interactions_0011): counts read here are exact.
+# On PostgreSQL each backend adds to its own ``slot`` (its pid); the retention loop folds gone backends' rows
+# into slot 0. A count is the sum over slots.
+interaction_counts = Table(
+    "interaction_counts",
+    metadata,
+    Column("queue", String(128), primary_key=True),
+    Column("status", String(16), primary_key=True),
+    Column("slot", Integer, primary_key=True),
+    Column("n", BigInteger, nullable=False),
 )
 
 # Cron-style schedules: each tick creates one interaction in ``queue`` (message_id ``periodic:<name>:<tick>``,

@@ -23,6 +23,7 @@ Python cannot interrupt a thread, so a timed-out or cancelled sync handler is ab
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import os
@@ -39,7 +40,7 @@ from mainspring.core.logs import bind
 from mainspring.core.runtime import log_failure
 from mainspring.interactions import data, outcomes
 from mainspring.interactions.models import Interaction
-from mainspring.interactions.service import finished_channel, queue_channel
+from mainspring.interactions.service import cancelled_channel, queue_channel
 from mainspring.interactions.settings import InteractionsSettings
 from mainspring.interactions.sources import QueueSource, StoreQueues
 from mainspring.store import Store
@@ -180,6 +181,7 @@ class QueueRunner:
         self.options = options
         self.inflight: dict[int, _InFlight] = {}
         self._with_context = _wants_context(target)
+        self._is_async = inspect.iscoroutinefunction(target)
         self._lease_ms = options.lease_ms or worker.cfg.lease_ms
         self.handled = 0
         self._timeout_ms: int | None = options.timeout_ms
@@ -272,7 +274,7 @@ class QueueRunner:
         args: tuple[Any, ...] = (item,)
         if self._with_context:
             args = (item, HandlerContext(self, item, asyncio.get_running_loop()))
-        if inspect.iscoroutinefunction(self.target):
+        if self._is_async:
             return await self.target(*args)
         result = await asyncio.to_thread(self.target, *args)
         if inspect.isawaitable(result):
@@ -285,8 +287,14 @@ class QueueRunner:
         try:
             timeout_ms = self._timeout_ms
             try:
-                with tracing.span(f"interaction {self.name}", links_to=entry.item.trace_parent, queue=self.name, interaction_id=entry.item.id):
-                    async with asyncio.timeout(timeout_ms / 1000 if timeout_ms else None):
+                # Neither a span nor a timeout is built when tracing is off and the queue has no timeout.
+                traced = (tracing.span(f"interaction {self.name}", links_to=entry.item.trace_parent, queue=self.name,
+                                       interaction_id=entry.item.id) if tracing.enabled() else contextlib.nullcontext())
+                with traced:
+                    if timeout_ms:
+                        async with asyncio.timeout(timeout_ms / 1000):
+                            value = await self._call(entry.item)
+                    else:
                         value = await self._call(entry.item)
                 outcome = outcomes.as_outcome(value)
             except TimeoutError:
@@ -341,7 +349,7 @@ class QueueRunner:
             # The queue's lease may change while running: beat three times per lease as it is now.
             beat_s = max(0.05, self._lease_ms / 3000)
             next_beat = last_beat + beat_s
-            waiter = self.source.waiter(finished_channel(self.name))
+            waiter = self.source.waiter(cancelled_channel(self.name))
             # Short naps: a lease taken meanwhile may be shorter than the one this beat was planned for.
             signalled = await waiter.wait(min(0.1, max(0.0, next_beat - time.monotonic())))
             try:

@@ -89,6 +89,18 @@ class Transaction:
         self.statements += 1
         return await self.session.fetch_prepared_alone(sql, args)  # type: ignore[attr-defined, no-any-return]
 
+    async def fetch_alone(self, statement: Any, params: dict[str, Any]) -> Any:
+        """``execute_alone`` of a plain textual statement (named parameters, none typed) on a hot path: on
+        PostgreSQL ``fetch_prepared_alone`` of it compiled once, its rows read as SQLAlchemy's are (``all()``,
+        attributes, slices); elsewhere ``execute_alone``."""
+        fetch = getattr(self.session, "fetch_alone", None)
+        if fetch is None:
+            return await self.execute_alone(statement, params)
+        if not self.may_run_alone:
+            raise RuntimeError("execute_alone needs a transaction of one writer, before any statement")
+        self.statements += 1
+        return await fetch(statement, params)
+
     def notify(self, channel: str) -> None:
         """Wake whoever waits on ``channel``, here and on other servers, once this commits."""
         if channel not in self.channels:

@@ -29,9 +29,15 @@ async def face_counts(ctx: Context) -> dict[str, dict[str, dict[str, int]]]:
     return {
         "exchange": await exchange_service.count_by_state(ctx),
         "machines": {"machines": await machines_service.count_by_status(ctx)},
-        "interactions": {"interactions": await interactions_service.count_by_status(ctx.store)},
+        "interactions": {"interactions": _labelled(await interactions_service.count_by_status(ctx.store))},
         "batching": await batching_service.count_by_status(ctx.store),
     }
+
+
+def _labelled(counted: Any) -> dict[str, Any]:
+    """Interactions by status over all queues, an estimated count shown as such (``~n``)."""
+    estimated = set(counted.estimated_statuses())
+    return {status: f"~{n}" if status in estimated else n for status, n in counted.total().items()}
 
 
 def _series(minutes: int, by_bucket: dict[int, float] | dict[int, int]) -> list[int]:
