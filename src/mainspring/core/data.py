@@ -15,7 +15,7 @@ from sqlalchemy import ColumnElement, bindparam, func, or_, select, text
 
 from mainspring.core import leases
 from mainspring.core.tables import alerts, api_tokens, events, publisher_cursors
-from mainspring.store import Store
+from mainspring.store import Store, Transaction
 from mainspring.store.dialect import Executor
 
 
@@ -170,15 +170,17 @@ def _alert(row: Any) -> Alert:
 _OPEN = alerts.c.acked_at.is_(None) & alerts.c.resolved_at.is_(None)
 
 
-async def open_alert_subjects(tx: Executor, code: str, subject_kind: str, subject_ids: Iterable[str]) -> set[str]:
-    """Which of ``subject_ids`` already have an open alert of ``code``."""
+async def open_alert_subjects(tx: Transaction, code: str, subject_kind: str, subject_ids: Iterable[str]) -> set[str]:
+    """Which of ``subject_ids`` already have an open alert of ``code``. The ids go as one array on PostgreSQL
+    (``dialect.any_of``): start-up recovery asks about 500 at a time, and an IN list of 500 parameters was
+    bound, cast and planned anew on every call."""
     wanted = list(subject_ids)
     found: set[str] = set()
     for start in range(0, len(wanted), 1000):
         query = select(alerts.c.subject_id).where(
             alerts.c.code == code,
             alerts.c.subject_kind == subject_kind,
-            alerts.c.subject_id.in_(wanted[start : start + 1000]),
+            tx.store.dialect.any_of(alerts.c.subject_id, wanted[start : start + 1000]),
             _OPEN,
         )
         found |= set((await tx.execute(query)).scalars())

@@ -455,16 +455,18 @@ async def take_ready_processes(tx: Transaction, now: int, limit: int, *, expired
     return [_process(r) for r in (await tx.execute(tx.store.dialect.skip_locked(query))).all()]
 
 
-async def put_in_doubt(tx: Executor, process_ids: Sequence[str], now: int) -> None:
-    """The processes go IN_DOUBT: their TAKEN messages are QUARANTINED, files to ``unknown/<process_id>/``."""
+async def put_in_doubt(tx: Transaction, process_ids: Sequence[str], now: int) -> None:
+    """The processes go IN_DOUBT: their TAKEN messages are QUARANTINED, files to ``unknown/<process_id>/``.
+    (Start-up recovery passes 500 ids at a time: one array on PostgreSQL, not 500 parameters.)"""
+    any_of = tx.store.dialect.any_of
     await tx.execute(
         update(M)
-        .where(M.c.process_id.in_(process_ids), M.c.state == "TAKEN")
+        .where(any_of(M.c.process_id, process_ids), M.c.state == "TAKEN")
         .values(state="QUARANTINED", prev_path=M.c.path,
                 path=literal("unknown/") + M.c.process_id + "/" + M.c.id,
                 file_version=M.c.file_version + 1, synced=False, next_sync_at=now, sync_attempts=0)
     )
-    await tx.execute(update(P).where(P.c.id.in_(process_ids)).values(state="IN_DOUBT", deadline=None, updated_at=now))
+    await tx.execute(update(P).where(any_of(P.c.id, process_ids)).values(state="IN_DOUBT", deadline=None, updated_at=now))
 
 
 async def next_process_deadline(conn: Executor) -> int | None:
@@ -514,6 +516,8 @@ async def mark_files_synced(tx: Executor, moved: Sequence[tuple[str, int, str | 
     """Record done moves, given as (message id, the ``file_version`` moved to, a note such as "file missing"):
     each is ``synced`` (a COMMITTED message is GONE) unless a newer decision about its file came meanwhile.
     Callers pass them in id order: rows are locked in that order by whoever records, so none deadlock."""
+    # (One UPDATE from arrays was measured slower on PostgreSQL than this executemany: 4.4-8.8 s against
+    # 3.0-3.6 s for 10,000 rows in batches of 500.)
     await tx.execute(_MARK_SYNCED, [{"b_id": i, "b_version": v, "b_error": e} for i, v, e in moved])
 
 
@@ -561,22 +565,23 @@ async def postpone_cleanup(tx: Executor, process_id: str, attempts: int, next_at
 async def mark_cleanups_done(tx: Transaction, process_ids: Sequence[str]) -> list[ProcessRow]:
     """CLEANUP → DONE for those of ``process_ids`` none of whose messages is still COMMITTED (their files are
     gone or in ``backup/``); answers them as they were before."""
+    any_of = tx.store.dialect.any_of
     pending = {
         r.process_id
         for r in (
             await tx.execute(
-                select(M.c.process_id).where(M.c.process_id.in_(process_ids), M.c.state == "COMMITTED").distinct()
+                select(M.c.process_id).where(any_of(M.c.process_id, process_ids), M.c.state == "COMMITTED").distinct()
             )
         ).all()
     }
     rows = (
-        await tx.execute(select(P).where(P.c.id.in_([p for p in process_ids if p not in pending]),
+        await tx.execute(select(P).where(any_of(P.c.id, [p for p in process_ids if p not in pending]),
                                          P.c.state == "CLEANUP"))
     ).all()
     if not rows:
         return []
     now = tx.store.now_ms()
-    await tx.execute(update(P).where(P.c.id.in_([r.id for r in rows]), P.c.state == "CLEANUP")
+    await tx.execute(update(P).where(any_of(P.c.id, [r.id for r in rows]), P.c.state == "CLEANUP")
                      .values(state="DONE", updated_at=now, next_attempt_at=None))
     return [_process(r) for r in rows]
 
