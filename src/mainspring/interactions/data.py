@@ -450,7 +450,18 @@ _CREATE_WITH_EVENTS_ALONE = text(
     "SELECT * FROM ins WHERE (SELECT count(*) FROM wake) >= 0 ORDER BY id"
 ).columns(*items.c)
 
-_INSERT_ONE = items.insert().returning(*items.c)
+# The owner under the queue's ``owner_by`` as the inserting statement sees it, read inside that statement
+# (no statement of its own per item). Its own bind names: the INSERT's columns reserve theirs.
+_OWNER_OF_NEW = func.coalesce(
+    select(case(
+        (queues.c.owner_by == "user", bindparam("o_user", type_=items.c.user.type)),
+        (queues.c.owner_by == "source", bindparam("o_source", type_=items.c.source.type)),
+        (queues.c.owner_by == "channel", bindparam("o_channel", type_=items.c.channel.type)),
+        else_=literal(""),
+    )).where(queues.c.name == bindparam("o_queue", type_=queues.c.name.type)).scalar_subquery(),
+    "",
+)
+_INSERT_ONE = items.insert().values(owner=_OWNER_OF_NEW).returning(*items.c)
 _INSERT_KEYED: dict[str, Any] = {}
 """Per engine (ON CONFLICT is engine syntax): an insert that does nothing when the message_id is used."""
 _BY_MESSAGE_ID = select(items).where(items.c.queue == bindparam("queue"), items.c.message_id == bindparam("message_id"))
@@ -487,7 +498,7 @@ async def insert_queued_with_events(
     caller notifies once it inserted; on PostgreSQL, a transaction that may run this statement alone does
     (one round trip), and the statement then sends them itself."""
     if not tx.store.is_postgres:
-        inserted = [await _insert_one(tx, await _owned_values(tx, new, now)) for new in batch]
+        inserted = [await _insert_one(tx, _owned_values(new, now)) for new in batch]
         await outbox.emit_many(tx, [created_event(row, now) for row in inserted if row is not None])
         return inserted
     values = [_values(new, now) for new in batch]
@@ -529,23 +540,21 @@ async def _insert_one(tx: Transaction, values: dict[str, Any]) -> InteractionRow
     stmt = _INSERT_KEYED.get(tx.store.dialect.name)
     if stmt is None:
         stmt = _INSERT_KEYED[tx.store.dialect.name] = (
-            tx.store.dialect.insert(items).on_conflict_do_nothing(index_elements=["queue", "message_id"]).returning(*items.c)
+            tx.store.dialect.insert(items).values(owner=_OWNER_OF_NEW)
+            .on_conflict_do_nothing(index_elements=["queue", "message_id"]).returning(*items.c)
         )
     row = (await tx.execute(stmt, values)).first()
     return None if row is None else _item(row)
 
 
-async def _owned_values(tx: Transaction, new: NewInteraction, now: int) -> dict[str, Any]:
-    """The values of ``new`` with its owner under its queue's ``owner_by`` as the transaction sees it."""
-    values = _values(new, now)
-    owner_by = (await tx.execute(select(queues.c.owner_by).where(queues.c.name == new.queue))).scalar()
-    values["owner"] = owner_of(owner_by, values)
-    return values
+def _owned_values(new: NewInteraction, now: int) -> dict[str, Any]:
+    """The values of ``new`` and what ``_OWNER_OF_NEW`` reads its owner from."""
+    return {**_values(new, now), "o_user": new.user, "o_source": new.source, "o_channel": new.channel, "o_queue": new.queue}
 
 
 async def insert_one(tx: Transaction, new: NewInteraction, now: int) -> InteractionRow | None:
     """Insert one interaction (any kind, completed too) without events; None when its message_id was used."""
-    return await _insert_one(tx, await _owned_values(tx, new, now))
+    return await _insert_one(tx, _owned_values(new, now))
 
 
 async def by_message_id(conn: Executor, queue: str, message_id: str) -> InteractionRow | None:

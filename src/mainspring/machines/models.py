@@ -135,6 +135,7 @@ class NamespaceOut(BaseModel):
     retry: RetryPolicy
     history: HistoryRange
     retries: RetryPolicies
+    modernizer: ModernizerConfig | None = None
     in_process: bool
     updated_at: str | None
 

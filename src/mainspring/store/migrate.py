@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import operator
 from pathlib import Path
 
 from alembic import command
@@ -10,6 +11,7 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, func, select
+from tenacity import AsyncRetrying, retry_if_result, wait_fixed
 
 from mainspring.store.engine import Store
 from mainspring.store.postgres import lock_key
@@ -18,6 +20,7 @@ log = logging.getLogger("mainspring.store")
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 MIGRATION_LOCK = "mainspring:migrations"
+MIGRATION_LOCK_RETRY_S = 0.2
 
 
 def alembic_config() -> Config:
@@ -57,8 +60,16 @@ async def migrate(store: Store) -> None:
 
     assert isinstance(store.backend, PostgresBackend)
     async with store.backend.engine.connect() as conn:
-        # Session lock, taken in autocommit: the second server waits, then finds nothing left to do.
-        await conn.execute(select(func.pg_advisory_lock(lock_key(MIGRATION_LOCK))))
+        # A session lock, taken in autocommit: the second server waits, then finds nothing left to do. It
+        # waits by trying again, not in pg_advisory_lock: a statement waiting there holds a snapshot, and
+        # the first server's CREATE INDEX CONCURRENTLY waits for every older snapshot to end — each would
+        # wait for the other for ever.
+        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+
+        async def try_lock() -> bool:
+            return bool((await conn.execute(select(func.pg_try_advisory_lock(lock_key(MIGRATION_LOCK))))).scalar())
+
+        await AsyncRetrying(retry=retry_if_result(operator.not_), wait=wait_fixed(MIGRATION_LOCK_RETRY_S))(try_lock)
         try:
             await store.run_sync(_upgrade)
         finally:
