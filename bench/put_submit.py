@@ -22,15 +22,14 @@ from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from exchange import drop_database, fresh_database  # noqa: E402
-
-from mainspring.batching import service  # noqa: E402
-from mainspring.batching.models import BatcherSettingsIn, TaskIn  # noqa: E402
-from mainspring.core.runtime import Context  # noqa: E402
-from mainspring.exchange import messages  # noqa: E402
-from mainspring.exchange.settings import ExchangeSettings  # noqa: E402
-from mainspring.store import Store  # noqa: E402
-from mainspring.store.migrate import migrate  # noqa: E402
+from exchange import drop_database, fresh_database
+from mainspring.batching import service
+from mainspring.batching.models import BatcherSettingsIn, TaskIn
+from mainspring.core.runtime import Context
+from mainspring.exchange import messages
+from mainspring.exchange.settings import ExchangeSettings
+from mainspring.store import Store
+from mainspring.store.migrate import migrate
 
 
 async def run(engine: str, operations: int, concurrency: int, only: list[str]) -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from request_path import PROBES, free_port, fresh_pg, wait_ready  # noqa: E402
+from request_path import PROBES, free_port, fresh_pg, wait_ready
 
 RPS = re.compile(r"Requests/sec:\s+([\d.]+)")
 TOTAL = re.compile(r"(\d+) requests in")
