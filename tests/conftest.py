@@ -23,12 +23,14 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
+from alembic import command
+from sqlalchemy import Connection
 
 from mainspring.api import create_app
 from mainspring.app import App
 from mainspring.config import Settings, load_settings
 from mainspring.store import ManualClock, Store
-from mainspring.store.migrate import migrate
+from mainspring.store.migrate import alembic_config, migrate
 
 PG_ADMIN = os.environ.get("MAINSPRING_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 ENGINES = [e for e in os.environ.get("MAINSPRING_TEST_ENGINES", "sqlite,postgres").split(",") if e]
@@ -241,3 +243,26 @@ async def live_url(app: Any) -> AsyncIterator[str]:
     yield f"http://127.0.0.1:{port}"
     server.should_exit = True
     await asyncio.wait_for(task, 10)
+
+
+def upgrade_to(target: str) -> Callable[[Connection], None]:
+    """For ``Store.run_sync``: migrate up to ``target`` only (a store as an older version left it)."""
+
+    def work(connection: Connection) -> None:
+        config = alembic_config()
+        config.attributes["connection"] = connection
+        command.upgrade(config, target)
+
+    return work
+
+
+@pytest.fixture
+def blank_database_url(engine: str, tmp_path: Path) -> Iterator[str]:
+    """An empty database, not migrated (migration tests build it up revision by revision)."""
+    if engine == "sqlite":
+        yield f"sqlite:///{tmp_path / 'old.db'}"
+        return
+    name = f"mst_migration_{tmp_path.name[-20:]}".replace("-", "_")
+    asyncio.run(_pg_admin(f'DROP DATABASE IF EXISTS "{name}"', f'CREATE DATABASE "{name}"'))
+    yield pg_url(name)
+    asyncio.run(_pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))

@@ -3,46 +3,21 @@ indexes, and are leased after the upgrade as before."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
-from alembic import command
-from sqlalchemy import Connection, text
+from sqlalchemy import text
 
 from mainspring.config import Settings
 from mainspring.interactions import leasing, service
 from mainspring.store import Clock, Store
-from mainspring.store.migrate import alembic_config, migrate
-from tests.conftest import _pg_admin, pg_url
-
-
-def _upgrade_to(target: str):  # type: ignore[no-untyped-def]
-    def work(connection: Connection) -> None:
-        config = alembic_config()
-        config.attributes["connection"] = connection
-        command.upgrade(config, target)
-
-    return work
-
-
-@pytest.fixture
-def blank_database_url(engine: str, tmp_path: Path) -> Iterator[str]:
-    if engine == "sqlite":
-        yield f"sqlite:///{tmp_path / 'old.db'}"
-        return
-    name = f"mst_fair_leases_migration_{tmp_path.name[-20:]}".replace("-", "_")
-    asyncio.run(_pg_admin(f'DROP DATABASE IF EXISTS "{name}"', f'CREATE DATABASE "{name}"'))
-    yield pg_url(name)
-    asyncio.run(_pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+from mainspring.store.migrate import migrate
+from tests.conftest import upgrade_to
 
 
 async def test_items_queued_before_the_ready_ranks_are_leased_after_the_upgrade(blank_database_url: str, settings: Settings) -> None:
     cfg = settings.interactions
     store = Store(blank_database_url, clock=Clock())
     try:
-        await store.run_sync(_upgrade_to("interactions_0009"))
+        await store.run_sync(upgrade_to("interactions_0009"))
         now = store.now_ms()
         async with store.transaction() as tx:
             await tx.execute(text(
@@ -76,7 +51,7 @@ async def test_an_interrupted_index_build_is_built_again(blank_database_url: str
     store = Store(blank_database_url)
     try:
         # interactions_0010 died in its CONCURRENTLY build: the later revisions never ran.
-        await store.run_sync(_upgrade_to("interactions_0010"))
+        await store.run_sync(upgrade_to("interactions_0010"))
         async with store.transaction() as tx:
             await tx.execute(text("UPDATE pg_index SET indisvalid = false WHERE indexrelid = 'ix_interactions_ready'::regclass"))
             await tx.execute(text("DELETE FROM alembic_version WHERE version_num = 'interactions_0010'"))

@@ -2,42 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
-from pathlib import Path
-
-import pytest
-from alembic import command
-from sqlalchemy import Connection, text
+from sqlalchemy import text
 
 from mainspring.store import Store
-from mainspring.store.migrate import alembic_config, migrate
-from tests.conftest import _pg_admin, pg_url
-
-
-def _upgrade_to(target: str):  # type: ignore[no-untyped-def]
-    def work(connection: Connection) -> None:
-        config = alembic_config()
-        config.attributes["connection"] = connection
-        command.upgrade(config, target)
-
-    return work
-
-
-@pytest.fixture
-def blank_database_url(engine: str, tmp_path: Path) -> object:
-    if engine == "sqlite":
-        yield f"sqlite:///{tmp_path / 'old.db'}"
-        return
-    name = f"mst_machines_migration_{tmp_path.name[-20:]}".replace("-", "_")
-    asyncio.run(_pg_admin(f'DROP DATABASE IF EXISTS "{name}"', f'CREATE DATABASE "{name}"'))
-    yield pg_url(name)
-    asyncio.run(_pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+from mainspring.store.migrate import migrate
+from tests.conftest import upgrade_to
 
 
 async def test_the_lease_shape_migration_keeps_machines_their_history_and_their_lease(blank_database_url: str) -> None:
     store = Store(blank_database_url)
     try:
-        await store.run_sync(_upgrade_to("machines_0001"))
+        await store.run_sync(upgrade_to("machines_0001"))
         async with store.transaction() as tx:
             await tx.execute(text(
                 "INSERT INTO machines (uid, namespace, id, status, version, last_event_id, retry_attempt, lease_token, lease_until, created_at, updated_at) "
