@@ -3,9 +3,6 @@ in ``@app.queue``; and per handler, which exceptions are retried and which fail 
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -16,6 +13,7 @@ from mainspring.config import Settings
 from mainspring.interactions import service
 from mainspring.interactions.worker import Worker
 from mainspring.store import ManualClock, Store, format_time
+from tests.conftest import eventually
 from tests.interactions.conftest import create, get, lease, put_queue, release
 
 
@@ -96,15 +94,6 @@ def next_processing_in(item: dict[str, Any], clock: ManualClock) -> int:
 # --- @app.queue ----------------------------------------------------------------------------------------
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], seconds: float = 20) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if await check():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("condition not reached in time")
-
-
 async def test_app_queue_sets_the_retry_policy_of_a_queue_it_creates_and_stored_settings_win_afterwards(
     store: Store, settings: Settings
 ) -> None:
@@ -166,7 +155,7 @@ async def test_a_handler_retries_only_the_exceptions_it_names_and_fails_at_once_
             found = [await service.read(store, i) for i in made.values()]
             return all(f["status"] in ("scheduled", "failed") for f in found)
 
-        await eventually(settled)
+        await eventually(settled, 20, "the item to settle")
         flaky = await service.read(store, made["flaky"])
         assert (flaky["status"], flaky["error"]) == ("scheduled", "Flaky: try again")
         for kind, type_name in (("broken", "Broken"), ("wrong", "ValueError")):
