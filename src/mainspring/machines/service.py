@@ -9,6 +9,7 @@ are in ``data``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import time
 import uuid
@@ -216,15 +217,20 @@ T = TypeVar("T")
 @dataclass
 class StorageRetries:
     """Machinegun's ``storage`` retry policy for one call: store work that failed because the store was
-    unreachable is run again, until the policy is spent or the call's budget runs out."""
+    unreachable is run again, until the policy is spent or the call's budget runs out. Every store touch of
+    a method made over Machinegun's protocol goes through ``run``; the processor is outside it, so a retry
+    never calls it again."""
 
-    policy: RetryPolicy
+    policy: RetryPolicy | None
+    """None: no retries (a JSON API call, answered 503 at once; its client retries with its Idempotency-Key)."""
     until_ms: int
     """The caller's deadline (or its processor timeout from the start), on the server's clock."""
     failures: int = 0
+    started: float | None = None
 
     async def run(self, ctx: Context, work: Callable[[], Awaitable[T]]) -> T:
-        started = time.monotonic()
+        if self.policy is None:
+            return await work()
         while True:
             try:
                 return await work()
@@ -232,24 +238,44 @@ class StorageRetries:
                 if not is_unavailable(exc):
                     raise
                 self.failures += 1
-                spent_ms = int((time.monotonic() - started) * 1000)
+                if self.started is None:
+                    self.started = time.monotonic()
+                spent_ms = int((time.monotonic() - self.started) * 1000)
                 delay = next_delay_ms(self.policy, self.failures, spent_ms)
                 if delay is None or ctx.now_ms() + delay >= self.until_ms:
                     raise
                 await asyncio.sleep(delay / 1000)
 
 
-def storage_retries(ctx: Context, namespace: str, origin: Origin | None) -> StorageRetries | None:
-    """The storage retries of a Start made over Machinegun's protocol (None: a JSON API call, answered 503
-    at once). The policy is the configured namespace's (read from the settings: the store may be the thing
+def storage_retries(ctx: Context, namespace: str, origin: Origin | None) -> StorageRetries:
+    """The storage retries of a call made over Machinegun's protocol (``origin``; None: a JSON API call, not
+    retried). The policy is the configured namespace's (read from the settings: the store may be the thing
     that is down), else Machinegun's default."""
     if origin is None:
-        return None
+        return StorageRetries(None, 0)
     configured = ctx.settings.machines.namespaces.get(namespace)
     policy = configured.retries.storage if configured is not None and configured.retries.storage is not None else STORAGE_RETRY
     timeout = configured.processor.timeout_ms if configured is not None else 30_000
     until = origin.deadline_ms if origin.deadline_ms is not None else ctx.now_ms() + timeout
     return StorageRetries(policy, until)
+
+
+async def _written_by(ctx: Context, retries: StorageRetries, namespace: str, machine_id: str, before: MachineRow | None, answer: Answer,
+                      updated_at: int | None = None) -> dict[str, Any] | None:
+    """The machine as Get shows it when its newest step is ``answer`` applied to ``before`` (None: the
+    ``init`` that created it), written at ``updated_at`` when given; None otherwise. A commit whose answer
+    was lost with the store is recognised by this on the retry, and answered as done."""
+    after = None if before is None else before.last_event_id
+    try:
+        machine = await retries.run(ctx, functools.partial(get_machine, ctx, namespace, machine_id, HistoryRange(after=after)))
+    except MachineNotFound:
+        return _removed_body(namespace, machine_id) if answer.remove else None
+    version = 0 if before is None else before.version
+    aux_state = (None if before is None else before.aux_state) if answer.aux_state is UNSET else answer.aux_state
+    if (machine["version"] != version + 1 or [e["data"] for e in machine["history"]] != answer.events or machine["aux_state"] != aux_state
+            or (updated_at is not None and machine["updated_at"] != format_time(updated_at))):
+        return None
+    return machine
 
 
 # --- Start --------------------------------------------------------------------------------------------------
@@ -267,7 +293,7 @@ async def start_machine(ctx: Context, namespace: str, machine_id: str, args: Any
         async with ctx.store.read() as conn:
             return await data.namespace_and_taken(conn, namespace, machine_id)
 
-    stored, taken = await (read() if retries is None else retries.run(ctx, read))
+    stored, taken = await retries.run(ctx, read)
     ns = namespace_of(ctx, namespace, stored)
     if taken:
         raise MachineAlreadyExists(f"machine {machine_id!r} already exists in namespace {namespace!r}")
@@ -277,37 +303,22 @@ async def start_machine(ctx: Context, namespace: str, machine_id: str, args: Any
     except ProcessorError as error:
         metrics.count_processor_error(namespace, "init", error.code)
         raise _processor_error(error) from error
+    failures = retries.failures
     try:
-        if retries is None:
-            body = await ctx.store.grouped(lambda tx: _create(tx, namespace, machine_id, answer, key))
-        else:
-            body = await retries.run(ctx, lambda: ctx.store.grouped(lambda tx: _create(tx, namespace, machine_id, answer, key)))
+        body = await retries.run(ctx, lambda: ctx.store.grouped(lambda tx: _create(tx, namespace, machine_id, answer, key)))
     except Exception as exc:
         if not ctx.store.dialect.is_unique_violation(exc):
             raise
         replay = await _replay(ctx, namespace, machine_id, key, "start")
         if replay is not None:
             return replay
-        if retries is not None and retries.failures:
+        if retries.failures > failures:
             # A commit whose answer was lost with the store: the machine there may be this very Start's.
-            mine = await _created_by(ctx, namespace, machine_id, answer)
+            mine = await _written_by(ctx, retries, namespace, machine_id, None, answer)
             if mine is not None:
                 return Reply(201, mine)
         raise MachineAlreadyExists(f"machine {machine_id!r} already exists in namespace {namespace!r}") from exc
     return Reply(201, body)
-
-
-async def _created_by(ctx: Context, namespace: str, machine_id: str, answer: Answer) -> dict[str, Any] | None:
-    """The machine as Get shows it when it is what ``answer`` creates (untouched since: version 1, the same
-    events and aux state); None otherwise."""
-    try:
-        machine = await get_machine(ctx, namespace, machine_id, HistoryRange())
-    except MachineNotFound:
-        return None
-    aux_state = None if answer.aux_state is UNSET else answer.aux_state
-    if machine["version"] != 1 or [e["data"] for e in machine["history"]] != answer.events or machine["aux_state"] != aux_state:
-        return None
-    return machine
 
 
 async def _create(tx: Transaction, namespace: str, machine_id: str, answer: Answer, key: str | None) -> dict[str, Any]:
@@ -334,7 +345,7 @@ async def _create(tx: Transaction, namespace: str, machine_id: str, answer: Answ
 def _created_body(machine: MachineRow, answer: Answer, now: int) -> dict[str, Any]:
     """The new machine as Get would show it, built from what the step just wrote (no re-read)."""
     if answer.remove:
-        return {"namespace": machine.namespace, "id": machine.id, "status": "removed", "history": [], "aux_state": None, "timer": None, "error": None}
+        return _removed_body(machine.namespace, machine.id)
     created = format_time(now)
     return {
         **summary(machine),
@@ -342,6 +353,10 @@ def _created_body(machine: MachineRow, answer: Answer, now: int) -> dict[str, An
         "pending_notifications": 0,
         "failures": [],
     }
+
+
+def _removed_body(namespace: str, machine_id: str) -> dict[str, Any]:
+    return {"namespace": namespace, "id": machine_id, "status": "removed", "history": [], "aux_state": None, "timer": None, "error": None}
 
 
 # --- Call and Repair ----------------------------------------------------------------------------------------
@@ -366,20 +381,31 @@ async def repair_machine(
     replay = await _replay(ctx, namespace, machine_id, key, "repair")
     if replay is not None:
         return replay
+    retries = storage_retries(ctx, namespace, origin)
+    body = {"response": None}
     async with machine_lock(ctx, namespace, machine_id):
-        _ns, machine, _ = await _load(ctx, namespace, machine_id, HistoryRange(limit=1))
+        _ns, machine, _ = await retries.run(ctx, functools.partial(_load, ctx, namespace, machine_id, HistoryRange(limit=1)))
         if machine.status != "failed":
             raise MachineAlreadyWorking(f"machine {machine_id!r} is working")
         if origin is not None and origin.deadline_ms is not None:
             _before_deadline(ctx, origin.deadline_ms)
-        async with ctx.store.transaction() as tx:
-            if not await data.mark_repaired(tx, machine, ctx.now_ms()):
-                raise MachineBusy("the machine changed while it was repaired; try again")
-            await journal(tx, machine.uid, "repair", "repaired", "simple repair", permanent=False, attempt=0, outcome="repaired")
-            await outbox.emit(tx, "machine.repaired", SUBJECT, machine.subject, {"namespace": namespace, "id": machine_id, "simple": True})
-            tx.notify(CHANNEL)
-            body = {"response": None}
-            await _save_operation(tx, namespace, machine_id, key, "repair", 200, body)
+        now = ctx.now_ms()
+
+        async def repair() -> None:
+            async with ctx.store.transaction() as tx:
+                if not await data.mark_repaired(tx, machine, now):
+                    raise MachineBusy("the machine changed while it was repaired; try again")
+                await journal(tx, machine.uid, "repair", "repaired", "simple repair", permanent=False, attempt=0, outcome="repaired")
+                await outbox.emit(tx, "machine.repaired", SUBJECT, machine.subject, {"namespace": namespace, "id": machine_id, "simple": True})
+                tx.notify(CHANNEL)
+                await _save_operation(tx, namespace, machine_id, key, "repair", 200, body)
+
+        failures = retries.failures
+        try:
+            await retries.run(ctx, repair)
+        except MachineBusy:
+            if retries.failures == failures or await _written_by(ctx, retries, namespace, machine_id, machine, Answer(), now) is None:
+                raise
     return Reply(200, body)
 
 
@@ -388,9 +414,10 @@ async def _step(ctx: Context, namespace: str, machine_id: str, kind: str, args: 
     replay = await _replay(ctx, namespace, machine_id, key, kind)
     if replay is not None:
         return replay
+    retries = storage_retries(ctx, namespace, origin)
     async with machine_lock(ctx, namespace, machine_id):
         for _attempt in range(ctx.settings.machines.conflict_retries + 1):
-            ns, machine, events = await _load(ctx, namespace, machine_id, rng)
+            ns, machine, events = await retries.run(ctx, functools.partial(_load, ctx, namespace, machine_id, rng))
             if kind == "call" and machine.status != "working":
                 raise MachineFailed(f"machine {machine_id!r} is failed; repair it first")
             if kind == "repair" and machine.status == "working":
@@ -399,20 +426,25 @@ async def _step(ctx: Context, namespace: str, machine_id: str, kind: str, args: 
                 answer = await _process(ctx, ns, kind, args, processor_view(machine, events), timeout_ms, Step(rng or ns.config.history, machine.timer_at, origin))
             except ProcessorError as error:
                 metrics.count_processor_error(namespace, kind, error.code)
-                reply = await _step_failed(ctx, machine, kind, error, key)
+                reply = await retries.run(ctx, functools.partial(_step_failed, ctx, machine, kind, error, key))
                 if reply is None:
                     continue
                 return reply
             body = {"response": answer.response}
             operation = None if key is None else OperationRow(namespace, machine_id, key, kind, 200, body, ctx.now_ms())
-            step = pending_step(machine, answer, ctx.now_ms(), repaired=kind == "repair", operation=operation)
+            now = ctx.now_ms()
+            step = pending_step(machine, answer, now, repaired=kind == "repair", operation=operation)
+            failures = retries.failures
             try:
-                outcome = await applied_once(ctx.store, step)
+                outcome = await retries.run(ctx, functools.partial(applied_once, ctx.store, step))
             except Exception as exc:
                 replay = await _replay(ctx, namespace, machine_id, key, kind) if ctx.store.dialect.is_unique_violation(exc) else None
                 if replay is None:
                     raise
                 return replay
+            if (outcome is Applied.MOVED_ON and retries.failures > failures
+                    and await _written_by(ctx, retries, namespace, machine_id, machine, answer, now) is not None):
+                outcome = Applied.APPLIED  # an earlier try committed; its answer was lost with the store
             if outcome is not Applied.APPLIED:
                 continue
             note_version(ctx.extras, machine.uid, machine.version + 1)
@@ -449,7 +481,10 @@ async def notify_machine(ctx: Context, namespace: str, machine_id: str, args: An
     if replay is not None:
         return replay
     notification_id = uuid.uuid4().hex
-    try:
+    body = {"id": notification_id}
+    retries = storage_retries(ctx, namespace, origin)
+
+    async def queue() -> None:
         async with ctx.store.transaction() as tx:
             machine = await data.lock_machine(tx, namespace, machine_id)
             if machine is None:
@@ -460,10 +495,18 @@ async def notify_machine(ctx: Context, namespace: str, machine_id: str, args: An
                 _before_deadline(ctx, origin.deadline_ms)
             await data.insert_notification(tx, notification_id, machine.uid, args, ctx.now_ms(), None if rng is None else rng.model_dump())
             tx.notify(CHANNEL)
-            body = {"id": notification_id}
             await _save_operation(tx, namespace, machine_id, key, "notify", 202, body)
+
+    failures = retries.failures
+    try:
+        await retries.run(ctx, queue)
     except Exception as exc:
-        replay = await _replay(ctx, namespace, machine_id, key, "notify") if ctx.store.dialect.is_unique_violation(exc) else None
+        if not ctx.store.dialect.is_unique_violation(exc):
+            raise
+        if retries.failures > failures:
+            # The notification's id is this call's own: an earlier try committed and its answer was lost.
+            return Reply(202, body)
+        replay = await _replay(ctx, namespace, machine_id, key, "notify")
         if replay is None:
             raise
         return replay
@@ -473,26 +516,34 @@ async def notify_machine(ctx: Context, namespace: str, machine_id: str, args: An
 # --- Modernize ----------------------------------------------------------------------------------------------
 
 
-async def rewrite_event(ctx: Context, namespace: str, machine_id: str, event_id: int, data_: Any) -> bool:
+async def rewrite_event(ctx: Context, namespace: str, machine_id: str, event_id: int, data_: Any, origin: Origin | None = None) -> bool:
     """Replace one event's data (what Machinegun's Modernizer answered), with its ``machine.event_modernized``
-    event; False when the machine or the event is gone."""
-    async with ctx.store.transaction() as tx:
-        machine = await data.lock_machine(tx, namespace, machine_id)
-        if machine is None or not await data.replace_event(tx, machine.uid, event_id, data_):
-            return False
-        await outbox.emit(tx, "machine.event_modernized", SUBJECT, machine.subject,
-                          {"namespace": namespace, "id": machine_id, "event_id": event_id, "data": data_})
-    return True
+    event; False when the machine or the event is gone. A retry after a lost commit writes the same data
+    again (and its event once more: at least once)."""
+
+    async def rewrite() -> bool:
+        async with ctx.store.transaction() as tx:
+            machine = await data.lock_machine(tx, namespace, machine_id)
+            if machine is None or not await data.replace_event(tx, machine.uid, event_id, data_):
+                return False
+            await outbox.emit(tx, "machine.event_modernized", SUBJECT, machine.subject,
+                              {"namespace": namespace, "id": machine_id, "event_id": event_id, "data": data_})
+        return True
+
+    return await storage_retries(ctx, namespace, origin).run(ctx, rewrite)
 
 
 # --- Get, list, Remove, operations --------------------------------------------------------------------------
 
 
-async def get_machine(ctx: Context, namespace: str, machine_id: str, rng: HistoryRange) -> dict[str, Any]:
-    """The machine with a range of its history, its pending notifications and its newest failures.
+async def get_machine(ctx: Context, namespace: str, machine_id: str, rng: HistoryRange, origin: Origin | None = None) -> dict[str, Any]:
+    """The machine with a range of its history, its pending notifications and its newest failures (read
+    again while the store is unreachable when ``origin`` is a woody caller).
 
     The row and its pending count come from one statement (one snapshot) and the history is bounded by that
     row, so a notification is always shown either pending or in the history, never neither."""
+    if origin is not None:
+        return await storage_retries(ctx, namespace, origin).run(ctx, functools.partial(get_machine, ctx, namespace, machine_id, rng))
     async with ctx.store.read() as conn:
         found = await data.machine_with_pending(conn, namespace, machine_id)
         if found is None:
@@ -526,14 +577,23 @@ def summary(machine: MachineRow) -> dict[str, Any]:
     }
 
 
-async def remove_machine(ctx: Context, namespace: str, machine_id: str) -> None:
+async def remove_machine(ctx: Context, namespace: str, machine_id: str, origin: Origin | None = None) -> None:
     """Remove a machine with its whole history."""
-    async with ctx.store.transaction() as tx:
-        # Lock the machine before its children, in the order a step takes them, so the two cannot deadlock.
-        machine = await data.lock_machine(tx, namespace, machine_id)
-        if machine is None:
-            raise _not_found(namespace, machine_id)
-        await remove_machine_rows(tx, machine)
+    found = False
+
+    async def remove() -> None:
+        nonlocal found
+        async with ctx.store.transaction() as tx:
+            # Lock the machine before its children, in the order a step takes them, so the two cannot deadlock.
+            machine = await data.lock_machine(tx, namespace, machine_id)
+            if machine is None:
+                if found:  # an earlier try removed it and its answer was lost with the store
+                    return
+                raise _not_found(namespace, machine_id)
+            found = True
+            await remove_machine_rows(tx, machine)
+
+    await storage_retries(ctx, namespace, origin).run(ctx, remove)
 
 
 async def list_machines(ctx: Context, namespace: str, status: str | None, limit: int, cursor: str | None) -> tuple[list[dict[str, Any]], str | None]:

@@ -66,9 +66,9 @@ class RetryPolicies(BaseModel):
     """Retries of a transient processor failure within one Start, Call or Repair, before it is answered
     502/504 (None: no retry, the caller decides). Bounded by the call's timeout."""
     storage: RetryPolicy | None = None
-    """Retries of an unreachable store within one Start over Machinegun's protocol, before it is answered
-    503 (Machinegun's ``storage`` policy; None: ``STORAGE_RETRY``). Bounded by the caller's ``woody.deadline``
-    or else the processor timeout."""
+    """Retries of an unreachable store within one call over Machinegun's protocol (every Automaton method),
+    before it is answered 503 (Machinegun's ``storage`` policy; None: ``STORAGE_RETRY``). Bounded by the
+    caller's ``woody.deadline`` or else the processor timeout."""
 
 
 STORAGE_RETRY = RetryPolicy(initial_ms=10, factor=2.0, max_ms=1_000, max_attempts=None, max_total_ms=None)

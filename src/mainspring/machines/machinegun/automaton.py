@@ -10,6 +10,7 @@ done: retry), an unexpected failure is ``500``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -128,7 +129,7 @@ class AutomatonHandler:
     async def GetMachine(self, desc: Any) -> Any:
         ns, machine_id, rng = self._descriptor(desc)
         with declared():
-            machine = await service.get_machine(self.ctx, ns, machine_id, rng)
+            machine = await service.get_machine(self.ctx, ns, machine_id, rng, origin=self.origin)
         # `after` past the last event is an empty history, as Machinegun answers (hellgate and machinery have
         # no clause for EventNotFound), never EventNotFound.
         return codec.machine_struct(machine, rng)
@@ -153,8 +154,9 @@ class AutomatonHandler:
     async def Remove(self, ns: str, id: str) -> None:
         ns, machine_id = self._names(ns, id)
         with declared():
-            await namespaces.get_namespace(self.ctx, ns)  # NamespaceNotFound before MachineNotFound
-            await service.remove_machine(self.ctx, ns, machine_id)
+            # NamespaceNotFound before MachineNotFound
+            await service.storage_retries(self.ctx, ns, self.origin).run(self.ctx, functools.partial(namespaces.get_namespace, self.ctx, ns))
+            await service.remove_machine(self.ctx, ns, machine_id, origin=self.origin)
 
     async def Modernize(self, desc: Any) -> None:
         """The namespace's Modernizer rewrites the machine's outdated events in the range (``modernizer``);

@@ -9,6 +9,7 @@ lower version, or none for a versioned event, breaks the protocol and fails the 
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from mainspring.core.runtime import Context
@@ -27,10 +28,11 @@ class BadModernization(ValueError):
 async def modernize_machine(ctx: Context, namespace: str, machine_id: str, rng: HistoryRange, origin: Origin) -> int:
     """Modernize the outdated events of the machine in ``rng``; how many were rewritten. NamespaceNotFound
     when the namespace has no Modernizer; a Modernizer that fails is a ``ProcessorError``."""
-    config = (await namespaces.get_namespace(ctx, namespace)).config.modernizer
+    found = await service.storage_retries(ctx, namespace, origin).run(ctx, functools.partial(namespaces.get_namespace, ctx, namespace))
+    config = found.config.modernizer
     if config is None:
         raise errors.NamespaceNotFound(f"namespace {namespace!r} has no modernizer")
-    machine = await service.get_machine(ctx, namespace, machine_id, rng)
+    machine = await service.get_machine(ctx, namespace, machine_id, rng, origin=origin)
     rewritten = 0
     for event in machine["history"]:
         version, value = codec.split_content(event["data"])
@@ -45,7 +47,7 @@ async def modernize_machine(ctx: Context, namespace: str, machine_id: str, rng: 
             continue
         if version is not None and (new_version is None or new_version < version):
             raise BadModernization(f"the modernizer answered format version {new_version} for event {event['id']} of version {version}")
-        if await service.rewrite_event(ctx, namespace, machine_id, event["id"], codec.content_to_json(payload)):
+        if await service.rewrite_event(ctx, namespace, machine_id, event["id"], codec.content_to_json(payload), origin):
             rewritten += 1
     return rewritten
 
