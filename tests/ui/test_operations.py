@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import html
 import re
+from urllib.parse import quote
 
 import httpx
 import pytest
 
+from mainspring.app import App, Registration
 from mainspring.config import Settings
 from mainspring.exchange import files
 from mainspring.store import ManualClock
 from tests.conftest import eventually
 from tests.ui.conftest import MAILBOX, NS, OrdersProcessor, failed_machine, in_doubt_process
+
+FISTFUL_NS = "ff/withdrawal/session_v2"
 
 
 @pytest.fixture
@@ -211,3 +215,35 @@ async def test_form_labels_keep_their_text_in_one_piece(client: httpx.AsyncClien
     for page in ("/ui/login", "/ui/events", "/ui/interactions"):
         text = (await client.get(page)).text
         assert not re.search(r"<label>[^<]+<code>", text), page
+
+
+async def test_machines_with_any_id_open_from_the_list_the_machine_page_and_an_alert_link(client: httpx.AsyncClient, registry: App) -> None:
+    """Fistful's namespace and ids (``/``, non-ASCII) are one percent-encoded segment each, never encoded twice."""
+    registry.processors[FISTFUL_NS] = Registration(OrdersProcessor())
+    ns = quote(FISTFUL_NS, safe="")
+    for machine_id in ("abc/1", "платёж 1"):
+        assert (await client.post(f"/v1/namespaces/{ns}/machines", json={"id": machine_id, "args": {}})).status_code == 201
+    assert (await client.post(f"/v1/namespaces/{ns}/machines/abc%2F1/call", json={"args": "break"})).status_code == 502
+    slash = f"/ui/machines/{ns}/abc%2F1"
+    other = f"/ui/machines/{ns}/{quote('платёж 1', safe='')}"
+
+    listed = await client.get(f"/ui/machines?ns={ns}")
+    assert listed.status_code == 200 and f'href="{slash}"' in listed.text and f'href="{other}"' in listed.text
+    assert f'href="/ui/machines/namespaces/{ns}"' in listed.text
+    overview = await client.get("/ui/")
+    assert f'class="alert-subject" href="{slash}"' in overview.text
+    page = await client.get(slash)
+    assert page.status_code == 200 and "abc/1" in page.text and "the order book is corrupt" in page.text
+    assert f'action="{slash}/repair"' in page.text and f'href="/ui/machines?ns={ns}"' in page.text
+    unicode_page = await client.get(other)
+    assert unicode_page.status_code == 200 and html.escape("платёж 1") in unicode_page.text
+    assert (await client.get(f"/ui/machines/namespaces/{ns}")).status_code == 200
+    assert (await client.get(f"/ui/machines?ns={ns}&id={quote('abc/1', safe='')}")).headers["location"] == slash
+
+    repaired = await client.post(f"{slash}/repair", data={"simple": "true"})
+    assert repaired.status_code == 303 and repaired.headers["location"].startswith(f"{slash}?")
+    assert (await client.get(f"/v1/namespaces/{ns}/machines/abc%2F1")).json()["status"] == "working"
+    assert (await client.post(f"/v1/namespaces/{ns}/machines/abc%2F1/call", json={"args": "break"})).status_code == 502
+    bulk = await client.post("/ui/machines/bulk-repair", data={"machines": [f"{ns}/abc%2F1"], "simple": "true"}, follow_redirects=True)
+    assert "simply repaired 1" in html.unescape(bulk.text)
+    assert (await client.get(f"/ui/machines/{ns}/nul%00")).status_code == 422  # as the API refuses it

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -24,6 +24,9 @@ from mainspring.ui.web import (
     back,
     form_lists,
     form_of,
+    machine_from_path,
+    machine_name,
+    machine_path,
     render,
     request_context,
     require_actor,
@@ -137,10 +140,11 @@ async def repair_machine(request: Request, principal: Principal, ns: str, machin
     require_actor(request, principal)
     form = await form_of(request)
     simple = form.get("simple") == "true"
-    here = f"/ui/machines/{ns}/{machine_id}"
+    ns, machine_id = machine_name(ns), machine_name(machine_id)
+    here = f"/ui/machines/{machine_path(ns, machine_id)}"
     args = None if simple else _json_field(form, "args")
     try:
-        reply = await machines.repair_machine(request_context(request), _name(ns), _name(machine_id), args, None, simple)
+        reply = await machines.repair_machine(request_context(request), ns, machine_id, args, None, simple)
     except MainspringError as exc:
         return back(here, f"repair refused: {_refusal(exc)}", "error")
     if reply.status >= 400:
@@ -304,7 +308,7 @@ async def _matching_failed_machines(request: Request, ns: str | None, id_part: s
 
 @actions.post("/machines/bulk-repair")
 async def bulk_repair(request: Request, principal: Principal) -> Response:
-    """Repair the ticked failed machines (``machines``: ``namespace/id``), or every failed machine matching
+    """Repair the ticked failed machines (``machines``: ``machine_path``), or every failed machine matching
     the filter (``all=true``): through the processor with ``args``, or simply (``simple=true``)."""
     require_actor(request, principal)
     form = await form_lists(request)
@@ -312,19 +316,19 @@ async def bulk_repair(request: Request, principal: Principal) -> Response:
     simple = last.get("simple") == "true"
     args = None if simple else _json_field(last, "args")
     ns, id_part = last.get("ns") or None, last.get("id") or None
-    here = "/ui/machines?status=failed" + (f"&ns={_name(ns)}" if ns else "")
+    here = "/ui/machines?status=failed" + (f"&ns={quote(machine_name(ns), safe='')}" if ns else "")
     left = False
     if last.get("all") == "true":
         keys, left = await _matching_failed_machines(request, ns, id_part)
     else:
-        keys = [(n, i) for n, _, i in (k.partition("/") for k in form.get("machines", [])[:BULK_MAX])]
+        keys = [machine_from_path(k) for k in form.get("machines", [])[:BULK_MAX]]
     if not keys:
         return back(here, "nothing selected", "error")
     ctx = request_context(request)
     tally = Tally()
     for namespace, machine_id in keys:
         try:
-            reply = await machines.repair_machine(ctx, _name(namespace), _name(machine_id), args, None, simple)
+            reply = await machines.repair_machine(ctx, namespace, machine_id, args, None, simple)
         except MainspringError as exc:
             tally.refuse(exc)
             continue

@@ -25,9 +25,10 @@ from mainspring.exchange.models import STATES as EXCHANGE_STATES
 from mainspring.interactions import service as interactions
 from mainspring.machines import namespaces as machine_namespaces
 from mainspring.machines import service as machines
+from mainspring.machines.models import MachineName
 from mainspring.machines.settings import HistoryRange
 from mainspring.ui import queries
-from mainspring.ui.web import PageQuery, Pages, render, request_context
+from mainspring.ui.web import PageQuery, Pages, machine_name, machine_path, render, request_context
 
 pages = Pages("/ui")
 HISTORY_PAGE = 20
@@ -47,8 +48,8 @@ class ExchangeQuery(Paged):
 
 
 class MachinesQuery(Paged):
-    ns: Name | None = None
-    id: str | None = Field(None, max_length=128)
+    ns: MachineName | None = None
+    id: str | None = Field(None, max_length=1024)
     status: Literal["working", "failed"] | None = None
 
 
@@ -181,10 +182,11 @@ async def message_page(request: Request, principal: Principal, message_id: str) 
 # --- machines --------------------------------------------------------------------------------------
 
 
-@pages.get("/machines/namespaces/{ns}", names=("ns",))
+@pages.get("/machines/namespaces/{ns}")
 async def namespace_page(request: Request, principal: Principal, ns: str) -> Response:
     """A namespace's processor, retry policy and history range, and its machines counted by status."""
     ctx = request_context(request)
+    ns = machine_name(ns)
     namespace = (await machine_namespaces.get_namespace(ctx, ns)).to_api(ctx)
     return render(request, "namespace.html", page="machines", ns=namespace, counts=await machines.namespace_counts(ctx, ns))
 
@@ -194,7 +196,7 @@ async def machines_page(request: Request, principal: Principal, query: MachinesQ
     ctx = request_context(request)
     ns, id, status, cursor = query.ns, query.id, query.status, query.cursor
     if ns and id:
-        return RedirectResponse(f"/ui/machines/{ns}/{id}", status_code=303)
+        return RedirectResponse(f"/ui/machines/{machine_path(ns, id)}", status_code=303)
     found: list[dict[str, Any]]
     next_cursor: str | None = None
     if ns:
@@ -213,6 +215,7 @@ async def machine_page(request: Request, principal: Principal, query: MachineQue
     """A machine with one page of its history (newest first by default), aux state, timer, failure
     journal and pending notifications."""
     ctx = request_context(request)
+    ns, machine_id = machine_name(ns), machine_name(machine_id)
     direction = query.direction
     rng = HistoryRange(after=query.after, limit=HISTORY_PAGE, direction=direction)
     machine = await machines.get_machine(ctx, ns, machine_id, rng)

@@ -7,18 +7,21 @@ import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, quote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, unquote_to_bytes, urlsplit
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
-from starlette.routing import Route
+from starlette.routing import Match, Route
 from starlette.templating import Jinja2Templates
+from starlette.types import Scope
 
 from mainspring.core.auth import Principal
 from mainspring.core.errors import Forbidden, InvalidRequest, MainspringError, Unauthenticated
 from mainspring.core.runtime import Context
 from mainspring.core.types import NAME_PATTERN
+from mainspring.machines.data import subject_machine
+from mainspring.machines.models import check_machine_name
 from mainspring.store import parse_time
 from mainspring.ui.charts import bar_chart
 
@@ -53,10 +56,32 @@ def _pretty(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
 
 
+def machine_path(namespace: str, machine_id: str) -> str:
+    """A machine's two path segments (``ns/id``), each percent-encoded: a ``/`` or non-ASCII in either stays
+    inside its segment (fistful's ``ff/withdrawal/session_v2`` and ``<id>/<sub-id>``), as on the JSON API."""
+    return f"{quote(namespace, safe='')}/{quote(machine_id, safe='')}"
+
+
+def machine_from_path(value: str) -> tuple[str, str]:
+    """``(namespace, id)`` of a ``machine_path`` (how the machines page's checkboxes name each machine)."""
+    namespace, _, machine_id = value.partition("/")
+    return machine_name(unquote(namespace)), machine_name(unquote(machine_id))
+
+
+def machine_name(value: str) -> str:
+    """A namespace or machine id as the machines face takes them; a 400 page otherwise."""
+    try:
+        return check_machine_name(value)
+    except ValueError as exc:
+        raise InvalidRequest(f"not a valid namespace or machine id: {exc}", errors=[{"loc": ["path"], "msg": str(exc)}]) from exc
+
+
 def subject_link(kind: str, subject_id: str) -> str | None:
     """The dashboard page of an alert's or event's subject, when it has one."""
+    if kind == "machine":  # a subject names the machine unless it is hashed (an id too long for the column)
+        found = subject_machine(subject_id)
+        return None if found is None else f"/ui/machines/{machine_path(*found)}"
     pages = {
-        "machine": "/ui/machines/{}",  # the subject is namespace/id
         "exchange.process": "/ui/exchange/processes/{}",
         "exchange.message": "/ui/exchange/messages/{}",
         "interaction": "/ui/interactions/items/{}",
@@ -68,6 +93,8 @@ def subject_link(kind: str, subject_id: str) -> str | None:
 
 templates.env.filters["ago"] = _ago
 templates.env.globals["subject_link"] = subject_link
+templates.env.globals["machine_path"] = machine_path
+templates.env.filters["segment"] = lambda value: quote(str(value), safe="")
 templates.env.filters["pretty"] = _pretty
 templates.env.globals["bar_chart"] = bar_chart
 
@@ -156,6 +183,30 @@ class PageQuery(BaseModel):
 Page = Callable[..., Awaitable[Response]]
 
 
+class SegmentRoute(Route):
+    """A route matched on the path as the browser sent it, each parameter one percent-encoded segment
+    decoded as UTF-8: a namespace or machine id holding ``/`` (``ff%2Fwithdrawal%2Fsession_v2``) is one
+    segment, as on the JSON API (Starlette matches the decoded path, where that ``/`` splits it)."""
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        raw = scope.get("raw_path")
+        if scope["type"] != "http" or raw is None:
+            return super().matches(scope)
+        path = raw.split(b"?", 1)[0].decode("latin-1")
+        root = scope.get("root_path", "")
+        if root and path.startswith(root):
+            path = path[len(root):]
+        found = self.path_regex.match(path)
+        if found is None:
+            return Match.NONE, {}
+        try:
+            params = {k: unquote_to_bytes(v).decode("utf-8") for k, v in found.groupdict().items()}
+        except UnicodeDecodeError:
+            return Match.NONE, {}
+        child = {"endpoint": self.endpoint, "path_params": {**scope.get("path_params", {}), **params}}
+        return (Match.PARTIAL if self.methods and scope["method"] not in self.methods else Match.FULL), child
+
+
 class Pages:
     """The dashboard's pages and actions: each handler is called with the request, who is looking, its path
     parameters by name and, when it declares one, its validated query (``query=``). Its errors are answered
@@ -196,7 +247,7 @@ class Pages:
                     errors = [{"loc": ["query", *e.get("loc", [])], "msg": str(e.get("msg", ""))} for e in exc.errors()]
                     return error_page(request, InvalidRequest("the request does not match what this page takes", errors=errors))
 
-            self.routes.append(Route(self.prefix + path, endpoint, methods=methods, name=handler.__name__))
+            self.routes.append(SegmentRoute(self.prefix + path, endpoint, methods=methods, name=handler.__name__))
             return handler
 
         return register
