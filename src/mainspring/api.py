@@ -28,7 +28,14 @@ from mainspring.core.metrics import Gauges, read_alert_gauges, read_outbox_gauge
 from mainspring.core.publishers import prune_published_events, run_publishers
 from mainspring.core.routes import routes as core_routes
 from mainspring.core.routing import Call, Operation, Reply, Routes
-from mainspring.core.runtime import Context, Face, log_failure, retry_while_unavailable, run_loop
+from mainspring.core.runtime import (
+    SHARED_PORTS,
+    Context,
+    Face,
+    log_failure,
+    retry_while_unavailable,
+    run_loop,
+)
 from mainspring.exchange.face import face as exchange_face
 from mainspring.interactions.face import face as interactions_face
 from mainspring.machines.face import face as machines_face
@@ -65,7 +72,9 @@ def serve_app() -> Server:
     settings = Settings.model_validate_json(os.environ[SERVE_SETTINGS_ENV])
     configure_logging(settings.server.log_level, settings.server.log_format, access_log=settings.server.access_log)
     spec = os.environ.get(SERVE_APP_ENV)
-    return create_app(settings, registry=load_app(spec) if spec else None)
+    server = create_app(settings, registry=load_app(spec) if spec else None)
+    server.state.context.extras[SHARED_PORTS] = True
+    return server
 
 
 async def warn_unless_sync_replica(store: Store) -> None:

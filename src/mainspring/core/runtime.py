@@ -21,6 +21,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("mainspring.runtime")
 T = TypeVar("T")
 
+SHARED_PORTS = "server:shared-ports"
+"""Set in ``Context.extras`` by each process of ``serve --workers N``: a port a face listens on itself (beside
+the main one, which uvicorn shares) is bound by every process, with ``SO_REUSEPORT``."""
+
 
 @dataclass
 class Context:

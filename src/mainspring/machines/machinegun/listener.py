@@ -1,13 +1,18 @@
 """Machinegun's own listener: ``/v1/automaton`` and ``/v1/event_sink`` on an address of their own
 (``machines.machinegun.listen``), as Machinegun is deployed (port 8022, on the network of the services that
 call it), beside the main server. The operations are the same ones the main server serves, through the same
-HTTP layer (auth per ``machines.machinegun.auth``, body limits, metrics)."""
+HTTP layer (auth per ``machines.machinegun.auth``, body limits, metrics).
+
+Under ``mainspring serve --workers N`` every process serves it: each binds the address with
+``SO_REUSEPORT`` and the kernel spreads the connections over them, as uvicorn shares the main port. A server
+of one process binds it alone, so an address already taken fails loudly."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,7 +20,7 @@ import uvicorn
 
 from mainspring.core.auth import Authenticator
 from mainspring.core.http import Api, send_problem
-from mainspring.core.runtime import Context
+from mainspring.core.runtime import SHARED_PORTS, Context
 from mainspring.machines.machinegun.automaton import woody_routes
 
 log = logging.getLogger("mainspring.machines.machinegun")
@@ -62,9 +67,16 @@ async def run_listener(ctx: Context) -> None:
     if listen is None:
         return
     host, port = listen.rsplit(":", 1)
-    server = _Server(uvicorn.Config(listener_app(ctx), host=host.strip("[]"), port=int(port), lifespan="off", log_config=None,
+    host = host.strip("[]")
+    try:
+        sock = socket.create_server((host, int(port)), family=socket.AF_INET6 if ":" in host else socket.AF_INET, backlog=2048,
+                                    reuse_port=bool(ctx.extras.get(SHARED_PORTS)))
+    except OSError as exc:
+        log.error("Machinegun's listener could not listen on %s: %s", listen, exc)
+        return
+    server = _Server(uvicorn.Config(listener_app(ctx), host=host, port=int(port), lifespan="off", log_config=None,
                                     access_log=ctx.settings.server.access_log))
-    serving = asyncio.create_task(server.serve())
+    serving = asyncio.create_task(server.serve(sockets=[sock]))
     stopping = asyncio.create_task(ctx.stopping.wait())
     await asyncio.wait([serving, stopping], return_when=asyncio.FIRST_COMPLETED)
     if not serving.done():
