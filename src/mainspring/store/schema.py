@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import JSON, BigInteger, Integer, MetaData
 from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.engine import Dialect
+from sqlalchemy.types import TypeDecorator
 
 metadata = MetaData(
     naming_convention={
@@ -21,4 +25,39 @@ BigId = BigInteger().with_variant(Integer(), "sqlite")
 # Epoch milliseconds (see store.clock).
 Millis = BigInteger
 
-Json = JSON().with_variant(JSONB(), "postgresql")
+
+
+class SqliteJson(TypeDecorator[Any]):
+    """SQLite's JSON column: a document that is one number is bound as a BLOB.
+
+    A column declared ``JSON`` has NUMERIC affinity, so SQLite turns the text of a document that is a single
+    number into an INTEGER or REAL: ``1.0`` and ``-0.0`` came back as ``1`` and ``0``, an integer past i64
+    rounded to a float. Affinity leaves a BLOB alone, and its bytes are the same JSON text. Any other
+    document is text as before; a number stored before this reads back as SQLite kept it."""
+
+    impl = JSON
+    cache_ok = True
+
+    def bind_processor(self, dialect: Dialect) -> Any:
+        serialize = self.impl_instance.bind_processor(dialect)
+
+        def process(value: Any) -> Any:
+            stored = serialize(value) if serialize is not None else value
+            if isinstance(value, int | float) and not isinstance(value, bool) and isinstance(stored, str):
+                return stored.encode()
+            return stored
+
+        return process
+
+    def result_processor(self, dialect: Dialect, coltype: object) -> Any:
+        parse = self.impl_instance.result_processor(dialect, coltype)
+
+        def process(value: Any) -> Any:
+            if isinstance(value, bytes):
+                value = value.decode()
+            return parse(value) if parse is not None and isinstance(value, str) else value
+
+        return process
+
+
+Json = SqliteJson().with_variant(JSONB(), "postgresql")

@@ -12,7 +12,6 @@ read them as JSON, so a Value is kept as the JSON it naturally is, and tagged on
 | ``bin`` | ``{"$bin": "<base64>"}`` |
 | ``str`` that is not UTF-8 (hellgate marshals any binary as ``str``) or holds NUL | ``{"$str": "<base64>"}`` |
 | ``flt`` that JSONB would not give back as written: ``-0.0``, ±1e16 and past, ±inf, NaN | ``{"$flt": "<repr>"}`` |
-| ``flt`` with no fraction that is the whole value (SQLite would read ``1.0`` back as ``1``) | ``{"$flt": "<repr>"}`` |
 
 PostgreSQL keeps JSON as ``jsonb``: numbers as ``numeric`` (``1e16`` comes back as the integer
 ``10000000000000000``, ``-0.0`` as ``0.0``), no NUL in strings, object keys in its own order. So the two tags
@@ -52,15 +51,7 @@ class NotAValue(InvalidRequest):
 
 def value_to_json(value: Any) -> Any:
     """A msgpack Value (thriftpy2 union: exactly one field set) as JSON, to be stored as a whole (args, an
-    event, aux state, a response). An integral float that is the whole value is tagged: SQLite keeps a JSON
-    column with NUMERIC affinity, which turns the text ``1.0`` into the integer 1."""
-    data = _to_json(value)
-    if isinstance(data, float) and data.is_integer():
-        return {FLT: repr(data)}
-    return data
-
-
-def _to_json(value: Any) -> Any:
+    event, aux state, a response)."""
     if value is None or value.nl is not None:
         return None
     if value.b is not None:
@@ -82,9 +73,9 @@ def _to_json(value: Any) -> Any:
     if value.bin is not None:
         return {BIN: base64.b64encode(value.bin).decode("ascii")}
     if value.arr is not None:
-        return [_to_json(v) for v in value.arr]
+        return [value_to_json(v) for v in value.arr]
     if value.obj is not None:
-        pairs = [(_to_json(k), _to_json(v)) for k, v in value.obj.items()]
+        pairs = [(value_to_json(k), value_to_json(v)) for k, v in value.obj.items()]
         if all(isinstance(k, str) and not k.startswith("$") for k, _ in pairs):
             return dict(pairs)
         return {MAP: [[k, v] for k, v in pairs]}
