@@ -200,6 +200,20 @@ async def test_woody_deadline_bounds_start_repair_and_nothing_is_written_after_i
     assert (await mg.GetMachine(desc(FISTFUL_NS, "m"))).status.failed is not None  # the late repair wrote nothing
 
 
+@pytest.mark.parametrize("method", ["Call", "Repair", "SimpleRepair", "Notify", "Remove"])
+async def test_a_call_whose_deadline_passed_before_it_arrived_is_503_and_does_nothing(
+    client: httpx.AsyncClient, fistful: FakeProcessor, clock: ManualClock, method: str
+) -> None:
+    mg = AutomatonClient(client)
+    await _started(mg, fistful, method)
+    before, calls = await mg.GetMachine(desc(FISTFUL_NS, "m")), len(fistful.calls)
+    late = AutomatonClient(client, now_ms=clock.now_ms, deadline_ms=-1)
+    with pytest.raises(woody.WoodyError) as passed:
+        await _invoke(late, method)
+    assert (passed.value.status, passed.value.error_class) == (503, "Resource Unavailable")
+    assert len(fistful.calls) == calls and await mg.GetMachine(desc(FISTFUL_NS, "m")) == before
+
+
 async def test_woody_meta_and_trace_reach_a_machinegun_processor(client: httpx.AsyncClient) -> None:
     handler = Recorder()
     async with serve_app(woody_processor_app(handler)) as url:
