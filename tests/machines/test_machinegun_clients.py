@@ -463,6 +463,20 @@ async def _assert_stepped_once(mg: AutomatonClient, fistful: FakeProcessor, call
 
 
 @pytest.mark.parametrize("method", ["Call", "Repair"])
+async def test_a_processor_refusing_connections_is_503_at_once_not_a_store_outage(
+    client: httpx.AsyncClient, store: Store, fistful: FakeProcessor, monkeypatch: pytest.MonkeyPatch, method: str
+) -> None:
+    """Its connection error is the processor's, not the store's: recorded once, answered at once."""
+    mg, calls, _outage = await _machine_and_outage(client, store, fistful, monkeypatch, method)
+    fistful.on(method.lower(), lambda a, m: (_ for _ in ()).throw(ConnectionRefusedError(111, "the processor is down")))
+    with pytest.raises(woody.WoodyError) as unavailable:
+        await asyncio.wait_for(_invoke(mg, method), 10)
+    assert (unavailable.value.status, unavailable.value.error_class) == (503, "Resource Unavailable")
+    got = (await client.get(f"/v1/namespaces/{quote(FISTFUL_NS, safe='')}/machines/m")).json()
+    assert len(fistful.calls) == calls + 1 and [f["kind"] for f in got["failures"]].count(method.lower()) == 1
+
+
+@pytest.mark.parametrize("method", ["Call", "Repair"])
 async def test_a_store_outage_after_the_processor_answered_is_retried_without_calling_it_again(
     client: httpx.AsyncClient, store: Store, fistful: FakeProcessor, monkeypatch: pytest.MonkeyPatch, method: str
 ) -> None:

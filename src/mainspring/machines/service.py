@@ -227,6 +227,7 @@ class StorageRetries:
     """The caller's deadline (or its processor timeout from the start), on the server's clock."""
     failures: int = 0
     started: float | None = None
+    """When the first failure happened (``time.monotonic``): the policy's ``max_total_ms`` counts from it."""
 
     async def run(self, ctx: Context, work: Callable[[], Awaitable[T]]) -> T:
         if self.policy is None:
@@ -426,10 +427,11 @@ async def _step(ctx: Context, namespace: str, machine_id: str, kind: str, args: 
                 answer = await _process(ctx, ns, kind, args, processor_view(machine, events), timeout_ms, Step(rng or ns.config.history, machine.timer_at, origin))
             except ProcessorError as error:
                 metrics.count_processor_error(namespace, kind, error.code)
-                reply = await retries.run(ctx, functools.partial(_step_failed, ctx, machine, kind, error, key))
-                if reply is None:
+                # The failure is recorded under the storage retries, and raised outside them: a processor's
+                # error can have a connection error as its cause, which is not the store's.
+                if not await retries.run(ctx, functools.partial(_record_failure, ctx, machine, kind, error, key)):
                     continue
-                return reply
+                raise _processor_error(error) from error  # the cause tells the Machinegun face whether it was permanent
             body = {"response": answer.response}
             operation = None if key is None else OperationRow(namespace, machine_id, key, kind, 200, body, ctx.now_ms())
             now = ctx.now_ms()
@@ -453,13 +455,13 @@ async def _step(ctx: Context, namespace: str, machine_id: str, kind: str, args: 
     raise MachineBusy("other steps kept changing the machine; try again")
 
 
-async def _step_failed(ctx: Context, machine: MachineRow, kind: str, error: ProcessorError, key: str | None) -> Reply | None:
-    """Record a failed call or repair; a permanent error on a call fails the machine. None: lost a race."""
-    problem = _processor_error(error)
+async def _record_failure(ctx: Context, machine: MachineRow, kind: str, error: ProcessorError, key: str | None) -> bool:
+    """Record a failed call or repair; a permanent error on a call fails the machine. False: lost a race."""
     async with ctx.store.transaction() as tx:
         if kind == "call" and error.permanent:
             if not await fail_machine(tx, machine, kind, error, attempt=1):
-                return None
+                return False
+            problem = _processor_error(error)
             await _save_operation(tx, machine.namespace, machine.id, key, kind, problem.status, problem.problem())
         else:
             # A transient error leaves the machine as it was; the journal still keeps it.
@@ -467,7 +469,7 @@ async def _step_failed(ctx: Context, machine: MachineRow, kind: str, error: Proc
                 raise _not_found(machine.namespace, machine.id)
             await journal(tx, machine.uid, kind, error.code, error.detail, permanent=error.permanent, attempt=1,
                           outcome="repair_failed" if kind == "repair" else "returned")
-    raise problem from error  # the cause tells the Machinegun face whether it was permanent, or a refused repair
+    return True
 
 
 # --- Notify -------------------------------------------------------------------------------------------------
