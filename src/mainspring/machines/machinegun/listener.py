@@ -71,7 +71,7 @@ async def run_listener(ctx: Context) -> None:
     try:
         sock = socket.create_server((host, int(port)), family=socket.AF_INET6 if ":" in host else socket.AF_INET, backlog=2048,
                                     reuse_port=bool(ctx.extras.get(SHARED_PORTS)))
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # ValueError: no SO_REUSEPORT on this platform
         log.error("Machinegun's listener could not listen on %s: %s", listen, exc)
         return
     server = _Server(uvicorn.Config(listener_app(ctx), host=host, port=int(port), lifespan="off", log_config=None,
