@@ -1106,13 +1106,10 @@ _OWNERS_IN_TURN = (
 _OWNERS_IN_TURN_AFTER = "AND (turn > :turn OR (turn = :turn AND owner > :owner)) "
 
 
-async def owners_in_turn(tx: Transaction, queue: str, now: int, after: tuple[int, str] | None, n: int) -> list[tuple[str, OwnerState]]:
+async def owners_in_turn(tx: Executor, queue: str, now: int, after: tuple[int, str] | None, n: int) -> list[tuple[str, OwnerState]]:
     """The next ``n`` owners of ``queue`` that may have something due, in turn order (after ``after``: a turn and an
-    owner), their rows locked. On PostgreSQL a row a writer holds (queuing an item for that owner) is passed over
-    rather than waited for: that owner misses this lease, and no lease waits on a create (or deadlocks with one
-    that locks its owners in another order)."""
+    owner). Read without a lock: the leases that write these rows hold the queue's row lock."""
     sql = _OWNERS_IN_TURN.format(after=_OWNERS_IN_TURN_AFTER if after is not None else "")
-    sql += " FOR UPDATE SKIP LOCKED" if tx.store.is_postgres else ""
     params: dict[str, Any] = {"queue": queue, "now": now, "n": n}
     if after is not None:
         params.update(turn=after[0], owner=after[1])
@@ -1126,10 +1123,21 @@ _SETTLE_DUE = text(
 )
 
 
+_LOCK_OWNERS_FREE = text(
+    "SELECT owner FROM interaction_owners WHERE queue = :queue AND owner = ANY(CAST(:owners AS text[])) ORDER BY owner FOR UPDATE SKIP LOCKED"
+)
+
+
 async def settle_owner_dues(tx: Transaction, queue: str, owners: Iterable[str]) -> None:
-    """Set the owners' ``next_due`` to the earliest due time of their queued items (NULL: none). Only for rows
-    ``tx`` holds: a writer queuing an item for one of them waits, then lowers it again."""
-    await tx.execute(_SETTLE_DUE, [{"queue": queue, "owner": o} for o in sorted(owners)])
+    """Set the owners' ``next_due`` to the earliest due time of their queued items (NULL: none), under their row
+    locks, taken first: a writer that queued an item for one of them has committed (its trigger's upsert held the
+    row), or waits for this commit and lowers it again. On PostgreSQL a row a writer holds now is left as it is
+    (a lower bound stays true): a lease never waits on a create."""
+    mine = sorted(owners)
+    if tx.store.is_postgres:
+        mine = list((await tx.execute(_LOCK_OWNERS_FREE, {"queue": queue, "owners": mine})).scalars())
+    if mine:
+        await tx.execute(_SETTLE_DUE, [{"queue": queue, "owner": o} for o in mine])
 
 
 _LOCK_IDLE_OWNERS = (
@@ -1154,8 +1162,9 @@ async def prune_idle_owners(tx: Transaction, queue: str, now: int, after: str, b
     owners = [r[0] for r in (await tx.execute(text(sql), params)).all()]
     if not owners:
         return None, 0
-    # Held now: a writer queuing an item for one of them waits for this commit, then inserts the row again.
-    await settle_owner_dues(tx, queue, owners)
+    # Held now (FOR UPDATE waited for the writers in flight): one queuing an item for them later waits for this
+    # commit, then inserts the row again.
+    await tx.execute(_SETTLE_DUE, [{"queue": queue, "owner": o} for o in owners])
     deleted = 0
     for owner in owners:
         deleted += (await tx.execute(_DELETE_IDLE_OWNERS, {"queue": queue, "owner": owner})).rowcount
