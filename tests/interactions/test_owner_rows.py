@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from collections import Counter
 
+import httpx
 from sqlalchemy import text
 
 from mainspring.config import Settings
 from mainspring.interactions import leasing, outcomes, service
 from mainspring.store import Clock, ManualClock, Store
 from mainspring.store.migrate import migrate
-from tests.conftest import upgrade_to
+from tests.conftest import eventually, upgrade_to
+from tests.interactions.conftest import create, lease, put_queue, release
 
 
 async def dues(store: Store, queue: str = "q") -> dict[str, int | None]:
@@ -106,6 +108,19 @@ async def test_the_retention_loop_deletes_owner_rows_with_nothing_queued_and_kee
     assert set(await dues(store)) == {"done", "processing", "later"}
     assert await service.prune_idle_owners(store, 100) == 2
     assert set(await dues(store)) == {"later"}
+
+
+async def test_the_servers_retention_loop_deletes_the_rows_of_owners_done(client: httpx.AsyncClient, store: Store) -> None:
+    await put_queue(client, owner_by="user", fair=True)
+    for user in ("alice", "bob"):
+        await create(client, user=user)
+    for item in await lease(client, max=10):
+        await release(client, item, {"complete": {}})
+
+    async def gone() -> bool:
+        return await dues(store) == {}
+
+    await eventually(gone, what="the owner rows deleted by the retention loop")
 
 
 async def test_an_owner_with_items_queued_keeps_its_row(store: Store, settings: Settings) -> None:

@@ -111,7 +111,13 @@ class QueueRow:
 
     @property
     def limited(self) -> bool:
-        """Whether a lease must hold the queue's row alone: limits to count, turns to take, or aging to rank by."""
+        """Whether a lease must hold the queue's row alone: limits to count, turns to take, or aging to rank by.
+
+        Owned and aging queues keep the exclusive lock (issue 27 looked for a narrower one): fair turns are one
+        order over all owners (the queue's ``fair_clock`` and every owner's ``turn``), so two leases side by side
+        would pick the same owners and items and one would find them held (SKIP LOCKED: a short batch, not more
+        throughput); a per-owner limit could be counted under the owner's row lock instead, but the clock is
+        written by every fair lease, and updating the queue's row under a shared lock deadlocks two sharers."""
         return self.concurrency is not None or self.rate_limit_count is not None or self.owned or self.priority_aging_ms is not None
 
 
