@@ -1123,9 +1123,17 @@ async def owners_in_turn(tx: Executor, queue: str, now: int, after: tuple[int, s
     return [(r.owner, OwnerState(int(r.window_start), int(r.window_count), int(r.turn))) for r in rows]
 
 
+SETTLE_READ = 1000
+"""At most this many of an owner's queued items are read to find its next due time."""
+
+# The owner's queued items read in the order of its index (ix_interactions_owner_ready), so that index is the one
+# read whatever the statistics say (a plain ``min(next_processing)`` walked the whole queue's due index, past every
+# item of a flooding owner, to find that a small one has nothing). An owner with more queued items than that gets
+# ``:now``: nothing of it was due at the lease (a lower bound), so it is looked at again by the next lease.
 _SETTLE_DUE = text(
-    "UPDATE interaction_owners SET next_due = (SELECT min(i.next_processing) FROM interactions AS i WHERE i.queue = interaction_owners.queue "
-    "AND i.owner = interaction_owners.owner AND i.state = 'queued') WHERE queue = :queue AND owner = :owner"
+    "UPDATE interaction_owners SET next_due = (SELECT CASE WHEN count(*) < :most THEN min(s.next_processing) ELSE :now END FROM "
+    "(SELECT next_processing FROM interactions WHERE queue = :queue AND owner = :owner AND state = 'queued' "
+    "ORDER BY priority DESC, next_processing, id LIMIT :most) AS s) WHERE queue = :queue AND owner = :owner"
 )
 
 
@@ -1134,7 +1142,7 @@ _LOCK_OWNERS_FREE = text(
 )
 
 
-async def settle_owner_dues(tx: Transaction, queue: str, owners: Iterable[str]) -> None:
+async def settle_owner_dues(tx: Transaction, queue: str, owners: Iterable[str], now: int) -> None:
     """Set the owners' ``next_due`` to the earliest due time of their queued items (NULL: none), under their row
     locks, taken first: a writer that queued an item for one of them has committed (its trigger's upsert held the
     row), or waits for this commit and lowers it again. On PostgreSQL a row a writer holds now is left as it is
@@ -1143,7 +1151,7 @@ async def settle_owner_dues(tx: Transaction, queue: str, owners: Iterable[str]) 
     if tx.store.is_postgres:
         mine = list((await tx.execute(_LOCK_OWNERS_FREE, {"queue": queue, "owners": mine})).scalars())
     if mine:
-        await tx.execute(_SETTLE_DUE, [{"queue": queue, "owner": o} for o in mine])
+        await tx.execute(_SETTLE_DUE, [{"queue": queue, "owner": o, "now": now, "most": SETTLE_READ} for o in mine])
 
 
 _LOCK_IDLE_OWNERS = (
@@ -1170,7 +1178,7 @@ async def prune_idle_owners(tx: Transaction, queue: str, now: int, after: str, b
         return None, 0
     # Held now (FOR UPDATE waited for the writers in flight): one queuing an item for them later waits for this
     # commit, then inserts the row again.
-    await tx.execute(_SETTLE_DUE, [{"queue": queue, "owner": o} for o in owners])
+    await tx.execute(_SETTLE_DUE, [{"queue": queue, "owner": o, "now": now, "most": SETTLE_READ} for o in owners])
     deleted = 0
     for owner in owners:
         deleted += (await tx.execute(_DELETE_IDLE_OWNERS, {"queue": queue, "owner": owner})).rowcount

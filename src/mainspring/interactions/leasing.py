@@ -170,7 +170,7 @@ async def _lease_once(store: Store, cfg: InteractionsSettings, queue: str, worke
                 took = await data.take_ids_with_events(tx, queue, picked, now, new_token(), expires, worker)
                 if exhausted:
                     # After the take: what it took is no longer queued.
-                    await data.settle_owner_dues(tx, queue, exhausted)
+                    await data.settle_owner_dues(tx, queue, exhausted, now)
             else:
                 took = await data.take_due_with_events(tx, queue, now, room, new_token(), expires, worker)
             rows, upcoming = took.rows, (took.next_due, took.next_expiry)
