@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 import httpx
+import pytest
 from sqlalchemy import text
 
 from mainspring.config import Settings
@@ -183,3 +184,13 @@ async def test_owners_queued_before_the_upgrade_get_their_due_times(blank_databa
     finally:
         await store.close()
 
+
+
+async def test_postgresql_plans_a_read_by_owner_as_narrow_whatever_owners_its_sample_saw(store: Store) -> None:
+    if not store.is_postgres:
+        pytest.skip("SQLite keeps no per-column statistics settings")
+    async with store.read() as conn:
+        options = (await conn.execute(text(
+            "SELECT attoptions FROM pg_attribute WHERE attrelid = 'interactions'::regclass AND attname = 'owner'"
+        ))).scalar_one()
+    assert options == ["n_distinct=-0.05"]
