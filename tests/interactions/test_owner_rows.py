@@ -193,4 +193,4 @@ async def test_postgresql_plans_a_read_by_owner_as_narrow_whatever_owners_its_sa
         options = (await conn.execute(text(
             "SELECT attoptions FROM pg_attribute WHERE attrelid = 'interactions'::regclass AND attname = 'owner'"
         ))).scalar_one()
-    assert options == ["n_distinct=-0.05"]
+    assert "n_distinct=-0.05" in options
