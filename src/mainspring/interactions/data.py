@@ -111,7 +111,13 @@ class QueueRow:
 
     @property
     def limited(self) -> bool:
-        """Whether a lease must hold the queue's row alone: limits to count, turns to take, or aging to rank by."""
+        """Whether a lease must hold the queue's row alone: limits to count, turns to take, or aging to rank by.
+
+        Owned and aging queues keep the exclusive lock (issue 27 looked for a narrower one): fair turns are one
+        order over all owners (the queue's ``fair_clock`` and every owner's ``turn``), so two leases side by side
+        would pick the same owners and items and one would find them held (SKIP LOCKED: a short batch, not more
+        throughput); a per-owner limit could be counted under the owner's row lock instead, but the clock is
+        written by every fair lease, and updating the queue's row under a shared lock deadlocks two sharers."""
         return self.concurrency is not None or self.rate_limit_count is not None or self.owned or self.priority_aging_ms is not None
 
 
@@ -211,6 +217,9 @@ async def put_queue(tx: Transaction, name: str, settings: dict[str, Any]) -> Non
         await tx.execute(
             items.update().where(items.c.queue == name, items.c.state == "queued").values(owner=_owner_expression(owner_by))
         )
+        if owner_by is not None:
+            # Items whose owner did not change (a null field stays '') fired no trigger: every owner's due time again.
+            await tx.execute(_FILL_OWNER_DUES, {"queue": name})
     known: set[str] = tx.store.extras.setdefault("interactions:queues", set())
     tx.after_commit(lambda: known.add(name))
 
@@ -1094,6 +1103,99 @@ async def owner_states(tx: Transaction, queue: str, owners: Sequence[str]) -> di
         owners_table.c.queue == queue, tx.store.dialect.any_of(owners_table.c.owner, sorted(owners))
     )
     return {r.owner: OwnerState(int(r.window_start), int(r.window_count), int(r.turn)) for r in (await tx.execute(query)).all()}
+
+
+_OWNERS_IN_TURN = (
+    "SELECT owner, window_start, window_count, turn FROM interaction_owners WHERE queue = :queue AND next_due IS NOT NULL "
+    "AND next_due <= :now {after}ORDER BY turn, owner LIMIT :n"
+)
+_OWNERS_IN_TURN_AFTER = "AND (turn > :turn OR (turn = :turn AND owner > :owner)) "
+
+
+async def owners_in_turn(tx: Executor, queue: str, now: int, after: tuple[int, str] | None, n: int) -> list[tuple[str, OwnerState]]:
+    """The next ``n`` owners of ``queue`` that may have something due, in turn order (after ``after``: a turn and an
+    owner). Read without a lock: the leases that write these rows hold the queue's row lock."""
+    sql = _OWNERS_IN_TURN.format(after=_OWNERS_IN_TURN_AFTER if after is not None else "")
+    params: dict[str, Any] = {"queue": queue, "now": now, "n": n}
+    if after is not None:
+        params.update(turn=after[0], owner=after[1])
+    rows = (await tx.execute(text(sql), params)).all()
+    return [(r.owner, OwnerState(int(r.window_start), int(r.window_count), int(r.turn))) for r in rows]
+
+
+SETTLE_READ = 1000
+"""At most this many of an owner's queued items are read to find its next due time."""
+
+# The owner's queued items read in the order of its index (ix_interactions_owner_ready), so that index is the one
+# read whatever the statistics say (a plain ``min(next_processing)`` walked the whole queue's due index, past every
+# item of a flooding owner, to find that a small one has nothing). An owner with more queued items than that gets
+# ``:now``: nothing of it was due at the lease (a lower bound), so it is looked at again by the next lease.
+_SETTLE_DUE = text(
+    "UPDATE interaction_owners SET next_due = (SELECT CASE WHEN count(*) < :most THEN min(s.next_processing) ELSE :now END FROM "
+    "(SELECT next_processing FROM interactions WHERE queue = :queue AND owner = :owner AND state = 'queued' "
+    "ORDER BY priority DESC, next_processing, id LIMIT :most) AS s) WHERE queue = :queue AND owner = :owner"
+)
+
+
+_LOCK_OWNERS_FREE = text(
+    "SELECT owner FROM interaction_owners WHERE queue = :queue AND owner = ANY(CAST(:owners AS text[])) ORDER BY owner FOR UPDATE SKIP LOCKED"
+)
+
+
+async def settle_owner_dues(tx: Transaction, queue: str, owners: Iterable[str], now: int) -> None:
+    """Set the owners' ``next_due`` to the earliest due time of their queued items (NULL: none), under their row
+    locks, taken first: a writer that queued an item for one of them has committed (its trigger's upsert held the
+    row), or waits for this commit and lowers it again. On PostgreSQL a row a writer holds now is left as it is
+    (a lower bound stays true): a lease never waits on a create."""
+    mine = sorted(owners)
+    if tx.store.is_postgres:
+        mine = list((await tx.execute(_LOCK_OWNERS_FREE, {"queue": queue, "owners": mine})).scalars())
+    if mine:
+        await tx.execute(_SETTLE_DUE, [{"queue": queue, "owner": o, "now": now, "most": SETTLE_READ} for o in mine])
+
+
+_LOCK_IDLE_OWNERS = (
+    "SELECT o.owner FROM interaction_owners AS o JOIN interaction_queues AS q ON q.name = o.queue WHERE o.queue = :queue AND o.owner > :after "
+    "AND (o.next_due IS NULL OR o.next_due <= :now) AND o.turn <= q.fair_clock AND (o.window_start + coalesce(q.per_owner_rate_per_ms, 0) <= :window_end "
+    "OR q.per_owner_rate_per_ms IS NULL) ORDER BY o.owner LIMIT :n"
+)
+_DELETE_IDLE_OWNERS = text(
+    "DELETE FROM interaction_owners WHERE queue = :queue AND owner = :owner AND next_due IS NULL"
+)
+OWNER_WINDOW_MARGIN_MS = 60_000
+"""How long after its end an owner's rate window is still kept (for a server whose clock runs behind)."""
+
+
+async def prune_idle_owners(tx: Transaction, queue: str, now: int, after: str, batch: int) -> tuple[str | None, int]:
+    """Delete owner rows of ``queue`` that say nothing a missing row would not: nothing queued, a turn the queue's
+    clock has passed (a missing row starts at the clock), no rate window in effect. Looks at up to ``batch`` rows
+    after the owner ``after``; answers the last owner looked at (None: none was left) and how many were deleted.
+    Runs under the queue's row lock, like the leases that write these rows."""
+    sql = _LOCK_IDLE_OWNERS + (" FOR UPDATE OF o" if tx.store.is_postgres else "")
+    params = {"queue": queue, "now": now, "after": after, "n": batch, "window_end": now - OWNER_WINDOW_MARGIN_MS}
+    owners = [r[0] for r in (await tx.execute(text(sql), params)).all()]
+    if not owners:
+        return None, 0
+    # Held now (FOR UPDATE waited for the writers in flight): one queuing an item for them later waits for this
+    # commit, then inserts the row again.
+    await tx.execute(_SETTLE_DUE, [{"queue": queue, "owner": o, "now": now, "most": SETTLE_READ} for o in owners])
+    deleted = 0
+    for owner in owners:
+        deleted += (await tx.execute(_DELETE_IDLE_OWNERS, {"queue": queue, "owner": owner})).rowcount
+    return owners[-1], deleted
+
+
+async def queues_with_owner_rows(conn: Executor) -> list[str]:
+    query = select(queues.c.name).where(select(owners_table.c.queue).where(owners_table.c.queue == queues.c.name).exists()).order_by(queues.c.name)
+    return list((await conn.execute(query)).scalars())
+
+
+_FILL_OWNER_DUES = text(
+    "INSERT INTO interaction_owners (queue, owner, next_due) SELECT i.queue, i.owner, min(i.next_processing) "
+    "FROM interactions AS i WHERE i.queue = :queue AND i.state = 'queued' AND i.next_processing IS NOT NULL "
+    "GROUP BY i.queue, i.owner ORDER BY i.owner ON CONFLICT (queue, owner) DO UPDATE SET next_due = excluded.next_due "
+    "WHERE interaction_owners.next_due IS NULL OR interaction_owners.next_due > excluded.next_due"
+)
 
 
 async def save_owner_states(tx: Transaction, queue: str, states: dict[str, OwnerState]) -> None:

@@ -21,11 +21,12 @@ async def expire_leases_loop(ctx: Context) -> None:
 
 
 async def retention_loop(ctx: Context) -> None:
-    """Delete finished interactions past their queue's retention, in small batches."""
+    """Delete finished interactions past their queue's retention, and owner rows that keep nothing, in small batches."""
     cfg = ctx.settings.interactions
 
     async def step() -> int | None:
         deleted = await service.prune_finished(ctx.store, cfg.retention_batch)
+        await service.prune_idle_owners(ctx.store, cfg.retention_batch)
         # A full batch means more are waiting: come back at once rather than after the interval.
         return ctx.now_ms() if deleted >= cfg.retention_batch else None
 

@@ -166,8 +166,11 @@ async def _lease_once(store: Store, cfg: InteractionsSettings, queue: str, worke
         if room > 0:
             expires = _lease_end(q, now, now, lease_ms or q.lease_ms)
             if q.owned or q.priority_aging_ms is not None:
-                picked = await _pick(tx, q, now, room, busy)
+                picked, exhausted = await _pick(tx, q, now, room, busy)
                 took = await data.take_ids_with_events(tx, queue, picked, now, new_token(), expires, worker)
+                if exhausted:
+                    # After the take: what it took is no longer queued.
+                    await data.settle_owner_dues(tx, queue, exhausted, now)
             else:
                 took = await data.take_due_with_events(tx, queue, now, room, new_token(), expires, worker)
             rows, upcoming = took.rows, (took.next_due, took.next_expiry)
@@ -189,34 +192,22 @@ TURN_STRIDE = 720_720
 every weight up to 16, so common weights share exactly."""
 
 
-async def _pick(tx: Transaction, q: QueueRow, now: int, room: int, busy: dict[str, int]) -> list[int]:
+async def _pick(tx: Transaction, q: QueueRow, now: int, room: int, busy: dict[str, int]) -> tuple[list[int], list[str]]:
     """The ids a lease of ``q`` takes, at most ``room``, in order: without ``owner_by``, by effective priority;
     with it, within each owner's limits (its concurrency, its rate window), and with ``fair`` owner by owner
-    in weighted turns (``busy``: each owner's items processing). Runs under the queue's row lock, which every
-    such lease takes: the counts it reads and the owner rows it writes are nobody else's until it commits."""
+    in weighted turns (``busy``: each owner's items processing). With them, the owners found with nothing more
+    due, whose ``next_due`` the caller settles once the items are taken. Runs under the queue's row lock, which
+    every such lease takes: the counts it reads and the owner rows it writes are nobody else's until it commits."""
     if not q.owned:
-        return [c.id for c in await data.ready_candidates(tx, q.name, None, now, room, aging_ms=q.priority_aging_ms)]
-    owners = await data.owners_with_due(tx, q.name, now)
-    if not owners:
-        return []
-    states = await data.owner_states(tx, q.name, owners)
-    left: dict[str, int] = {}
-    for owner in owners:
-        state = states.setdefault(owner, data.OwnerState())
-        room_of = room
-        if q.per_owner_concurrency is not None:
-            room_of = min(room_of, q.per_owner_concurrency - busy.get(owner, 0))
-        if q.per_owner_rate_count is not None and q.per_owner_rate_per_ms is not None:
-            current = _window(now, q.per_owner_rate_per_ms, state.window_start)
-            if state.window_start != current:
-                state.window_start, state.window_count = current, 0
-            room_of = min(room_of, q.per_owner_rate_count - state.window_count)
-        if room_of > 0:
-            left[owner] = room_of
+        return [c.id for c in await data.ready_candidates(tx, q.name, None, now, room, aging_ms=q.priority_aging_ms)], []
+    exhausted: list[str] = []
     if q.fair:
-        taken = await _fair_shares(tx, q, now, room, left, states)
+        taken, states, exhausted = await _fair_shares(tx, q, now, room, busy)
     else:
-        heads = await data.owners_heads(tx, tx.store, q.name, now, {o: (0, min(n, room)) for o, n in left.items()}, q.priority_aging_ms)
+        owners = await data.owners_with_due(tx, q.name, now)
+        states = await data.owner_states(tx, q.name, owners)
+        left = {o: n for o in owners if (n := _owner_room(q, now, states.setdefault(o, data.OwnerState()), room, busy.get(o, 0))) > 0}
+        heads = await data.owners_heads(tx, tx.store, q.name, now, {o: (0, n) for o, n in left.items()}, q.priority_aging_ms)
         order = data.aged_order(q.priority_aging_ms) if q.priority_aging_ms is not None else (lambda c: (-c.priority, c.next_processing, c.id))
         taken = sorted((c for found in heads.values() for c in found), key=order)[:room]
     served: dict[str, data.OwnerState] = {}
@@ -224,68 +215,103 @@ async def _pick(tx: Transaction, q: QueueRow, now: int, room: int, busy: dict[st
         state = served[c.owner] = states[c.owner]
         state.window_count += 1
     if q.per_owner_rate_count is not None or q.fair:
-        await data.save_owner_states(tx, q.name, served if not q.fair else {o: states[o] for o in served})
-    return [c.id for c in taken]
+        await data.save_owner_states(tx, q.name, served)
+    return [c.id for c in taken], exhausted
+
+
+def _owner_room(q: QueueRow, now: int, state: data.OwnerState, room: int, processing: int) -> int:
+    """How many items the owner may take now, within ``room`` and its limits (its rate window in ``state`` moves
+    to the current one)."""
+    if q.per_owner_concurrency is not None:
+        room = min(room, q.per_owner_concurrency - processing)
+    if q.per_owner_rate_count is not None and q.per_owner_rate_per_ms is not None:
+        current = _window(now, q.per_owner_rate_per_ms, state.window_start)
+        if state.window_start != current:
+            state.window_start, state.window_count = current, 0
+        room = min(room, q.per_owner_rate_count - state.window_count)
+    return room
 
 
 async def _fair_shares(
-    tx: Transaction, q: QueueRow, now: int, room: int, left: dict[str, int], states: dict[str, data.OwnerState]
-) -> list[data.Candidate]:
+    tx: Transaction, q: QueueRow, now: int, room: int, busy: dict[str, int]
+) -> tuple[list[data.Candidate], dict[str, data.OwnerState], list[str]]:
     """Weighted round robin (stride scheduling): the owner with the least turn takes the next item and its turn
     grows by TURN_STRIDE / its weight; an owner that had nothing due starts at the queue's clock, so it gets its
     share at once but no burst for the time it was away. Each owner's items are read in its own order, as many
-    as its turns give it; one that has fewer due than that gives its turns to the others."""
+    as its turns give it; one that has fewer due than that gives its turns to the others.
+
+    Owners are read in turn order from ``interaction_owners`` (those that may have something due), a page at a
+    time, only until no owner not yet read could come before those given an item: a lease reads about ``room``
+    owners, however many the queue has. Answers the items, the owners' states, and the owners found with
+    nothing more due."""
     weights = q.weights or {}
-    start = {o: max(states[o].turn, q.fair_clock) for o in left}
-    capacity = dict(left)
-    got: dict[str, list[data.Candidate]] = {o: [] for o in left}
+    states: dict[str, data.OwnerState] = {}
+    start: dict[str, int] = {}
+    capacity: dict[str, int] = {}
+    got: dict[str, list[data.Candidate]] = {}
     exhausted: set[str] = set()
+    after: tuple[int, str] | None = None
+    # Every owner not read yet starts at this turn or later (None: all were read).
+    unread_from: int | None = q.fair_clock
     while True:
-        share = _stride(start, capacity, weights, room)
+        share, last_turn = _stride(start, capacity, weights, room)
+        if unread_from is not None and (sum(share.values()) < room or last_turn > unread_from):
+            page = await data.owners_in_turn(tx, q.name, now, after, room + 1)
+            for owner, state in page:
+                states[owner] = state
+                n = _owner_room(q, now, state, room, busy.get(owner, 0))
+                if n > 0:
+                    start[owner], capacity[owner], got[owner] = max(state.turn, q.fair_clock), n, []
+            if len(page) <= room:
+                unread_from = None
+            else:
+                after = (page[-1][1].turn, page[-1][0])
+                unread_from = max(after[0], q.fair_clock)
+            continue
         wants = {o: (len(got[o]), n - len(got[o])) for o, n in share.items() if n > len(got[o]) and o not in exhausted}
         if not wants:
             break
         heads = await data.owners_heads(tx, tx.store, q.name, now, wants, q.priority_aging_ms)
-        short = False
         for owner, (_, k) in wants.items():
             got[owner].extend(heads[owner])
             if len(heads[owner]) < k:
                 exhausted.add(owner)
                 capacity[owner] = len(got[owner])
-                short = True
-        if not short:
-            break
-    share = _stride(start, capacity, weights, room)
+    share, _ = _stride(start, capacity, weights, room)
     taken: list[data.Candidate] = []
     for owner, n in share.items():
         mine = got[owner][:n]
         taken.extend(mine)
         states[owner].turn = start[owner] + len(mine) * _stride_of(weights, owner)
     # The clock follows the least-served owner still waiting, so one that comes back starts beside it.
-    waiting = [states[o].turn if share.get(o) else start[o] for o in left if o not in exhausted or len(got[o]) > share.get(o, 0)]
+    waiting = [states[o].turn if share.get(o) else start[o] for o in capacity if o not in exhausted or len(got[o]) > share.get(o, 0)]
+    if unread_from is not None:
+        waiting.append(unread_from)
     clock = min(waiting) if waiting else max((states[o].turn for o in share), default=q.fair_clock)
     if clock > q.fair_clock:
         await data.set_fair_clock(tx, q.name, clock)
     # The order across owners is the order of turns taken, so a worker that handles its batch in order is fair too.
-    return _interleave(taken, start, weights)
+    return _interleave(taken, start, weights), states, sorted(exhausted)
 
 
 def _stride_of(weights: dict[str, int], owner: str) -> int:
     return TURN_STRIDE // max(1, int(weights.get(owner, 1)))
 
 
-def _stride(start: dict[str, int], capacity: dict[str, int], weights: dict[str, int], room: int) -> dict[str, int]:
-    """How many items each owner gets of ``room``, taking turns from ``start``, none beyond its ``capacity``."""
+def _stride(start: dict[str, int], capacity: dict[str, int], weights: dict[str, int], room: int) -> tuple[dict[str, int], int]:
+    """How many items each owner gets of ``room``, taking turns from ``start``, none beyond its ``capacity``;
+    and the turn at which the last one was given (-1: none)."""
     heap = [(start[o], o) for o, c in capacity.items() if c > 0]
     heapq.heapify(heap)
     share: dict[str, int] = {}
+    last = -1
     while heap and room > 0:
-        turn, owner = heapq.heappop(heap)
+        last, owner = heapq.heappop(heap)
         share[owner] = share.get(owner, 0) + 1
         room -= 1
         if share[owner] < capacity[owner]:
-            heapq.heappush(heap, (turn + _stride_of(weights, owner), owner))
-    return share
+            heapq.heappush(heap, (last + _stride_of(weights, owner), owner))
+    return share, last
 
 
 def _interleave(taken: list[data.Candidate], start: dict[str, int], weights: dict[str, int]) -> list[data.Candidate]:

@@ -614,3 +614,20 @@ async def prune_finished(store: Store, batch: int) -> int:
         async with store.transaction() as tx:
             await data.fold_counts(tx)
     return deleted
+
+
+async def prune_idle_owners(store: Store, batch: int) -> int:
+    """Delete the owner rows that keep nothing (see ``data.prune_idle_owners``), looking at up to ``batch`` rows
+    of each queue, where the last call left off; answers how many were deleted."""
+    after: dict[str, str] = store.extras.setdefault("interactions:owners_pruned_after", {})
+    async with store.read() as conn:
+        names = await data.queues_with_owner_rows(conn)
+    deleted = 0
+    for queue in names:
+        async with store.transaction() as tx:
+            await data.lock_queue(tx, queue)
+            last, n = await data.prune_idle_owners(tx, queue, store.now_ms(), after.get(queue, ""), batch)
+        deleted += n
+        # From the first owner again once the last was looked at.
+        after[queue] = last or ""
+    return deleted

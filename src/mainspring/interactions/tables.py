@@ -115,8 +115,10 @@ interaction_counts = Table(
     Column("n", BigInteger, nullable=False),
 )
 
-# Per owner of a queue with ``owner_by``: its rate window and its place in the fair rotation. Written only
-# under the queue's row lock (every lease that counts limits or takes turns holds it), so it needs none of its own.
+# Per owner of a queue with ``owner_by``: its rate window, its place in the fair rotation, and when it next has
+# something due. Leases write it under the queue's row lock (every lease that counts limits or takes turns holds it)
+# and lock the rows they read; the writers that queue an item lower ``next_due`` by trigger (migration
+# interactions_0012), locking the owner's row until they commit.
 interaction_owners = Table(
     "interaction_owners",
     metadata,
@@ -126,6 +128,12 @@ interaction_owners = Table(
     Column("window_count", Integer, nullable=False, server_default=text("0")),
     # Stride scheduling: each item leased adds TURN_STRIDE / weight; the owner with the least turn goes next.
     Column("turn", BigInteger, nullable=False, server_default=text("0")),
+    # Never later than the earliest due time of the owner's queued items; NULL when none is queued (as the last
+    # lease that found it with nothing due saw it, or the retention loop).
+    Column("next_due", Millis, nullable=True),
+    # The fair lease's walk: owners with something queued, in turn order.
+    Index("ix_interaction_owners_turn", "queue", "turn", "owner", postgresql_where=text("next_due IS NOT NULL"),
+          sqlite_where=text("next_due IS NOT NULL")),
 )
 
 # Cron-style schedules: each tick creates one interaction in ``queue`` (message_id ``periodic:<name>:<tick>``,
