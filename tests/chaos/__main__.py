@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.chaos.harness import SHORT, describe, long_profile, run
+from tests.chaos.harness import SHORT, WorkdirInUse, describe, long_profile, run
 
 
 def main() -> int:
@@ -34,7 +34,10 @@ def main() -> int:
     profile = SHORT if args.short else long_profile(args.minutes, args.kills, args.pg_restart_every if args.pg_restart else 0,
                                                     args.pg_failover_every if args.pg_failover else 0)
     workdir = args.workdir or Path("chaos-runs") / time.strftime("%Y%m%d-%H%M%S")
-    result = asyncio.run(run(profile, workdir.resolve()))
+    try:
+        result = asyncio.run(run(profile, workdir.resolve()))
+    except WorkdirInUse as refused:
+        parser.error(str(refused))
     print(describe(result))
     return 1 if result.violations else 0
 

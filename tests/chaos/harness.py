@@ -122,7 +122,15 @@ def failover_times(ops: list[Op]) -> list[dict[str, Any]]:
     return found
 
 
+class WorkdirInUse(Exception):
+    """The run's directory holds another run's files."""
+
+
 async def run(profile: Profile, workdir: Path) -> Result:
+    # A second run in the same directory would append to the first one's history and apply its messages to
+    # the same ERP databases, where the checker reads the earlier run's effects as doubles.
+    if workdir.exists() and any(workdir.iterdir()):  # noqa: ASYNC240 - once, before anything runs
+        raise WorkdirInUse(f"{workdir} holds another run's files: give a new --workdir or remove it")
     workdir.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - once, before anything runs
     ha = HaPostgres() if profile.ha else None
     if ha is not None:

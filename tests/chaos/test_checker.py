@@ -8,6 +8,7 @@ import httpx
 import pytest
 
 from tests.chaos.checker import FinalState, Violation, check
+from tests.chaos.harness import SHORT, WorkdirInUse, run
 from tests.chaos.history import FAIL, OK, UNKNOWN, History, Op, outcome_of
 
 
@@ -228,3 +229,10 @@ def test_outcome_of_a_refusal_is_fail_and_of_a_dying_server_unknown() -> None:
     assert outcome_of(httpx.ReadTimeout("slow")) == UNKNOWN
     assert outcome_of(httpx.ConnectError("refused")) == FAIL
 
+
+
+async def test_a_run_refuses_a_workdir_that_holds_another_runs_files(tmp_path: Path) -> None:
+    (tmp_path / "history.jsonl").write_text('{"face": "exchange"}\n')
+    with pytest.raises(WorkdirInUse):
+        await run(SHORT, tmp_path)
+    assert (tmp_path / "history.jsonl").read_text() == '{"face": "exchange"}\n'
