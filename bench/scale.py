@@ -6,6 +6,7 @@
     .venv/bin/python bench/scale.py service --database postgresql://postgres@127.0.0.1:5432/ms_scale
     .venv/bin/python bench/scale.py explain --database postgresql://postgres@127.0.0.1:5432/ms_scale
     .venv/bin/python bench/scale.py ab --database postgresql://postgres@127.0.0.1:5432/ms_scale_ab
+    .venv/bin/python bench/scale.py soak --database postgresql://postgres@127.0.0.1:5432/ms_scale_soak --minutes 30
 
 The fill creates the database (PostgreSQL) or file (SQLite), migrates it with ``mainspring migrate`` and
 writes ``--interactions`` items over ``--queues`` queues, by id: per thousand, 900 completed, 20 failed,
@@ -21,6 +22,14 @@ start: migrations checked and start-up recovery), then times each read of the ai
 warm-up, wall time seen by the client on a loaded shared machine: ``uptime``'s load is printed beside) and
 the create p50 (one connection, 200 creates). ``service`` times the same reads in-process, without HTTP.
 ``explain`` prints PostgreSQL's plan of the reads' statements.
+
+``soak`` (PostgreSQL, a fresh database) runs ``mainspring serve`` with retention shortened (finished items and
+events kept ``--retention-s``, pruned every 10 s), creates ``--rate`` interactions a second over HTTP (bulk
+calls of a tenth of a second's worth, paced by the clock) while a worker in this process completes them, and
+every 30 s samples the size of every table and index (``pg_relation_size``), live and dead tuples and
+autovacuum runs (``pg_stat_user_tables``) and the plan of the hot statements (``SOAK_EXPLAINED``: a Seq Scan
+on a hot table is flagged). It writes ``bench/soak.csv`` (one row per sample and measure) and
+``bench/soak.png``.
 """
 
 from __future__ import annotations
@@ -87,14 +96,21 @@ def migrate(database: str) -> None:
                    cwd=ROOT)
 
 
-async def fill_postgres(url: str, n: int, queues: int) -> None:
+async def fresh_database(url: str) -> None:
+    """PostgreSQL: drop and create the database of ``url`` (its connections closed first)."""
     import asyncpg
 
     admin, name = url.rsplit("/", 1)
     conn = await asyncpg.connect(admin + "/postgres")
-    await conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+    await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     await conn.execute(f'CREATE DATABASE "{name}"')
     await conn.close()
+
+
+async def fill_postgres(url: str, n: int, queues: int) -> None:
+    import asyncpg
+
+    await fresh_database(url)
     migrate(url)
     conn = await asyncpg.connect(url)
     now = int(time.time() * 1000)
@@ -302,11 +318,8 @@ async def ab_round(url: str, with_counts: bool, creates: int, jobs: int) -> dict
     from mainspring.store import Store
     from mainspring.store.migrate import migrate as migrate_store
 
-    admin, name = url.rsplit("/", 1)
-    conn = await asyncpg.connect(admin + "/postgres")
-    await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    await conn.execute(f'CREATE DATABASE "{name}"')
-    await conn.close()
+    name = url.rsplit("/", 1)[1]
+    await fresh_database(url)
     cfg = InteractionsSettings()
     store = Store(url, pool_size=4)
     await migrate_store(store)
@@ -364,12 +377,183 @@ async def ab(url: str, rounds: int, creates: int, jobs: int) -> None:
             print(f"round {r} {label} " + "  ".join(f"{k} {v:.1f}" for k, v in measured.items()) + f"   (load {load()})", flush=True)
 
 
+# --- soak: a steady create rate with processing and retention, sizes and plans sampled over time ------------
+
+SOAK_QUEUE = "soak"
+HOT_TABLES = ("interactions", "interaction_counts", "events", "queues")
+SOAK_EXPLAINED = {
+    "queue counts": "SELECT * FROM interaction_counts WHERE queue = 'soak'",
+    "lease probe (ready by priority)": "SELECT id FROM interactions WHERE queue = 'soak' AND state = 'queued' "
+                                       "AND next_processing <= {now} ORDER BY priority DESC, next_processing, id LIMIT 100",
+    "expired leases": "SELECT id FROM interactions WHERE queue = 'soak' AND state = 'processing' "
+                      "AND lease_expires_at < {now} LIMIT 100",
+    "retention (finished)": "SELECT id FROM interactions WHERE queue = 'soak' AND finished_at IS NOT NULL "
+                            "AND finished_at < {now} - {retention_ms} LIMIT 500",
+    "retention (events)": "SELECT id FROM events WHERE at < {now} - {retention_ms} "
+                          "AND position < (SELECT max(position) FROM events) ORDER BY id LIMIT 1000",
+    "list status=failed": "SELECT * FROM interactions WHERE queue = 'soak' AND state = 'failed' ORDER BY id LIMIT 51",
+    "list, first page": "SELECT * FROM interactions WHERE queue = 'soak' ORDER BY id LIMIT 51",
+}
+
+
+async def soak_sample(conn: Any, t: float, retention_ms: int) -> list[tuple[float, str, str, float]]:
+    """One sample: (t, measure, relation or statement, value) rows."""
+    rows: list[tuple[float, str, str, float]] = []
+    for r in await conn.fetch(
+            "SELECT relname, pg_relation_size(relid) AS size, n_live_tup, n_dead_tup, autovacuum_count, "
+            "autoanalyze_count FROM pg_stat_user_tables"):
+        for measure in ("size", "n_live_tup", "n_dead_tup", "autovacuum_count", "autoanalyze_count"):
+            rows.append((t, f"table_{measure}", r["relname"], float(r[measure])))
+    for r in await conn.fetch("SELECT indexrelname, pg_relation_size(indexrelid) AS size FROM pg_stat_user_indexes"):
+        rows.append((t, "index_size", r["indexrelname"], float(r["size"])))
+    now = int(time.time() * 1000)
+    for what, sql in SOAK_EXPLAINED.items():
+        plan = "\n".join(p[0] for p in await conn.fetch(
+            "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY ON) " + sql.format(now=now, retention_ms=retention_ms)))
+        ms = float(plan.rsplit("Execution Time: ", 1)[1].split(" ")[0])
+        scans = [table for table in HOT_TABLES if f"Seq Scan on {table}" in plan]
+        rows.append((t, "explain_ms", what, ms))
+        rows.append((t, "seq_scan", what, float(bool(scans))))
+        if scans:
+            print(f"  SEQ SCAN at {t:.0f} s in {what!r}:\n{plan}", flush=True)
+    return rows
+
+
+async def soak(url: str, minutes: float, rate: int, retention_s: int) -> None:
+    import csv
+
+    import asyncpg
+
+    from mainspring.app import App
+    from mainspring.interactions.settings import InteractionsSettings
+    from mainspring.interactions.worker import Worker
+    from mainspring.store import Store
+
+    await fresh_database(url)
+    migrate(url)
+    retention_ms = retention_s * 1000
+    env = {"MAINSPRING_INTERACTIONS__RETENTION_MS": str(retention_ms),
+           "MAINSPRING_INTERACTIONS__RETENTION_INTERVAL_MS": "10000",
+           "MAINSPRING_SERVER__EVENTS_RETENTION_MS": str(retention_ms),
+           "MAINSPRING_SERVER__RETENTION_INTERVAL_MS": "10000"}
+    import os
+    os.environ.update(env)
+    out = ROOT / "bench"
+    samples: list[tuple[float, str, str, float]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        proc, base, _ = start_server(url, Path(tmp) / "data")
+        store = Store(url, pool_size=4)
+        await store.start()
+        created = handled = 0
+        app = App()
+
+        @app.queue(SOAK_QUEUE, concurrency=500, batch=500)  # worker-speed's best settings: keeps up at 500/s
+        async def noop(item: Any) -> None:
+            nonlocal handled
+            handled += 1
+
+        worker = Worker(store, app, InteractionsSettings(retention_ms=retention_ms), poll_ms=1000)
+        stop = asyncio.Event()
+        began = time.monotonic()
+        per_call = max(1, rate // 10)
+
+        async def produce(client: httpx.AsyncClient) -> None:
+            nonlocal created
+            tick = 0
+            while not stop.is_set():
+                tick += 1
+                response = await client.post(f"/v1/queues/{SOAK_QUEUE}/interactions/bulk",
+                                             json={"interactions": [{"data": {"n": tick}}] * per_call})
+                assert response.status_code == 201, response.text[:300]
+                created += per_call
+                # Paced by the clock: a late call is followed at once by the next (the rate is kept on average).
+                await asyncio.sleep(max(0.0, began + tick * per_call / rate - time.monotonic()))
+
+        try:
+            async with httpx.AsyncClient(base_url=base, timeout=60) as client:
+                await client.put(f"/v1/queues/{SOAK_QUEUE}", json={"retention_ms": retention_ms})
+                await worker.start()
+                producer = asyncio.create_task(produce(client))
+                sampler = await asyncpg.connect(url)
+                last = (0, 0, began)
+                while time.monotonic() - began < minutes * 60:
+                    await asyncio.sleep(30 - (time.monotonic() - began) % 30)
+                    t = time.monotonic() - began
+                    rows = await soak_sample(sampler, t, retention_ms)
+                    c, h, at = created, handled, time.monotonic()
+                    rows += [(t, "rate", "created_per_s", (c - last[0]) / (at - last[2])),
+                             (t, "rate", "processed_per_s", (h - last[1]) / (at - last[2])),
+                             (t, "load", "loadavg_1m", float(load()))]
+                    last = (c, h, at)
+                    samples += rows
+                    size = {n: v for _, m, n, v in rows if m == "table_size"}
+                    dead = {n: v for _, m, n, v in rows if m == "table_n_dead_tup"}
+                    print(f"{t:6.0f} s  created/s {rows[-3][3]:6.0f}  processed/s {rows[-2][3]:6.0f}  "
+                          f"interactions {size.get('interactions', 0) / 2**20:7.1f} MB dead {dead.get('interactions', 0):8.0f}  "
+                          f"events {size.get('events', 0) / 2**20:7.1f} MB dead {dead.get('events', 0):8.0f}  load {load()}",
+                          flush=True)
+                    with open(out / "soak.csv", "w", newline="") as f:
+                        writer = csv.writer(f)
+                        writer.writerow(["t_s", "measure", "name", "value"])
+                        writer.writerows(samples)
+                stop.set()
+                await producer
+                await sampler.close()
+        finally:
+            await worker.stop()
+            await store.close()
+            proc.terminate()
+            proc.wait(timeout=30)
+    soak_plot(samples, retention_s, out / "soak.png")
+
+
+def soak_plot(samples: list[tuple[float, str, str, float]], retention_s: int, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def series(measure: str, keep: Any) -> dict[str, tuple[list[float], list[float]]]:
+        found: dict[str, tuple[list[float], list[float]]] = {}
+        for t, m, n, v in samples:
+            if m == measure and keep(n):
+                xs, ys = found.setdefault(n, ([], []))
+                xs.append(t / 60)
+                ys.append(v)
+        return found
+
+    def hot(name: str) -> bool:
+        return name.startswith(HOT_TABLES) or name.startswith(("ix_interaction", "pk_interaction", "ix_events", "pk_events", "uq_events"))
+
+    panels = [("table_size", "table size (MiB)", 2**20, lambda n: n in HOT_TABLES),
+              ("index_size", "index size (MiB)", 2**20, hot),
+              ("table_n_dead_tup", "dead tuples (thousands)", 1000, lambda n: n in HOT_TABLES),
+              ("rate", "per second", 1, lambda n: True)]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(11, 14), sharex=True)
+    for ax, (measure, label, scale, keep) in zip(axes, panels, strict=True):
+        for n, (xs, ys) in sorted(series(measure, keep).items()):
+            if max(ys) > 0:
+                ax.plot(xs, [y / scale for y in ys], label=n)
+        for window in range(retention_s, int(max(t for t, *_ in samples)) + 1, retention_s):
+            ax.axvline(window / 60, color="grey", linestyle=":", linewidth=0.8)
+        ax.set_ylabel(label)
+        ax.legend(fontsize=7, loc="upper left", ncol=2)
+        ax.grid(alpha=0.3)
+    axes[-1].set_xlabel("minutes (dotted: each retention window)")
+    fig.suptitle("Soak: steady creates, a worker completing them, retention on (bench/scale.py soak)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["fill", "measure", "service", "explain", "ab"])
+    parser.add_argument("command", choices=["fill", "measure", "service", "explain", "ab", "soak"])
     parser.add_argument("--database", required=True)
     parser.add_argument("--interactions", type=int, default=1_000_000)
     parser.add_argument("--queues", type=int, default=5)
+    parser.add_argument("--minutes", type=float, default=30, help="soak: how long")
+    parser.add_argument("--rate", type=int, default=500, help="soak: creates per second")
+    parser.add_argument("--retention-s", type=int, default=300, help="soak: retention of finished items and events")
     args = parser.parse_args()
     print(f"{args.command} {args.database} at {time.strftime('%H:%M:%S', time.gmtime())} UTC, load {load()}")
     if args.command == "fill":
@@ -383,6 +567,8 @@ def main() -> None:
         measure(args.database, "q0")
     elif args.command == "service":
         asyncio.run(service_times(args.database))
+    elif args.command == "soak":
+        asyncio.run(soak(args.database, args.minutes, args.rate, args.retention_s))
     elif args.command == "ab":
         asyncio.run(ab(args.database, 3, 2000, 5000))
     else:

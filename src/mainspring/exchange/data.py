@@ -29,10 +29,11 @@ from sqlalchemy import (
 )
 
 from mainspring.core import data as core_data
-from mainspring.exchange.tables import ACTIVE_STATES, FINISHED_STATES
+from mainspring.exchange.tables import ACTIVE_STATES, FINISHED_STATES, exchange_counts
 from mainspring.exchange.tables import exchange_messages as M
 from mainspring.exchange.tables import exchange_processes as P
 from mainspring.store import Transaction
+from mainspring.store import counts as kept_counts
 from mainspring.store.dialect import Executor
 from mainspring.store.notify import PG_CHANNEL
 
@@ -654,8 +655,8 @@ async def oldest_removable_finish(conn: Executor) -> int | None:
 
 
 async def count_processes_by_state(conn: Executor) -> dict[str, int]:
-    rows = (await conn.execute(select(P.c.state, func.count()).group_by(P.c.state))).all()
-    return {str(state): int(n) for state, n in rows}
+    """Processes counted by state (the kept counts: exact, no scan)."""
+    return kept_counts.by_status(await kept_counts.read_counts(conn, exchange_counts, "processes"))
 
 
 async def most_waiting_mailboxes(conn: Executor, limit: int) -> tuple[list[MailboxCount], int]:
@@ -679,7 +680,8 @@ async def most_waiting_mailboxes(conn: Executor, limit: int) -> tuple[list[Mailb
 
 async def count_by_state(conn: Executor) -> dict[str, dict[str, int]]:
     """Processes and messages counted by state."""
-    return {"processes": await core_data.count_by(conn, P.c.state), "messages": await core_data.count_by(conn, M.c.state)}
+    return {kind: kept_counts.by_status(await kept_counts.read_counts(conn, exchange_counts, kind))
+            for kind in ("processes", "messages")}
 
 
 async def mean_cycle_by_bucket(conn: Executor, since: int, until: int, bucket_ms: int) -> dict[int, float]:

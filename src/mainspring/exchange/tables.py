@@ -19,6 +19,7 @@ from sqlalchemy import (
     text,
 )
 
+from mainspring.store.counts import counts_table
 from mainspring.store.schema import Json, Millis, metadata
 
 ACTIVE_STATES = ("STARTED", "READY_TO_COMMIT")
@@ -87,3 +88,7 @@ exchange_processes = Table(
     # Finished processes by when they finished (``updated_at`` never changes after DONE or ABORTED): retention.
     Index("ix_exchange_processes_finished", "state", "updated_at"),
 )
+
+# Processes and messages by state, kept by triggers in the transaction that changes them (migration
+# exchange_0003, ``store.counts``): the counts on the overview without a scan of either table.
+exchange_counts = counts_table("exchange_counts", metadata)

@@ -5,6 +5,7 @@ machines_0005: a namespace's Modernizer)."""
 from sqlalchemy import Boolean, Column, ForeignKey, Index, Integer, String, Table, Text, UniqueConstraint
 
 from mainspring.core.leases import lease_columns
+from mainspring.store.counts import counts_table
 from mainspring.store.schema import BigId, Json, Millis, metadata
 
 namespaces = Table(
@@ -97,3 +98,7 @@ failures = Table(
     Column("outcome", String(16), nullable=False),
     Index("ix_machine_failures_machine", "machine_uid", "seq"),
 )
+
+# Machines per namespace and status, kept by triggers in the transaction that changes them (migration
+# machines_0006, ``store.counts``): the counts on the overview and /metrics without a scan of the machines.
+machine_counts = counts_table("machine_counts", metadata)
