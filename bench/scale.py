@@ -144,6 +144,90 @@ def fill_sqlite(url: str, n: int, queues: int) -> None:
     db.close()
 
 
+# --- fill-faces: machines, exchange and batching, as their services would have written them (PostgreSQL) ---
+
+FACES_FILL = {
+    # 98 % working, 2 % failed; 4 namespaces; each machine with 10 history events, and its events in the log.
+    "machines": [
+        "INSERT INTO machines (namespace, id, status, version, last_event_id, retry_attempt, created_at, updated_at, error) "
+        "SELECT 'ns' || (g % 4), 'm' || g, CASE WHEN g % 50 = 0 THEN 'failed' ELSE 'working' END, 10, 10, 0, :now - 1000, "
+        ":now - 1000, CASE WHEN g % 50 = 0 THEN jsonb_build_object('kind', 'call', 'code', 'processor_refused', "
+        "'detail', 'bench', 'permanent', true, 'at', '2026-11-27T00:00:00.000Z') END FROM generate_series(:lo, :hi) AS g",
+        "INSERT INTO machine_history (machine_uid, event_id, created_at, data) SELECT m.uid, e, :now - 1000, "
+        "jsonb_build_object('step', e) FROM machines m, generate_series(1, 10) AS e WHERE m.id IN "
+        "(SELECT 'm' || g FROM generate_series(:lo, :hi) AS g)",
+        "INSERT INTO events (type, at, subject_kind, subject_id, data) SELECT CASE WHEN e = 0 THEN 'machine.created' "
+        "ELSE 'machine.event' END, :now - 1000, 'machine', 'ns' || (g % 4) || '/m' || g, CASE WHEN e = 0 THEN "
+        "jsonb_build_object('namespace', 'ns' || (g % 4), 'id', 'm' || g) ELSE jsonb_build_object('namespace', "
+        "'ns' || (g % 4), 'id', 'm' || g, 'event_id', e, 'data', jsonb_build_object('step', e)) END "
+        "FROM generate_series(:lo, :hi) AS g, generate_series(0, 10) AS e",
+    ],
+    # Messages in 1,000 mailboxes: 95 % taken by a process that committed (GONE, the process DONE: ten
+    # messages a process), 5 % AVAILABLE (rows only: their files are not written, nothing reads them here).
+    "exchange": [
+        "INSERT INTO exchange_processes (id, addressee, database, client_id, message_ids, state, started_at, updated_at) "
+        "SELECT 'p' || (g / 10), 'mobile-' || (g % 1000), 'db', 'bench', jsonb_build_array('x' || g), 'DONE', "
+        ":now - 2000, :now - 1000 FROM generate_series(:lo, :hi) AS g WHERE g % 10 = 0 AND g % 100 < 95",
+        "INSERT INTO exchange_messages (id, addressee, database, size, sha256, content_type, created_at, state, "
+        "process_id, path, synced) SELECT 'x' || g, 'mobile-' || (g % 1000), 'db', 5, md5(g::text) || md5(g::text), "
+        "'application/octet-stream', :now - 3000, CASE WHEN g % 100 < 95 THEN 'GONE' ELSE 'AVAILABLE' END, "
+        "CASE WHEN g % 100 < 95 THEN 'p' || (g / 10 * 10 / 10) END, CASE WHEN g % 100 >= 95 THEN 'bench/x' || g END, "
+        "true FROM generate_series(:lo, :hi) AS g",
+        "INSERT INTO events (type, at, subject_kind, subject_id, data) SELECT 'exchange.message.stored', :now - 3000, "
+        "'exchange.message', 'x' || g, jsonb_build_object('addressee', 'mobile-' || (g % 1000), 'database', 'db') "
+        "FROM generate_series(:lo, :hi) AS g",
+    ],
+    # Tasks of 4 batchers in pairs (group, en/ru): 98 % done in packages of 100, 2 % pending; the version log.
+    "batching": [
+        "INSERT INTO batch_packages (id, batcher, status, size, attempts, created_at, updated_at) SELECT 'pk' || (g / 100), "
+        "'b' || (g / 100 % 4), 'done', 100, 1, :now - 2000, :now - 1000 FROM generate_series(:lo, :hi) AS g "
+        "WHERE g % 100 = 0 AND g % 10000 < 9800",
+        "INSERT INTO batch_tasks (batcher, id, \"group\", member, sha256, version, status, package_id, content, created_at, "
+        "updated_at) SELECT 'b' || (g / 100 % 4), 't' || g, 'g' || (g / 2), CASE WHEN g % 2 = 0 THEN 'en' ELSE 'ru' END, "
+        "md5(g::text) || md5(g::text), 1, CASE WHEN g % 10000 < 9800 THEN 'done' ELSE 'pending' END, "
+        "CASE WHEN g % 10000 < 9800 THEN 'pk' || (g / 100) END, to_jsonb('text ' || g), :now - 3000, :now - 1000 "
+        "FROM generate_series(:lo, :hi) AS g",
+        "INSERT INTO batch_versions (batcher, \"group\", member, version, sha256, task_id, at) SELECT 'b' || (g / 100 % 4), "
+        "'g' || (g / 2), CASE WHEN g % 2 = 0 THEN 'en' ELSE 'ru' END, 1, md5(g::text) || md5(g::text), 't' || g, :now - 3000 "
+        "FROM generate_series(:lo, :hi) AS g",
+        "INSERT INTO events (type, at, subject_kind, subject_id, data) SELECT 'batch.task.packed', :now - 2000, 'batch_task', "
+        "'b' || (g / 100 % 4) || '/t' || g, jsonb_build_object('package_id', 'pk' || (g / 100)) "
+        "FROM generate_series(:lo, :hi) AS g WHERE g % 10000 < 9800",
+    ],
+}
+
+
+async def fill_faces(url: str, n: int, faces: list[str]) -> None:
+    """Each face's ``n`` rows (machines, exchange messages, batching tasks) by SQL on a migrated store; the
+    namespaces and batchers through the API first (their settings as the service writes them)."""
+    import asyncpg
+
+    with tempfile.TemporaryDirectory() as tmp:
+        proc, base, _ = start_server(url, Path(tmp) / "data")
+        try:
+            with httpx.Client(base_url=base, timeout=60) as client:
+                for i in range(4):
+                    assert client.put(f"/v1/namespaces/ns{i}", json={"processor": {"timeout_ms": 2000}}).status_code == 200
+                    assert client.put(f"/v1/batchers/b{i}", json={
+                        "min_size": 100, "max_size": 100, "linger_ms": 5000, "max_wait_ms": 30 * DAY_MS, "group_size": 2,
+                        "incomplete_group": "reject", "lease_ms": 10000}).status_code == 200
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+    conn = await asyncpg.connect(url)
+    now = int(time.time() * 1000)
+    step = 100_000
+    started = time.monotonic()
+    for face in faces:
+        for lo in range(0, n, step):
+            for sql in FACES_FILL[face]:
+                await conn.execute(sql.replace(":now", str(now)).replace(":lo", "$1::bigint").replace(":hi", "$2::bigint"),
+                                   lo, min(n, lo + step) - 1)
+            print(f"  {face}: {min(n, lo + step):,}, {time.monotonic() - started:.0f} s (load {load()})", flush=True)
+    await conn.execute("VACUUM ANALYZE")
+    await conn.close()
+
+
 # --- measure ----------------------------------------------------------------------------------------------
 
 
@@ -195,6 +279,54 @@ def cursor_at(client: httpx.Client, path: str, pages: int) -> str | None:
     return cursor
 
 
+def time_reads(client: httpx.Client, reads: list[tuple[str, str]]) -> None:
+    for what, path in reads:
+        ms, _ = timed(client, path)
+        print(f"{what:<48} {ms:8.1f} ms   (load {load()})", flush=True)
+
+
+def measure_faces(database: str) -> None:
+    """The dashboard pages and API lists of machines, exchange and batching (after ``fill-faces``), and the
+    counts each reads; deep pages by the lists' own cursors."""
+    with tempfile.TemporaryDirectory() as tmp:
+        proc, base, start_s = start_server(database, Path(tmp) / "data")
+        try:
+            print(f"server start (to /readyz 200): {start_s * 1000:.0f} ms   (load {load()})")
+            with httpx.Client(base_url=base, timeout=120) as client:
+                reads = [("GET /healthz (the floor)", "/healthz"), ("GET /metrics (uncached)", "/metrics"),
+                         ("/ui/ overview", "/ui/"), ("/ui/events", "/ui/events"), ("GET /v1/events", "/v1/events?limit=50")]
+                deep = cursor_at(client, "/v1/events", 20)
+                if deep:
+                    reads.append(("GET /v1/events, deep page (20,000 in)", f"/v1/events?limit=50&after={deep}"))
+                reads += [
+                    ("/ui/machines", "/ui/machines"), ("/ui/machines?status=failed", "/ui/machines?status=failed"),
+                    ("/ui/machines/namespaces/ns0", "/ui/machines/namespaces/ns0"), ("/ui/machines/ns0/m4", "/ui/machines/ns0/m4"),
+                    ("GET /v1/namespaces/ns0 (counts)", "/v1/namespaces/ns0"),
+                    ("GET machines list", "/v1/namespaces/ns0/machines?limit=50"),
+                    ("GET machines list status=failed", "/v1/namespaces/ns0/machines?status=failed&limit=50"),
+                    ("GET /v1/namespaces/ns0/machines/m4", "/v1/namespaces/ns0/machines/m4"),
+                    ("/ui/exchange", "/ui/exchange"), ("/ui/exchange?state=DONE", "/ui/exchange?state=DONE"),
+                    ("/ui/exchange/mailboxes/mobile-5/db", "/ui/exchange/mailboxes/mobile-5/db"),
+                    ("/ui/exchange/processes/p5", "/ui/exchange/processes/p5"),
+                    ("GET API_1 mailbox messages", "/v1/exchange/mailboxes/mobile-5/db/messages?limit=50"),
+                    ("GET processes state=DONE", "/v1/exchange/processes?state=DONE"),
+                    ("GET processes of a mailbox", "/v1/exchange/processes?addressee=mobile-5&database=db"),
+                    ("/ui/batching", "/ui/batching"), ("/ui/batching/b0", "/ui/batching/b0"),
+                    ("GET /v1/batchers/b0 (counts)", "/v1/batchers/b0"),
+                    ("GET a task", "/v1/batchers/b0/tasks/t5"),
+                    ("GET group versions", "/v1/batchers/b0/versions/g2"),
+                ]
+                for path in ("/v1/namespaces/ns0/machines", "/v1/exchange/processes?state=DONE"):
+                    deep = cursor_at(client, path, 20)
+                    if deep:
+                        sep = "&" if "?" in path else "?"
+                        reads.append((f"GET {path} deep page", f"{path}{sep}limit=50&cursor={deep}"))
+                time_reads(client, reads)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
 def measure(database: str, queue: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         proc, base, start_s = start_server(database, Path(tmp) / "data")
@@ -218,9 +350,7 @@ def measure(database: str, queue: str) -> None:
                 deep = cursor_at(client, f"/v1/queues/{queue}/interactions?status=failed", 2)
                 if deep:
                     reads.append(("list status=failed, deep page", f"/v1/queues/{queue}/interactions?status=failed&limit=50&cursor={deep}"))
-                for what, path in reads:
-                    ms, _ = timed(client, path)
-                    print(f"{what:<40} {ms:8.1f} ms   (load {load()})", flush=True)
+                time_reads(client, reads)
                 latencies = []
                 for i in range(200):
                     t = time.perf_counter()
@@ -547,10 +677,12 @@ def soak_plot(samples: list[tuple[float, str, str, float]], retention_s: int, pa
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["fill", "measure", "service", "explain", "ab", "soak"])
+    parser.add_argument("command", choices=["fill", "fill-faces", "measure", "measure-faces", "service", "explain", "ab", "soak"])
     parser.add_argument("--database", required=True)
     parser.add_argument("--interactions", type=int, default=1_000_000)
     parser.add_argument("--queues", type=int, default=5)
+    parser.add_argument("--faces-rows", type=int, default=1_000_000, help="fill-faces: machines, messages, tasks")
+    parser.add_argument("--faces", default="machines,exchange,batching", help="fill-faces: which")
     parser.add_argument("--minutes", type=float, default=30, help="soak: how long")
     parser.add_argument("--rate", type=int, default=500, help="soak: creates per second")
     parser.add_argument("--retention-s", type=int, default=300, help="soak: retention of finished items and events")
@@ -563,10 +695,16 @@ def main() -> None:
         else:
             fill_sqlite(args.database, args.interactions, args.queues)
         print(f"filled in {time.monotonic() - started:.0f} s")
+    elif args.command == "measure-faces":
+        measure_faces(args.database)
     elif args.command == "measure":
         measure(args.database, "q0")
     elif args.command == "service":
         asyncio.run(service_times(args.database))
+    elif args.command == "fill-faces":
+        started = time.monotonic()
+        asyncio.run(fill_faces(args.database, args.faces_rows, args.faces.split(",")))
+        print(f"filled in {time.monotonic() - started:.0f} s")
     elif args.command == "soak":
         asyncio.run(soak(args.database, args.minutes, args.rate, args.retention_s))
     elif args.command == "ab":
