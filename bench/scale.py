@@ -154,8 +154,8 @@ FACES_FILL = {
         ":now - 1000, CASE WHEN g % 50 = 0 THEN jsonb_build_object('kind', 'call', 'code', 'processor_refused', "
         "'detail', 'bench', 'permanent', true, 'at', '2026-11-27T00:00:00.000Z') END FROM generate_series(:lo, :hi) AS g",
         "INSERT INTO machine_history (machine_uid, event_id, created_at, data) SELECT m.uid, e, :now - 1000, "
-        "jsonb_build_object('step', e) FROM machines m, generate_series(1, 10) AS e WHERE m.id IN "
-        "(SELECT 'm' || g FROM generate_series(:lo, :hi) AS g)",
+        "jsonb_build_object('step', e) FROM machines m, generate_series(1, 10) AS e "
+        "WHERE m.uid > (SELECT coalesce(max(machine_uid), 0) FROM machine_history)",  # this round's machines
         "INSERT INTO events (type, at, subject_kind, subject_id, data) SELECT CASE WHEN e = 0 THEN 'machine.created' "
         "ELSE 'machine.event' END, :now - 1000, 'machine', 'ns' || (g % 4) || '/m' || g, CASE WHEN e = 0 THEN "
         "jsonb_build_object('namespace', 'ns' || (g % 4), 'id', 'm' || g) ELSE jsonb_build_object('namespace', "
@@ -221,10 +221,49 @@ async def fill_faces(url: str, n: int, faces: list[str]) -> None:
     for face in faces:
         for lo in range(0, n, step):
             for sql in FACES_FILL[face]:
+                bounds = (lo, min(n, lo + step) - 1) if ":lo" in sql else ()
                 await conn.execute(sql.replace(":now", str(now)).replace(":lo", "$1::bigint").replace(":hi", "$2::bigint"),
-                                   lo, min(n, lo + step) - 1)
+                                   *bounds)
             print(f"  {face}: {min(n, lo + step):,}, {time.monotonic() - started:.0f} s (load {load()})", flush=True)
     await conn.execute("VACUUM ANALYZE")
+    await conn.close()
+
+
+async def upgrade_cost(url: str) -> None:
+    """What machines_0006, exchange_0003 and batching_0004 cost on this (filled) store: each counts table is
+    dropped and made again as its migration makes it — triggers created and the rows counted, writes to
+    the face's tables waiting on the lock meanwhile — timed, in one transaction each (the store is left as
+    the migration would leave it)."""
+    import importlib.util
+
+    import asyncpg
+
+    from mainspring.store.counts import AUTOVACUUM
+
+    conn = await asyncpg.connect(url)
+    versions = ROOT / "src/mainspring/store/migrations/versions"
+    for file, table in (("machines_0006_kept_counts", "machine_counts"), ("exchange_0003_kept_counts", "exchange_counts"),
+                        ("batching_0004_kept_counts", "batching_counts")):
+        spec = importlib.util.spec_from_file_location(file, versions / f"{file}.py")
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        async with conn.transaction():
+            for kept in module.KEPT:
+                for statement in kept.uninstall(postgres=True):
+                    await conn.execute(statement)
+            await conn.execute(f"DROP TABLE {table}")
+        started = time.monotonic()
+        async with conn.transaction():
+            await conn.execute(f"CREATE TABLE {table} (kind varchar(32) NOT NULL, grp varchar(1024) NOT NULL, "
+                               f"status varchar(32) NOT NULL, slot integer NOT NULL, n bigint NOT NULL, "
+                               f"CONSTRAINT pk_{table} PRIMARY KEY (kind, grp, status, slot))")
+            await conn.execute(f"ALTER TABLE {table} SET ({AUTOVACUUM})")
+            for kept in module.KEPT:
+                for statement in kept.install(postgres=True):
+                    await conn.execute(statement)
+        rows = await conn.fetchval(f"SELECT coalesce(sum(n), 0) FROM {table}")
+        print(f"{file}: {time.monotonic() - started:.2f} s holding the lock, {rows:,} rows counted (load {load()})", flush=True)
     await conn.close()
 
 
@@ -677,7 +716,7 @@ def soak_plot(samples: list[tuple[float, str, str, float]], retention_s: int, pa
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["fill", "fill-faces", "measure", "measure-faces", "service", "explain", "ab", "soak"])
+    parser.add_argument("command", choices=["fill", "fill-faces", "upgrade-cost", "measure", "measure-faces", "service", "explain", "ab", "soak"])
     parser.add_argument("--database", required=True)
     parser.add_argument("--interactions", type=int, default=1_000_000)
     parser.add_argument("--queues", type=int, default=5)
@@ -695,6 +734,8 @@ def main() -> None:
         else:
             fill_sqlite(args.database, args.interactions, args.queues)
         print(f"filled in {time.monotonic() - started:.0f} s")
+    elif args.command == "upgrade-cost":
+        asyncio.run(upgrade_cost(args.database))
     elif args.command == "measure-faces":
         measure_faces(args.database)
     elif args.command == "measure":
