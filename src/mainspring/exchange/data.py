@@ -25,6 +25,7 @@ from sqlalchemy import (
     literal,
     or_,
     select,
+    tuple_,
     update,
 )
 
@@ -327,7 +328,7 @@ async def list_processes(
         query = query.where(P.c.database == database)
     if after is not None:
         at, last = after
-        query = query.where((P.c.started_at > at) | ((P.c.started_at == at) & (P.c.id > last)))
+        query = query.where(tuple_(P.c.started_at, P.c.id) > tuple_(at, last))  # a range of the index
     return [_process(r) for r in (await conn.execute(query)).all()]
 
 

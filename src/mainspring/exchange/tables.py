@@ -87,6 +87,9 @@ exchange_processes = Table(
     Index("ix_exchange_processes_mailbox", "addressee", "database", "state"),
     # Finished processes by when they finished (``updated_at`` never changes after DONE or ABORTED): retention.
     Index("ix_exchange_processes_finished", "state", "updated_at"),
+    # The processes list, by start, with and without a state (exchange_0003).
+    Index("ix_exchange_processes_state_started", "state", "started_at", "id"),
+    Index("ix_exchange_processes_started", "started_at", "id"),
 )
 
 # Processes and messages by state, kept by triggers in the transaction that changes them (migration

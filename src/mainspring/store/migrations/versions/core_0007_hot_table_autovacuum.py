@@ -21,6 +21,8 @@ Revision ID: core_0007
 
 from alembic import op
 
+from mainspring.store.migrate import create_indexes_concurrently
+
 revision = "core_0007"
 down_revision = "core_0006"
 branch_labels = None
@@ -39,19 +41,11 @@ SETTINGS = {
 def upgrade() -> None:
     bind = op.get_bind()
     if bind.dialect.name != "postgresql":
-        op.create_index("ix_events_at", "events", ["at"])
+        op.create_index("ix_events_at", "events", ["at", "type"])
         return
     for table in HOT_TABLES:
         op.execute(f"ALTER TABLE {table} SET ({', '.join(f'{k} = {v}' for k, v in SETTINGS.items())})")
-    bind.commit()  # CONCURRENTLY cannot run in a transaction
-    auto = bind.execution_options(isolation_level="AUTOCOMMIT")
-    invalid = auto.exec_driver_sql(
-        "SELECT 1 FROM pg_index WHERE indexrelid = to_regclass('ix_events_at') AND NOT indisvalid").first()
-    if invalid:
-        auto.exec_driver_sql("DROP INDEX CONCURRENTLY IF EXISTS ix_events_at")
-    auto.exec_driver_sql("CREATE INDEX CONCURRENTLY IF NOT EXISTS ix_events_at ON events (at)")
-    auto.commit()  # SQLAlchemy's own transaction object (the driver commits each statement by itself)
-    bind.execution_options(isolation_level="READ COMMITTED")
+    create_indexes_concurrently(op, "events", [("ix_events_at", ["at", "type"])])
 
 
 def downgrade() -> None:
