@@ -255,6 +255,16 @@ async def package_tasks(conn: Executor, package_id: str) -> list[TaskRow]:
     return [_task(row) for row in (await conn.execute(query)).all()]
 
 
+async def tasks_of_packages(conn: Executor, package_ids: Sequence[str]) -> dict[str, list[TaskRow]]:
+    """The tasks of each of ``package_ids``, in arrival order: one statement for a page of packages."""
+    query = select(*_TASK_COLUMNS).where(batch_tasks.c.package_id.in_(package_ids)).order_by(batch_tasks.c.seq)
+    found: dict[str, list[TaskRow]] = {package_id: [] for package_id in package_ids}
+    for row in (await conn.execute(query)).all():
+        task = _task(row)
+        found[str(task.package_id)].append(task)
+    return found
+
+
 async def set_package_tasks_status(tx: Executor, package_id: str, status: str, now: int, *, error: str | None = None) -> None:
     """Move every task of a package to ``status`` (and set ``error``, when given, leaving it as is otherwise)."""
     values: dict[str, Any] = {"status": status, "updated_at": now}

@@ -219,9 +219,9 @@ async def save_namespace(tx: Transaction, name: str, values: dict[str, Any]) -> 
 
 
 async def namespace_names(conn: Executor) -> set[str]:
-    """Every namespace stored or used by a machine."""
+    """Every namespace stored or used by a machine (those from the kept counts: not a scan of the machines)."""
     stored = set((await conn.execute(select(namespaces.c.name))).scalars())
-    return stored | set((await conn.execute(select(machines.c.namespace).distinct())).scalars())
+    return stored | {grp for grp, _status in await kept_counts.read_counts(conn, machine_counts, "machines")}
 
 
 # --- machines: reads --------------------------------------------------------------------------------------
