@@ -558,7 +558,7 @@ SOAK_EXPLAINED = {
     "expired leases": "SELECT id FROM interactions WHERE queue = 'soak' AND state = 'processing' "
                       "AND lease_expires_at < {now} LIMIT 100",
     "retention (finished)": "SELECT id FROM interactions WHERE queue = 'soak' AND finished_at IS NOT NULL "
-                            "AND finished_at < {now} - {retention_ms} LIMIT 500",
+                            "AND finished_at < {now} - {retention_ms} ORDER BY finished_at LIMIT 500",
     "retention (events)": "SELECT id FROM events WHERE at < {now} - {retention_ms} "
                           "AND position < (SELECT max(position) FROM events) ORDER BY at LIMIT 1000",
     "list status=failed": "SELECT * FROM interactions WHERE queue = 'soak' AND state = 'failed' ORDER BY id LIMIT 51",
