@@ -262,7 +262,7 @@ async def upgrade_cost(url: str) -> None:
             for kept in module.KEPT:
                 for statement in kept.install(postgres=True):
                     await conn.execute(statement)
-        rows = await conn.fetchval(f"SELECT coalesce(sum(n), 0) FROM {table}")
+        rows = int(await conn.fetchval(f"SELECT coalesce(sum(n), 0) FROM {table}"))
         print(f"{file}: {time.monotonic() - started:.2f} s holding the lock, {rows:,} rows counted (load {load()})", flush=True)
     await conn.close()
 
