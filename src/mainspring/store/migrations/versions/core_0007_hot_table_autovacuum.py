@@ -45,7 +45,7 @@ def upgrade() -> None:
         return
     for table in HOT_TABLES:
         op.execute(f"ALTER TABLE {table} SET ({', '.join(f'{k} = {v}' for k, v in SETTINGS.items())})")
-    create_indexes_concurrently(op, "events", [("ix_events_at", ["at", "type"])])
+    create_indexes_concurrently(op, "events", [("ix_events_at", ["at", "type"], None)])
 
 
 def downgrade() -> None:

@@ -27,8 +27,10 @@ KEPT = [KeptCount("exchange_counts", "exchange_processes", "processes", status="
         KeptCount("exchange_counts", "exchange_messages", "messages", status="state")]
 
 
-INDEXES = [("ix_exchange_processes_state_started", ["state", "started_at", "id"]),
-           ("ix_exchange_processes_started", ["started_at", "id"])]
+INDEXES: list[tuple[str, list[str], str | None]] = [
+    ("ix_exchange_processes_state_started", ["state", "started_at", "id"], None),
+    ("ix_exchange_processes_started", ["started_at", "id"], None),
+]
 
 
 def upgrade() -> None:
@@ -39,11 +41,11 @@ def upgrade() -> None:
     if bind.dialect.name == "postgresql":
         create_indexes_concurrently(op, "exchange_processes", INDEXES)
     else:
-        for name, columns in INDEXES:
+        for name, columns, _where in INDEXES:
             op.create_index(name, "exchange_processes", columns)
 
 
 def downgrade() -> None:
-    for name, _columns in INDEXES:
+    for name, _columns, _where in INDEXES:
         op.drop_index(name, table_name="exchange_processes")
     drop_counts_table(op, "exchange_counts", KEPT)
