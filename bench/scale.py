@@ -6,6 +6,7 @@
     .venv/bin/python bench/scale.py service --database postgresql://postgres@127.0.0.1:5432/ms_scale
     .venv/bin/python bench/scale.py explain --database postgresql://postgres@127.0.0.1:5432/ms_scale
     .venv/bin/python bench/scale.py ab --database postgresql://postgres@127.0.0.1:5432/ms_scale_ab
+    .venv/bin/python bench/scale.py soak --database postgresql://postgres@127.0.0.1:5432/ms_scale_soak --minutes 30
 
 The fill creates the database (PostgreSQL) or file (SQLite), migrates it with ``mainspring migrate`` and
 writes ``--interactions`` items over ``--queues`` queues, by id: per thousand, 900 completed, 20 failed,
@@ -21,6 +22,14 @@ start: migrations checked and start-up recovery), then times each read of the ai
 warm-up, wall time seen by the client on a loaded shared machine: ``uptime``'s load is printed beside) and
 the create p50 (one connection, 200 creates). ``service`` times the same reads in-process, without HTTP.
 ``explain`` prints PostgreSQL's plan of the reads' statements.
+
+``soak`` (PostgreSQL, a fresh database) runs ``mainspring serve`` with retention shortened (finished items and
+events kept ``--retention-s``, pruned every 10 s), creates ``--rate`` interactions a second over HTTP (bulk
+calls of a tenth of a second's worth, paced by the clock) while a worker in this process completes them, and
+every 30 s samples the size of every table and index (``pg_relation_size``), live and dead tuples and
+autovacuum runs (``pg_stat_user_tables``) and the plan of the hot statements (``SOAK_EXPLAINED``: a Seq Scan
+on a hot table is flagged). It writes ``bench/soak.csv`` (one row per sample and measure) and
+``bench/soak.png``.
 """
 
 from __future__ import annotations
@@ -87,14 +96,21 @@ def migrate(database: str) -> None:
                    cwd=ROOT)
 
 
-async def fill_postgres(url: str, n: int, queues: int) -> None:
+async def fresh_database(url: str) -> None:
+    """PostgreSQL: drop and create the database of ``url`` (its connections closed first)."""
     import asyncpg
 
     admin, name = url.rsplit("/", 1)
     conn = await asyncpg.connect(admin + "/postgres")
-    await conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+    await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     await conn.execute(f'CREATE DATABASE "{name}"')
     await conn.close()
+
+
+async def fill_postgres(url: str, n: int, queues: int) -> None:
+    import asyncpg
+
+    await fresh_database(url)
     migrate(url)
     conn = await asyncpg.connect(url)
     now = int(time.time() * 1000)
@@ -126,6 +142,129 @@ def fill_sqlite(url: str, n: int, queues: int) -> None:
         print(f"  {min(n, lo + step):,} interactions, {time.monotonic() - started:.0f} s (load {load()})", flush=True)
     db.execute("ANALYZE")
     db.close()
+
+
+# --- fill-faces: machines, exchange and batching, as their services would have written them (PostgreSQL) ---
+
+FACES_FILL = {
+    # 98 % working, 2 % failed; 4 namespaces; each machine with 10 history events, and its events in the log.
+    "machines": [
+        "INSERT INTO machines (namespace, id, status, version, last_event_id, retry_attempt, created_at, updated_at, error) "
+        "SELECT 'ns' || (g % 4), 'm' || g, CASE WHEN g % 50 = 0 THEN 'failed' ELSE 'working' END, 10, 10, 0, :now - 1000, "
+        ":now - 1000, CASE WHEN g % 50 = 0 THEN jsonb_build_object('kind', 'call', 'code', 'processor_refused', "
+        "'detail', 'bench', 'permanent', true, 'at', '2026-11-27T00:00:00.000Z') END FROM generate_series(:lo, :hi) AS g",
+        "INSERT INTO machine_history (machine_uid, event_id, created_at, data) SELECT m.uid, e, :now - 1000, "
+        "jsonb_build_object('step', e) FROM machines m, generate_series(1, 10) AS e "
+        "WHERE m.uid > (SELECT coalesce(max(machine_uid), 0) FROM machine_history)",  # this round's machines
+        "INSERT INTO events (type, at, subject_kind, subject_id, data) SELECT CASE WHEN e = 0 THEN 'machine.created' "
+        "ELSE 'machine.event' END, :now - 1000, 'machine', 'ns' || (g % 4) || '/m' || g, CASE WHEN e = 0 THEN "
+        "jsonb_build_object('namespace', 'ns' || (g % 4), 'id', 'm' || g) ELSE jsonb_build_object('namespace', "
+        "'ns' || (g % 4), 'id', 'm' || g, 'event_id', e, 'data', jsonb_build_object('step', e)) END "
+        "FROM generate_series(:lo, :hi) AS g, generate_series(0, 10) AS e",
+    ],
+    # Messages in 1,000 mailboxes: 95 % taken by a process that committed (GONE, the process DONE: ten
+    # messages a process), 5 % AVAILABLE (rows only: their files are not written, nothing reads them here).
+    "exchange": [
+        "INSERT INTO exchange_processes (id, addressee, database, client_id, message_ids, state, started_at, updated_at) "
+        "SELECT 'p' || (g / 10), 'mobile-' || (g % 1000), 'db', 'bench', jsonb_build_array('x' || g), 'DONE', "
+        ":now - 2000, :now - 1000 FROM generate_series(:lo, :hi) AS g WHERE g % 10 = 0 AND g % 100 < 95",
+        "INSERT INTO exchange_messages (id, addressee, database, size, sha256, content_type, created_at, state, "
+        "process_id, path, synced) SELECT 'x' || g, 'mobile-' || (g % 1000), 'db', 5, md5(g::text) || md5(g::text), "
+        "'application/octet-stream', :now - 3000, CASE WHEN g % 100 < 95 THEN 'GONE' ELSE 'AVAILABLE' END, "
+        "CASE WHEN g % 100 < 95 THEN 'p' || (g / 10 * 10 / 10) END, CASE WHEN g % 100 >= 95 THEN 'bench/x' || g END, "
+        "true FROM generate_series(:lo, :hi) AS g",
+        "INSERT INTO events (type, at, subject_kind, subject_id, data) SELECT 'exchange.message.stored', :now - 3000, "
+        "'exchange.message', 'x' || g, jsonb_build_object('addressee', 'mobile-' || (g % 1000), 'database', 'db') "
+        "FROM generate_series(:lo, :hi) AS g",
+    ],
+    # Tasks of 4 batchers in pairs (group, en/ru): 98 % done in packages of 100, 2 % pending; the version log.
+    "batching": [
+        "INSERT INTO batch_packages (id, batcher, status, size, attempts, created_at, updated_at) SELECT 'pk' || (g / 100), "
+        "'b' || (g / 100 % 4), 'done', 100, 1, :now - 2000, :now - 1000 FROM generate_series(:lo, :hi) AS g "
+        "WHERE g % 100 = 0 AND g % 10000 < 9800",
+        "INSERT INTO batch_tasks (batcher, id, \"group\", member, sha256, version, status, package_id, content, created_at, "
+        "updated_at) SELECT 'b' || (g / 100 % 4), 't' || g, 'g' || (g / 2), CASE WHEN g % 2 = 0 THEN 'en' ELSE 'ru' END, "
+        "md5(g::text) || md5(g::text), 1, CASE WHEN g % 10000 < 9800 THEN 'done' ELSE 'pending' END, "
+        "CASE WHEN g % 10000 < 9800 THEN 'pk' || (g / 100) END, to_jsonb('text ' || g), :now - 3000, :now - 1000 "
+        "FROM generate_series(:lo, :hi) AS g",
+        "INSERT INTO batch_versions (batcher, \"group\", member, version, sha256, task_id, at) SELECT 'b' || (g / 100 % 4), "
+        "'g' || (g / 2), CASE WHEN g % 2 = 0 THEN 'en' ELSE 'ru' END, 1, md5(g::text) || md5(g::text), 't' || g, :now - 3000 "
+        "FROM generate_series(:lo, :hi) AS g",
+        "INSERT INTO events (type, at, subject_kind, subject_id, data) SELECT 'batch.task.packed', :now - 2000, 'batch_task', "
+        "'b' || (g / 100 % 4) || '/t' || g, jsonb_build_object('package_id', 'pk' || (g / 100)) "
+        "FROM generate_series(:lo, :hi) AS g WHERE g % 10000 < 9800",
+    ],
+}
+
+
+async def fill_faces(url: str, n: int, faces: list[str]) -> None:
+    """Each face's ``n`` rows (machines, exchange messages, batching tasks) by SQL on a migrated store; the
+    namespaces and batchers through the API first (their settings as the service writes them)."""
+    import asyncpg
+
+    with tempfile.TemporaryDirectory() as tmp:
+        proc, base, _ = start_server(url, Path(tmp) / "data")
+        try:
+            with httpx.Client(base_url=base, timeout=60) as client:
+                for i in range(4):
+                    assert client.put(f"/v1/namespaces/ns{i}", json={"processor": {"timeout_ms": 2000}}).status_code == 200
+                    assert client.put(f"/v1/batchers/b{i}", json={
+                        "min_size": 100, "max_size": 100, "linger_ms": 5000, "max_wait_ms": 30 * DAY_MS, "group_size": 2,
+                        "incomplete_group": "reject", "lease_ms": 10000}).status_code == 200
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+    conn = await asyncpg.connect(url)
+    now = int(time.time() * 1000)
+    step = 100_000
+    started = time.monotonic()
+    for face in faces:
+        for lo in range(0, n, step):
+            for sql in FACES_FILL[face]:
+                bounds = (lo, min(n, lo + step) - 1) if ":lo" in sql else ()
+                await conn.execute(sql.replace(":now", str(now)).replace(":lo", "$1::bigint").replace(":hi", "$2::bigint"),
+                                   *bounds)
+            print(f"  {face}: {min(n, lo + step):,}, {time.monotonic() - started:.0f} s (load {load()})", flush=True)
+    await conn.execute("VACUUM ANALYZE")
+    await conn.close()
+
+
+async def upgrade_cost(url: str) -> None:
+    """What machines_0006, exchange_0003 and batching_0004 cost on this (filled) store: each counts table is
+    dropped and made again as its migration makes it — triggers created and the rows counted, writes to
+    the face's tables waiting on the lock meanwhile — timed, in one transaction each (the store is left as
+    the migration would leave it)."""
+    import importlib.util
+
+    import asyncpg
+
+    from mainspring.store.counts import AUTOVACUUM
+
+    conn = await asyncpg.connect(url)
+    versions = ROOT / "src/mainspring/store/migrations/versions"
+    for file, table in (("machines_0006_kept_counts", "machine_counts"), ("exchange_0003_kept_counts", "exchange_counts"),
+                        ("batching_0004_kept_counts", "batching_counts")):
+        spec = importlib.util.spec_from_file_location(file, versions / f"{file}.py")
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        async with conn.transaction():
+            for kept in module.KEPT:
+                for statement in kept.uninstall(postgres=True):
+                    await conn.execute(statement)
+            await conn.execute(f"DROP TABLE {table}")
+        started = time.monotonic()
+        async with conn.transaction():
+            await conn.execute(f"CREATE TABLE {table} (kind varchar(32) NOT NULL, grp varchar(1024) NOT NULL, "
+                               f"status varchar(32) NOT NULL, slot integer NOT NULL, n bigint NOT NULL, "
+                               f"CONSTRAINT pk_{table} PRIMARY KEY (kind, grp, status, slot))")
+            await conn.execute(f"ALTER TABLE {table} SET ({AUTOVACUUM})")
+            for kept in module.KEPT:
+                for statement in kept.install(postgres=True):
+                    await conn.execute(statement)
+        rows = int(await conn.fetchval(f"SELECT coalesce(sum(n), 0) FROM {table}"))
+        print(f"{file}: {time.monotonic() - started:.2f} s holding the lock, {rows:,} rows counted (load {load()})", flush=True)
+    await conn.close()
 
 
 # --- measure ----------------------------------------------------------------------------------------------
@@ -179,6 +318,54 @@ def cursor_at(client: httpx.Client, path: str, pages: int) -> str | None:
     return cursor
 
 
+def time_reads(client: httpx.Client, reads: list[tuple[str, str]]) -> None:
+    for what, path in reads:
+        ms, _ = timed(client, path)
+        print(f"{what:<48} {ms:8.1f} ms   (load {load()})", flush=True)
+
+
+def measure_faces(database: str) -> None:
+    """The dashboard pages and API lists of machines, exchange and batching (after ``fill-faces``), and the
+    counts each reads; deep pages by the lists' own cursors."""
+    with tempfile.TemporaryDirectory() as tmp:
+        proc, base, start_s = start_server(database, Path(tmp) / "data")
+        try:
+            print(f"server start (to /readyz 200): {start_s * 1000:.0f} ms   (load {load()})")
+            with httpx.Client(base_url=base, timeout=120) as client:
+                reads = [("GET /healthz (the floor)", "/healthz"), ("GET /metrics (uncached)", "/metrics"),
+                         ("/ui/ overview", "/ui/"), ("/ui/events", "/ui/events"), ("GET /v1/events", "/v1/events?limit=50")]
+                deep = cursor_at(client, "/v1/events", 20)
+                if deep:
+                    reads.append(("GET /v1/events, deep page (20,000 in)", f"/v1/events?limit=50&after={deep}"))
+                reads += [
+                    ("/ui/machines", "/ui/machines"), ("/ui/machines?status=failed", "/ui/machines?status=failed"),
+                    ("/ui/machines/namespaces/ns0", "/ui/machines/namespaces/ns0"), ("/ui/machines/ns0/m4", "/ui/machines/ns0/m4"),
+                    ("GET /v1/namespaces/ns0 (counts)", "/v1/namespaces/ns0"),
+                    ("GET machines list", "/v1/namespaces/ns0/machines?limit=50"),
+                    ("GET machines list status=failed", "/v1/namespaces/ns0/machines?status=failed&limit=50"),
+                    ("GET /v1/namespaces/ns0/machines/m4", "/v1/namespaces/ns0/machines/m4"),
+                    ("/ui/exchange", "/ui/exchange"), ("/ui/exchange?state=DONE", "/ui/exchange?state=DONE"),
+                    ("/ui/exchange/mailboxes/mobile-5/db", "/ui/exchange/mailboxes/mobile-5/db"),
+                    ("/ui/exchange/processes/p5", "/ui/exchange/processes/p5"),
+                    ("GET API_1 mailbox messages", "/v1/exchange/mailboxes/mobile-5/db/messages?limit=50"),
+                    ("GET processes state=DONE", "/v1/exchange/processes?state=DONE"),
+                    ("GET processes of a mailbox", "/v1/exchange/processes?addressee=mobile-5&database=db"),
+                    ("/ui/batching", "/ui/batching"), ("/ui/batching/b0", "/ui/batching/b0"),
+                    ("GET /v1/batchers/b0 (counts)", "/v1/batchers/b0"),
+                    ("GET a task", "/v1/batchers/b0/tasks/t5"),
+                    ("GET group versions", "/v1/batchers/b0/versions/g2"),
+                ]
+                for path in ("/v1/namespaces/ns0/machines", "/v1/exchange/processes?state=DONE"):
+                    deep = cursor_at(client, path, 20)
+                    if deep:
+                        sep = "&" if "?" in path else "?"
+                        reads.append((f"GET {path} deep page", f"{path}{sep}limit=50&cursor={deep}"))
+                time_reads(client, reads)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
 def measure(database: str, queue: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         proc, base, start_s = start_server(database, Path(tmp) / "data")
@@ -202,9 +389,7 @@ def measure(database: str, queue: str) -> None:
                 deep = cursor_at(client, f"/v1/queues/{queue}/interactions?status=failed", 2)
                 if deep:
                     reads.append(("list status=failed, deep page", f"/v1/queues/{queue}/interactions?status=failed&limit=50&cursor={deep}"))
-                for what, path in reads:
-                    ms, _ = timed(client, path)
-                    print(f"{what:<40} {ms:8.1f} ms   (load {load()})", flush=True)
+                time_reads(client, reads)
                 latencies = []
                 for i in range(200):
                     t = time.perf_counter()
@@ -302,11 +487,8 @@ async def ab_round(url: str, with_counts: bool, creates: int, jobs: int) -> dict
     from mainspring.store import Store
     from mainspring.store.migrate import migrate as migrate_store
 
-    admin, name = url.rsplit("/", 1)
-    conn = await asyncpg.connect(admin + "/postgres")
-    await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    await conn.execute(f'CREATE DATABASE "{name}"')
-    await conn.close()
+    name = url.rsplit("/", 1)[1]
+    await fresh_database(url)
     cfg = InteractionsSettings()
     store = Store(url, pool_size=4)
     await migrate_store(store)
@@ -364,12 +546,186 @@ async def ab(url: str, rounds: int, creates: int, jobs: int) -> None:
             print(f"round {r} {label} " + "  ".join(f"{k} {v:.1f}" for k, v in measured.items()) + f"   (load {load()})", flush=True)
 
 
+# --- soak: a steady create rate with processing and retention, sizes and plans sampled over time ------------
+
+SOAK_QUEUE = "soak"
+HOT_TABLES = ("interactions", "interaction_counts", "events", "interaction_queues")
+SCANS_FLAGGED = ("interactions", "events")  # the big ones (a few-row table is best read by a Seq Scan)
+SOAK_EXPLAINED = {
+    "queue counts": "SELECT * FROM interaction_counts WHERE queue = 'soak'",
+    "lease probe (ready by priority)": "SELECT id FROM interactions WHERE queue = 'soak' AND state = 'queued' "
+                                       "AND next_processing <= {now} ORDER BY priority DESC, next_processing, id LIMIT 100",
+    "expired leases": "SELECT id FROM interactions WHERE queue = 'soak' AND state = 'processing' "
+                      "AND lease_expires_at < {now} LIMIT 100",
+    "retention (finished)": "SELECT id FROM interactions WHERE queue = 'soak' AND finished_at IS NOT NULL "
+                            "AND finished_at < {now} - {retention_ms} ORDER BY finished_at LIMIT 500",
+    "retention (events)": "SELECT id FROM events WHERE at < {now} - {retention_ms} "
+                          "AND position < (SELECT max(position) FROM events) ORDER BY at LIMIT 1000",
+    "list status=failed": "SELECT * FROM interactions WHERE queue = 'soak' AND state = 'failed' ORDER BY id LIMIT 51",
+    "list, first page": "SELECT * FROM interactions WHERE queue = 'soak' ORDER BY id LIMIT 51",
+}
+
+
+async def soak_sample(conn: Any, t: float, retention_ms: int) -> list[tuple[float, str, str, float]]:
+    """One sample: (t, measure, relation or statement, value) rows."""
+    rows: list[tuple[float, str, str, float]] = []
+    for r in await conn.fetch(
+            "SELECT relname, pg_relation_size(relid) AS size, n_live_tup, n_dead_tup, autovacuum_count, "
+            "autoanalyze_count FROM pg_stat_user_tables"):
+        for measure in ("size", "n_live_tup", "n_dead_tup", "autovacuum_count", "autoanalyze_count"):
+            rows.append((t, f"table_{measure}", r["relname"], float(r[measure])))
+    for r in await conn.fetch("SELECT indexrelname, pg_relation_size(indexrelid) AS size FROM pg_stat_user_indexes"):
+        rows.append((t, "index_size", r["indexrelname"], float(r["size"])))
+    now = int(time.time() * 1000)
+    for what, sql in SOAK_EXPLAINED.items():
+        plan = "\n".join(p[0] for p in await conn.fetch(
+            "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY ON) " + sql.format(now=now, retention_ms=retention_ms)))
+        ms = float(plan.rsplit("Execution Time: ", 1)[1].split(" ")[0])
+        scans = [table for table in SCANS_FLAGGED if f"Seq Scan on {table} " in plan]
+        rows.append((t, "explain_ms", what, ms))
+        rows.append((t, "seq_scan", what, float(bool(scans))))
+        if scans:
+            print(f"  SEQ SCAN at {t:.0f} s in {what!r}:\n{plan}", flush=True)
+    return rows
+
+
+async def soak(url: str, minutes: float, rate: int, retention_s: int) -> None:
+    import csv
+
+    import asyncpg
+
+    from mainspring.app import App
+    from mainspring.interactions.settings import InteractionsSettings
+    from mainspring.interactions.worker import Worker
+    from mainspring.store import Store
+
+    await fresh_database(url)
+    migrate(url)
+    retention_ms = retention_s * 1000
+    env = {"MAINSPRING_INTERACTIONS__RETENTION_MS": str(retention_ms),
+           "MAINSPRING_INTERACTIONS__RETENTION_INTERVAL_MS": "10000",
+           "MAINSPRING_SERVER__EVENTS_RETENTION_MS": str(retention_ms),
+           "MAINSPRING_SERVER__RETENTION_INTERVAL_MS": "10000"}
+    import os
+    os.environ.update(env)
+    out = ROOT / "bench"
+    samples: list[tuple[float, str, str, float]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        proc, base, _ = start_server(url, Path(tmp) / "data")
+        store = Store(url, pool_size=4)
+        await store.start()
+        created = handled = 0
+        app = App()
+
+        @app.queue(SOAK_QUEUE, concurrency=500, batch=500)  # worker-speed's best settings: keeps up at 500/s
+        async def noop(item: Any) -> None:
+            nonlocal handled
+            handled += 1
+
+        worker = Worker(store, app, InteractionsSettings(retention_ms=retention_ms), poll_ms=1000)
+        stop = asyncio.Event()
+        began = time.monotonic()
+        per_call = max(1, rate // 10)
+
+        async def produce(client: httpx.AsyncClient) -> None:
+            nonlocal created
+            tick = 0
+            while not stop.is_set():
+                tick += 1
+                response = await client.post(f"/v1/queues/{SOAK_QUEUE}/interactions/bulk",
+                                             json={"interactions": [{"data": {"n": tick}}] * per_call})
+                assert response.status_code == 201, response.text[:300]
+                created += per_call
+                # Paced by the clock: a late call is followed at once by the next (the rate is kept on average).
+                await asyncio.sleep(max(0.0, began + tick * per_call / rate - time.monotonic()))
+
+        try:
+            async with httpx.AsyncClient(base_url=base, timeout=60) as client:
+                await client.put(f"/v1/queues/{SOAK_QUEUE}", json={"retention_ms": retention_ms})
+                await worker.start()
+                producer = asyncio.create_task(produce(client))
+                sampler = await asyncpg.connect(url)
+                last = (0, 0, began)
+                while time.monotonic() - began < minutes * 60:
+                    await asyncio.sleep(30 - (time.monotonic() - began) % 30)
+                    t = time.monotonic() - began
+                    rows = await soak_sample(sampler, t, retention_ms)
+                    c, h, at = created, handled, time.monotonic()
+                    rows += [(t, "rate", "created_per_s", (c - last[0]) / (at - last[2])),
+                             (t, "rate", "processed_per_s", (h - last[1]) / (at - last[2])),
+                             (t, "load", "loadavg_1m", float(load()))]
+                    last = (c, h, at)
+                    samples += rows
+                    size = {n: v for _, m, n, v in rows if m == "table_size"}
+                    dead = {n: v for _, m, n, v in rows if m == "table_n_dead_tup"}
+                    print(f"{t:6.0f} s  created/s {rows[-3][3]:6.0f}  processed/s {rows[-2][3]:6.0f}  "
+                          f"interactions {size.get('interactions', 0) / 2**20:7.1f} MB dead {dead.get('interactions', 0):8.0f}  "
+                          f"events {size.get('events', 0) / 2**20:7.1f} MB dead {dead.get('events', 0):8.0f}  load {load()}",
+                          flush=True)
+                    with open(out / "soak.csv", "w", newline="") as f:
+                        writer = csv.writer(f)
+                        writer.writerow(["t_s", "measure", "name", "value"])
+                        writer.writerows(samples)
+                stop.set()
+                await producer
+                await sampler.close()
+        finally:
+            await worker.stop()
+            await store.close()
+            proc.terminate()
+            proc.wait(timeout=30)
+    soak_plot(samples, retention_s, out / "soak.png")
+
+
+def soak_plot(samples: list[tuple[float, str, str, float]], retention_s: int, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def series(measure: str, keep: Any) -> dict[str, tuple[list[float], list[float]]]:
+        found: dict[str, tuple[list[float], list[float]]] = {}
+        for t, m, n, v in samples:
+            if m == measure and keep(n):
+                xs, ys = found.setdefault(n, ([], []))
+                xs.append(t / 60)
+                ys.append(v)
+        return found
+
+    def hot(name: str) -> bool:
+        return name.startswith(HOT_TABLES) or name.startswith(("ix_interaction", "pk_interaction", "ix_events", "pk_events", "uq_events"))
+
+    panels = [("table_size", "table size (MiB)", 2**20, lambda n: n in HOT_TABLES),
+              ("index_size", "index size (MiB)", 2**20, hot),
+              ("table_n_dead_tup", "dead tuples (thousands)", 1000, lambda n: n in HOT_TABLES),
+              ("rate", "per second", 1, lambda n: True)]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(11, 14), sharex=True)
+    for ax, (measure, label, scale, keep) in zip(axes, panels, strict=True):
+        for n, (xs, ys) in sorted(series(measure, keep).items()):
+            if max(ys) > 0:
+                ax.plot(xs, [y / scale for y in ys], label=n)
+        for window in range(retention_s, int(max(t for t, *_ in samples)) + 1, retention_s):
+            ax.axvline(window / 60, color="grey", linestyle=":", linewidth=0.8)
+        ax.set_ylabel(label)
+        ax.legend(fontsize=7, loc="upper left", ncol=2)
+        ax.grid(alpha=0.3)
+    axes[-1].set_xlabel("minutes (dotted: each retention window)")
+    fig.suptitle("Soak: steady creates, a worker completing them, retention on (bench/scale.py soak)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["fill", "measure", "service", "explain", "ab"])
+    parser.add_argument("command", choices=["fill", "fill-faces", "upgrade-cost", "measure", "measure-faces", "service", "explain", "ab", "soak"])
     parser.add_argument("--database", required=True)
     parser.add_argument("--interactions", type=int, default=1_000_000)
     parser.add_argument("--queues", type=int, default=5)
+    parser.add_argument("--faces-rows", type=int, default=1_000_000, help="fill-faces: machines, messages, tasks")
+    parser.add_argument("--faces", default="machines,exchange,batching", help="fill-faces: which")
+    parser.add_argument("--minutes", type=float, default=30, help="soak: how long")
+    parser.add_argument("--rate", type=int, default=500, help="soak: creates per second")
+    parser.add_argument("--retention-s", type=int, default=300, help="soak: retention of finished items and events")
     args = parser.parse_args()
     print(f"{args.command} {args.database} at {time.strftime('%H:%M:%S', time.gmtime())} UTC, load {load()}")
     if args.command == "fill":
@@ -379,10 +735,20 @@ def main() -> None:
         else:
             fill_sqlite(args.database, args.interactions, args.queues)
         print(f"filled in {time.monotonic() - started:.0f} s")
+    elif args.command == "upgrade-cost":
+        asyncio.run(upgrade_cost(args.database))
+    elif args.command == "measure-faces":
+        measure_faces(args.database)
     elif args.command == "measure":
         measure(args.database, "q0")
     elif args.command == "service":
         asyncio.run(service_times(args.database))
+    elif args.command == "fill-faces":
+        started = time.monotonic()
+        asyncio.run(fill_faces(args.database, args.faces_rows, args.faces.split(",")))
+        print(f"filled in {time.monotonic() - started:.0f} s")
+    elif args.command == "soak":
+        asyncio.run(soak(args.database, args.minutes, args.rate, args.retention_s))
     elif args.command == "ab":
         asyncio.run(ab(args.database, 3, 2000, 5000))
     else:

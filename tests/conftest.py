@@ -266,3 +266,17 @@ def blank_database_url(engine: str, tmp_path: Path) -> Iterator[str]:
     asyncio.run(_pg_admin(f'DROP DATABASE IF EXISTS "{name}"', f'CREATE DATABASE "{name}"'))
     yield pg_url(name)
     asyncio.run(_pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+async def assert_counts_exact(store: Store, counts: Any, kind: str, source: Any, status: str, group: str | None = None) -> dict[tuple[str, str], int]:
+    """The kept counts (``store.counts``) of ``kind`` equal a count of ``source``'s rows themselves; answers them."""
+    from sqlalchemy import func, literal, select
+
+    from mainspring.store import counts as kept_counts
+
+    grp = source.c[group] if group else literal("")
+    async with store.read() as conn:
+        rows = (await conn.execute(select(grp, source.c[status], func.count()).group_by(grp, source.c[status]))).all()
+        kept = await kept_counts.read_counts(conn, counts, kind)
+    assert kept == {(str(g), str(s)): int(n) for g, s, n in rows}
+    return kept

@@ -32,6 +32,7 @@ from mainspring.core.runtime import (
     SHARED_PORTS,
     Context,
     Face,
+    fold_kept_counts,
     log_failure,
     retry_while_unavailable,
     run_loop,
@@ -216,6 +217,8 @@ def create_app(
             own = [name for face in FACES if face.publishers_for is not None for name in face.publishers_for(settings)]
             tasks.append(asyncio.create_task(prune_published_events(ctx, own), name="events-retention"))
             tasks.append(asyncio.create_task(close_fixed_alerts(ctx), name="alerts-closer"))
+            kept = [table for face in FACES for table in face.kept_counts]
+            tasks.append(asyncio.create_task(fold_kept_counts(ctx, kept), name="kept-counts"))
             for face in FACES:
                 for loop in face.loops:
                     tasks.append(asyncio.create_task(loop(ctx), name=f"{face.name}:{loop.__name__}"))

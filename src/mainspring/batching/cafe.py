@@ -275,7 +275,8 @@ async def list_packages(
         rows = await data.list_packages(conn, name, status, after, limit + 1)
         more = len(rows) > limit
         rows = rows[:limit]
-        items = [package_to_api(r, await data.package_tasks(conn, r.id), with_lease=False) for r in rows]
+        tasks = await data.tasks_of_packages(conn, [r.id for r in rows])
+        items = [package_to_api(r, tasks[r.id], with_lease=False) for r in rows]
     return items, encode_cursor(rows[-1].seq) if more else None
 
 

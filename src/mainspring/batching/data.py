@@ -17,9 +17,10 @@ from typing import Any
 from sqlalchemy import Integer, String, and_, bindparam, case, column, func, or_, select, text
 
 from mainspring.batching.planner import GroupLog, LogLine, PendingTask, TimerState
-from mainspring.batching.tables import batch_packages, batch_tasks, batch_versions, batchers
+from mainspring.batching.tables import batch_packages, batch_tasks, batch_versions, batchers, batching_counts
 from mainspring.core import data as core_data
 from mainspring.store import Transaction
+from mainspring.store import counts as kept_counts
 from mainspring.store.dialect import Executor
 from mainspring.store.postgres import lock_key
 from mainspring.store.schema import Millis
@@ -125,18 +126,12 @@ async def save_timer(tx: Executor, name: str, timer: TimerState) -> None:
 
 async def count_batcher_tasks(conn: Executor, name: str) -> dict[str, int]:
     """The batcher's tasks counted by status (statuses it has none of are left out)."""
-    query = select(batch_tasks.c.status, func.count()).where(batch_tasks.c.batcher == name).group_by(batch_tasks.c.status)
-    return {str(status): int(n) for status, n in (await conn.execute(query)).all()}
+    return kept_counts.by_status(await kept_counts.read_counts(conn, batching_counts, "tasks", name))
 
 
 async def count_batcher_packages(conn: Executor, name: str) -> dict[str, int]:
     """The batcher's packages counted by status (statuses it has none of are left out)."""
-    query = (
-        select(batch_packages.c.status, func.count())
-        .where(batch_packages.c.batcher == name)
-        .group_by(batch_packages.c.status)
-    )
-    return {str(status): int(n) for status, n in (await conn.execute(query)).all()}
+    return kept_counts.by_status(await kept_counts.read_counts(conn, batching_counts, "packages", name))
 
 
 # --- tasks ----------------------------------------------------------------------------------------------
@@ -258,6 +253,16 @@ async def package_tasks(conn: Executor, package_id: str) -> list[TaskRow]:
     """The tasks of a package, in arrival order."""
     query = select(*_TASK_COLUMNS).where(batch_tasks.c.package_id == package_id).order_by(batch_tasks.c.seq)
     return [_task(row) for row in (await conn.execute(query)).all()]
+
+
+async def tasks_of_packages(conn: Executor, package_ids: Sequence[str]) -> dict[str, list[TaskRow]]:
+    """The tasks of each of ``package_ids``, in arrival order: one statement for a page of packages."""
+    query = select(*_TASK_COLUMNS).where(batch_tasks.c.package_id.in_(package_ids)).order_by(batch_tasks.c.seq)
+    found: dict[str, list[TaskRow]] = {package_id: [] for package_id in package_ids}
+    for row in (await conn.execute(query)).all():
+        task = _task(row)
+        found[str(task.package_id)].append(task)
+    return found
 
 
 async def set_package_tasks_status(tx: Executor, package_id: str, status: str, now: int, *, error: str | None = None) -> None:
@@ -925,12 +930,8 @@ async def delete_rejected_tasks(tx: Transaction, seqs: Sequence[int]) -> int:
 
 async def count_live_tasks(conn: Executor) -> list[tuple[str, str, int]]:
     """(batcher, status, count) of tasks still in the dispatcher or the cafe."""
-    query = (
-        select(batch_tasks.c.batcher, batch_tasks.c.status, func.count())
-        .where(batch_tasks.c.status.in_(LIVE_TASK_STATUSES))
-        .group_by(batch_tasks.c.batcher, batch_tasks.c.status)
-    )
-    return [(str(b), str(s), int(n)) for b, s, n in (await conn.execute(query)).all()]
+    counted = await kept_counts.read_counts(conn, batching_counts, "tasks")
+    return [(b, s, n) for (b, s), n in counted.items() if s in LIVE_TASK_STATUSES]
 
 
 async def count_forming_tasks(conn: Executor) -> list[tuple[str, int]]:
@@ -946,10 +947,7 @@ async def count_forming_tasks(conn: Executor) -> list[tuple[str, int]]:
 
 async def count_packages(conn: Executor) -> list[tuple[str, str, int]]:
     """(batcher, status, count) of packages (finished ones until retention removes them)."""
-    query = select(batch_packages.c.batcher, batch_packages.c.status, func.count()).group_by(
-        batch_packages.c.batcher, batch_packages.c.status
-    )
-    return [(str(b), str(s), int(n)) for b, s, n in (await conn.execute(query)).all()]
+    return [(b, s, n) for (b, s), n in (await kept_counts.read_counts(conn, batching_counts, "packages")).items()]
 
 
 # --- removing a batcher ---------------------------------------------------------------------------------
@@ -987,8 +985,8 @@ async def delete_batcher_rows(tx: Transaction, batcher: str) -> Removed:
 
 async def count_by_status(conn: Executor) -> dict[str, dict[str, int]]:
     """Tasks and packages counted by status."""
-    return {"tasks": await core_data.count_by(conn, batch_tasks.c.status),
-            "packages": await core_data.count_by(conn, batch_packages.c.status)}
+    return {kind: kept_counts.by_status(await kept_counts.read_counts(conn, batching_counts, kind))
+            for kind in ("tasks", "packages")}
 
 
 async def mean_package_time_by_bucket(conn: Executor, since: int, until: int, bucket_ms: int) -> dict[int, float]:

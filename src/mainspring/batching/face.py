@@ -4,6 +4,7 @@ from mainspring.batching import metrics, service
 from mainspring.batching.cli import cli
 from mainspring.batching.dispatcher import dispatcher_loop
 from mainspring.batching.routes import routes
+from mainspring.batching.tables import batching_counts
 from mainspring.batching.worker import recover, workers_loop
 from mainspring.core.runtime import Context, Face, run_loop
 
@@ -24,5 +25,5 @@ async def retention_loop(ctx: Context) -> None:
 
 face = Face(
     name="batching", routes=routes, recover=recover, loops=[dispatcher_loop, retention_loop, workers_loop], cli=cli,
-    read_gauges=metrics.read_gauges,
+    read_gauges=metrics.read_gauges, kept_counts=[batching_counts],
 )

@@ -3,6 +3,7 @@
 from sqlalchemy import Boolean, Column, Index, Integer, String, Table, Text, UniqueConstraint, false
 
 from mainspring.core.leases import lease_columns
+from mainspring.store.counts import counts_table
 from mainspring.store.schema import BigId, Json, Millis, metadata
 
 batchers = Table(
@@ -92,3 +93,7 @@ batch_packages = Table(
     # Retention finds finished packages by when they finished (batching_0003).
     Index("ix_batch_packages_status_updated_at", "status", "updated_at"),
 )
+
+# Tasks and packages per batcher and status, kept by triggers in the transaction that changes them (migration
+# batching_0004, ``store.counts``): the counts on the overview, /metrics and a batcher's page without a scan.
+batching_counts = counts_table("batching_counts", metadata)

@@ -149,7 +149,10 @@ async def delete_events_before(tx: Executor, before_ms: int, batch: int, up_to_p
     old = select(events.c.id).where(events.c.at < before_ms, events.c.position < newest)
     if up_to_position is not None:
         old = old.where(events.c.position <= up_to_position)
-    return (await tx.execute(events.delete().where(events.c.id.in_(old.limit(batch).scalar_subquery())))).rowcount or 0
+    # Oldest first on ``ix_events_at``: the walk stops after ``batch``, and finds nothing at once when nothing
+    # is due (without it the plan was a Seq Scan and a sort of the whole table, every round: the soak).
+    old = old.order_by(events.c.at).limit(batch)
+    return (await tx.execute(events.delete().where(events.c.id.in_(old.scalar_subquery())))).rowcount or 0
 
 
 async def lowest_cursor(conn: Executor, names: Sequence[str]) -> int:
@@ -310,12 +313,6 @@ async def cursor_position(conn: Executor, name: str) -> int | None:
 
 
 # --- dashboard views over any face's table --------------------------------------------------------------
-
-
-async def count_by(conn: Executor, column: ColumnElement[Any]) -> dict[str, int]:
-    """Rows of ``column``'s table counted by its values."""
-    query = select(column, func.count()).group_by(column)
-    return {str(k): int(n) for k, n in (await conn.execute(query)).all()}
 
 
 async def mean_duration_by_bucket(

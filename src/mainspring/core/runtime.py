@@ -13,6 +13,8 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_e
 from mainspring.core import tracing
 from mainspring.core.alerts import FixedAlerts
 from mainspring.store import Store
+from mainspring.store import counts as kept_counts
+from mainspring.store.counts import CountsTable
 from mainspring.store.errors import is_unavailable
 
 if TYPE_CHECKING:
@@ -65,6 +67,8 @@ class Face:
     """Operations whose paths come from the settings (given the server's ``Settings``), served beside ``routes``."""
     publishers_for: Callable[[Any], Sequence[str]] | None = None
     """Names of the face's own outbox publishers (given ``Settings``): retention keeps what they have not read."""
+    kept_counts: Sequence[CountsTable] = ()
+    """The face's counts tables kept by triggers (``store.counts``), whose gone backends' rows the server folds."""
 
 
 def log_failure(logger: logging.Logger, exc: BaseException, message: str, *args: object) -> None:
@@ -143,3 +147,18 @@ async def _sleep_or_stop(ctx: Context, seconds: float) -> None:
             await ctx.stopping.wait()
     except TimeoutError:
         pass
+
+
+async def fold_kept_counts(ctx: Context, tables: Sequence[CountsTable]) -> None:
+    """PostgreSQL: fold the rows of gone backends in the faces' kept counts (``store.counts.fold``) every
+    retention interval, so the tables stay as small as the number of live connections."""
+    if not ctx.store.is_postgres or not tables:
+        return
+
+    async def step() -> int | None:
+        for table in tables:
+            async with ctx.store.transaction() as tx:
+                await kept_counts.fold(tx, table)
+        return None
+
+    await run_loop(ctx, "kept-counts", step, channel="kept-counts", poll_ms=ctx.settings.server.retention_interval_ms)

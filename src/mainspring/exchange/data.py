@@ -25,14 +25,16 @@ from sqlalchemy import (
     literal,
     or_,
     select,
+    tuple_,
     update,
 )
 
 from mainspring.core import data as core_data
-from mainspring.exchange.tables import ACTIVE_STATES, FINISHED_STATES
+from mainspring.exchange.tables import ACTIVE_STATES, FINISHED_STATES, exchange_counts
 from mainspring.exchange.tables import exchange_messages as M
 from mainspring.exchange.tables import exchange_processes as P
 from mainspring.store import Transaction
+from mainspring.store import counts as kept_counts
 from mainspring.store.dialect import Executor
 from mainspring.store.notify import PG_CHANNEL
 
@@ -326,7 +328,7 @@ async def list_processes(
         query = query.where(P.c.database == database)
     if after is not None:
         at, last = after
-        query = query.where((P.c.started_at > at) | ((P.c.started_at == at) & (P.c.id > last)))
+        query = query.where(tuple_(P.c.started_at, P.c.id) > tuple_(at, last))  # a range of the index
     return [_process(r) for r in (await conn.execute(query)).all()]
 
 
@@ -654,8 +656,8 @@ async def oldest_removable_finish(conn: Executor) -> int | None:
 
 
 async def count_processes_by_state(conn: Executor) -> dict[str, int]:
-    rows = (await conn.execute(select(P.c.state, func.count()).group_by(P.c.state))).all()
-    return {str(state): int(n) for state, n in rows}
+    """Processes counted by state (the kept counts: exact, no scan)."""
+    return kept_counts.by_status(await kept_counts.read_counts(conn, exchange_counts, "processes"))
 
 
 async def most_waiting_mailboxes(conn: Executor, limit: int) -> tuple[list[MailboxCount], int]:
@@ -679,7 +681,8 @@ async def most_waiting_mailboxes(conn: Executor, limit: int) -> tuple[list[Mailb
 
 async def count_by_state(conn: Executor) -> dict[str, dict[str, int]]:
     """Processes and messages counted by state."""
-    return {"processes": await core_data.count_by(conn, P.c.state), "messages": await core_data.count_by(conn, M.c.state)}
+    return {kind: kept_counts.by_status(await kept_counts.read_counts(conn, exchange_counts, kind))
+            for kind in ("processes", "messages")}
 
 
 async def mean_cycle_by_bucket(conn: Executor, since: int, until: int, bucket_ms: int) -> dict[int, float]:

@@ -7,9 +7,10 @@ from mainspring.exchange.cli import cli
 from mainspring.exchange.orphans import orphan_sweeper
 from mainspring.exchange.retention import retention_loop
 from mainspring.exchange.routes import routes
+from mainspring.exchange.tables import exchange_counts
 from mainspring.exchange.watchdog import recover, watchdog
 
 face = Face(
     name="exchange", routes=routes, recover=recover, loops=[watchdog, orphan_sweeper, retention_loop], cli=cli,
-    read_gauges=metrics.read_gauges, fixed_alerts=FIXED_ALERTS,
+    read_gauges=metrics.read_gauges, fixed_alerts=FIXED_ALERTS, kept_counts=[exchange_counts],
 )

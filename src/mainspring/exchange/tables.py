@@ -19,6 +19,7 @@ from sqlalchemy import (
     text,
 )
 
+from mainspring.store.counts import counts_table
 from mainspring.store.schema import Json, Millis, metadata
 
 ACTIVE_STATES = ("STARTED", "READY_TO_COMMIT")
@@ -86,4 +87,11 @@ exchange_processes = Table(
     Index("ix_exchange_processes_mailbox", "addressee", "database", "state"),
     # Finished processes by when they finished (``updated_at`` never changes after DONE or ABORTED): retention.
     Index("ix_exchange_processes_finished", "state", "updated_at"),
+    # The processes list, by start, with and without a state (exchange_0003).
+    Index("ix_exchange_processes_state_started", "state", "started_at", "id"),
+    Index("ix_exchange_processes_started", "started_at", "id"),
 )
+
+# Processes and messages by state, kept by triggers in the transaction that changes them (migration
+# exchange_0003, ``store.counts``): the counts on the overview without a scan of either table.
+exchange_counts = counts_table("exchange_counts", metadata)

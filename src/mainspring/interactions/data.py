@@ -24,6 +24,7 @@ from mainspring.interactions.tables import interaction_queues as queues
 from mainspring.interactions.tables import interaction_schedules as schedules
 from mainspring.interactions.tables import interactions as items
 from mainspring.store import Store, Transaction, format_time
+from mainspring.store import counts as kept_counts
 from mainspring.store.dialect import Executor
 from mainspring.store.notify import PG_CHANNEL, payloads
 from mainspring.store.schema import Millis
@@ -376,24 +377,8 @@ async def count_by_status(conn: Executor, now: int, *, postgres: bool, queue: st
 
 
 async def fold_counts(tx: Executor) -> int:
-    """PostgreSQL: fold the count rows of backends that are gone into slot 0 (each backend adds to rows of
-    its own, so they would pile up with every new connection); rows another transaction holds are left
-    for the next round. Answers how many rows were folded."""
-    result: Any = await tx.execute(_FOLD_COUNTS)
-    return len(result.all())
-
-
-_FOLD_COUNTS = text(
-    "WITH gone AS ("
-    " DELETE FROM interaction_counts c USING ("
-    "  SELECT queue, status, slot FROM interaction_counts"
-    "  WHERE slot <> 0 AND slot NOT IN (SELECT pid FROM pg_stat_activity WHERE pid IS NOT NULL)"
-    "  FOR UPDATE SKIP LOCKED) AS g"
-    " WHERE (c.queue, c.status, c.slot) = (g.queue, g.status, g.slot) RETURNING c.queue, c.status, c.n),"
-    " summed AS (SELECT queue, status, sum(n) AS n FROM gone GROUP BY queue, status) "
-    "INSERT INTO interaction_counts AS c (queue, status, slot, n) SELECT queue, status, 0, n FROM summed "
-    "ON CONFLICT (queue, status, slot) DO UPDATE SET n = c.n + excluded.n RETURNING c.queue"
-)
+    """PostgreSQL: fold the count rows of backends that are gone into slot 0 (``store.counts.fold``)."""
+    return await kept_counts.fold(tx, counts)
 
 
 async def oldest_ready(conn: Executor, now: int) -> dict[str, int]:
@@ -1342,7 +1327,10 @@ _SAMPLED_LATENCY_BUCKET = select(func.avg(_LATEST_FINISHED.c.d), func.count())
 
 
 async def delete_finished_before(tx: Executor, queue: str, before: int, batch: int) -> int:
-    ids = select(items.c.id).where(items.c.queue == queue, items.c.finished_at.is_not(None), items.c.finished_at < before).limit(batch)
+    # Oldest first on ix_interactions_finished: without an order the plan was a Seq Scan that stops after
+    # ``batch`` matches only while the old rows sit first in the table (the soak), not once vacuum reuses pages.
+    ids = (select(items.c.id).where(items.c.queue == queue, items.c.finished_at.is_not(None), items.c.finished_at < before)
+           .order_by(items.c.finished_at).limit(batch))
     return (await tx.execute(items.delete().where(items.c.id.in_(ids.scalar_subquery())))).rowcount or 0
 
 

@@ -42,8 +42,17 @@ from sqlalchemy.sql.elements import TextClause
 
 from mainspring.core import leases
 from mainspring.core.outbox import SEQUENCER_CHANNEL
-from mainspring.machines.tables import failures, history, machines, namespaces, notifications, operations
+from mainspring.machines.tables import (
+    failures,
+    history,
+    machine_counts,
+    machines,
+    namespaces,
+    notifications,
+    operations,
+)
 from mainspring.store import Store, Transaction
+from mainspring.store import counts as kept_counts
 from mainspring.store.dialect import Executor
 from mainspring.store.notify import PG_CHANNEL
 
@@ -210,9 +219,9 @@ async def save_namespace(tx: Transaction, name: str, values: dict[str, Any]) -> 
 
 
 async def namespace_names(conn: Executor) -> set[str]:
-    """Every namespace stored or used by a machine."""
+    """Every namespace stored or used by a machine (those from the kept counts: not a scan of the machines)."""
     stored = set((await conn.execute(select(namespaces.c.name))).scalars())
-    return stored | set((await conn.execute(select(machines.c.namespace).distinct())).scalars())
+    return stored | {grp for grp, _status in await kept_counts.read_counts(conn, machine_counts, "machines")}
 
 
 # --- machines: reads --------------------------------------------------------------------------------------
@@ -328,16 +337,14 @@ async def search_machines(conn: Executor, status: str | None, id_part: str | Non
 
 
 async def count_by_status(conn: Executor) -> dict[str, int]:
-    rows = (await conn.execute(select(machines.c.status, func.count()).group_by(machines.c.status))).all()
-    return {str(status): int(n) for status, n in rows}
+    """Machines counted by status (the kept counts: exact, no scan)."""
+    return kept_counts.by_status(await kept_counts.read_counts(conn, machine_counts, "machines"))
 
 
 async def count_by_namespace_and_status(conn: Executor, namespace: str | None = None) -> list[tuple[str, str, int]]:
-    """Machines counted per (namespace, status), of every namespace or one."""
-    query = select(machines.c.namespace, machines.c.status, func.count()).group_by(machines.c.namespace, machines.c.status)
-    if namespace is not None:
-        query = query.where(machines.c.namespace == namespace)
-    return [(str(ns), str(status), int(n)) for ns, status, n in (await conn.execute(query)).all()]
+    """Machines counted per (namespace, status), of every namespace or one (the kept counts)."""
+    counted = await kept_counts.read_counts(conn, machine_counts, "machines", namespace)
+    return [(ns, status, n) for (ns, status), n in counted.items()]
 
 
 async def due_timers_by_namespace(conn: Executor, now: int) -> list[tuple[str, int, int]]:

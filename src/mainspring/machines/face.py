@@ -13,6 +13,7 @@ from mainspring.machines.cli import cli
 from mainspring.machines.namespaces import close_processors, save_namespace
 from mainspring.machines.routes import routes
 from mainspring.machines.service import fixed_alerts
+from mainspring.machines.tables import machine_counts
 
 log = logging.getLogger("mainspring.machines")
 
@@ -70,5 +71,5 @@ async def run_machines(ctx: Context) -> None:
 face = Face(
     name="machines", routes=routes, recover=recover, loops=[run_machines, run_machinegun_sinks, run_machinegun_listener], cli=cli,
     read_gauges=metrics.read_gauges, fixed_alerts={"machine_failed": fixed_alerts},
-    routes_for=machinegun_routes, publishers_for=machinegun_publishers,
+    routes_for=machinegun_routes, publishers_for=machinegun_publishers, kept_counts=[machine_counts],
 )

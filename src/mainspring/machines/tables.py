@@ -2,9 +2,21 @@
 Machinegun's protocol, machines_0004: ids of up to 1 KiB,
 machines_0005: a namespace's Modernizer)."""
 
-from sqlalchemy import Boolean, Column, ForeignKey, Index, Integer, String, Table, Text, UniqueConstraint
+from sqlalchemy import (
+    Boolean,
+    Column,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
 
 from mainspring.core.leases import lease_columns
+from mainspring.store.counts import counts_table
 from mainspring.store.schema import BigId, Json, Millis, metadata
 
 namespaces = Table(
@@ -45,6 +57,9 @@ machines = Table(
     UniqueConstraint("namespace", "id"),
     Index("ix_machines_wake", "status", "wake_at"),
     Index("ix_machines_ns_status", "namespace", "status", "id"),
+    # Due timers of working machines, by due time (machines_0006): /metrics' backlog per namespace.
+    Index("ix_machines_timers", "timer_at", "namespace", postgresql_where=text("status = 'working' AND timer_at IS NOT NULL"),
+          sqlite_where=text("status = 'working' AND timer_at IS NOT NULL")),
 )
 
 history = Table(
@@ -97,3 +112,7 @@ failures = Table(
     Column("outcome", String(16), nullable=False),
     Index("ix_machine_failures_machine", "machine_uid", "seq"),
 )
+
+# Machines per namespace and status, kept by triggers in the transaction that changes them (migration
+# machines_0006, ``store.counts``): the counts on the overview and /metrics without a scan of the machines.
+machine_counts = counts_table("machine_counts", metadata)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import operator
 from pathlib import Path
+from typing import Any
 
 from alembic import command
 from alembic.config import Config
@@ -78,3 +79,21 @@ async def migrate(store: Store) -> None:
 
 async def pending_revisions(store: Store) -> set[str]:
     return await store.run_sync(_pending)
+
+
+def create_indexes_concurrently(op: Any, table: str, indexes: list[tuple[str, list[str], str | None]]) -> None:
+    """In a migration on PostgreSQL: commit what the migration did so far, then build each index
+    CONCURRENTLY (writes go on). An index a stopped build left INVALID is dropped and built again, so a run
+    stopped here is safe to start again (the migration must then skip what it committed before)."""
+    bind = op.get_bind()
+    bind.commit()  # CONCURRENTLY cannot run in a transaction
+    auto = bind.execution_options(isolation_level="AUTOCOMMIT")
+    for name, columns, where in indexes:
+        invalid = auto.exec_driver_sql(
+            f"SELECT 1 FROM pg_index WHERE indexrelid = to_regclass('{name}') AND NOT indisvalid").first()
+        if invalid:
+            auto.exec_driver_sql(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
+        partial = f" WHERE {where}" if where else ""
+        auto.exec_driver_sql(f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON {table} ({', '.join(columns)}){partial}")
+        auto.commit()  # SQLAlchemy's own transaction object (the driver commits each statement by itself)
+    bind.execution_options(isolation_level="READ COMMITTED")

@@ -1,0 +1,183 @@
+"""Counts by status kept with the writes: exact counts without a scan of a big table (issue 26).
+
+A face's counts table holds, per ``kind`` (which of its tables), ``grp`` (a grouping column's value, such as a
+machine's namespace or a task's batcher; ``''`` without one) and ``status``, how many rows there are.
+Triggers change it in the same transaction as the rows (whoever writes them: the server, a worker on the
+store, an operator's SQL), so a count read from it is exact — the mechanism of migration interactions_0011,
+shared here by the faces' migrations.
+
+On PostgreSQL each backend adds to rows of its own (``slot`` = its ``pg_backend_pid()``), so concurrent
+transactions never wait for each other on a count row (and never deadlock on them); ``fold`` moves the rows
+of backends that are gone into slot 0. SQLite has one writer: slot 0 only. A count is the sum over slots.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+import sqlalchemy as sa
+from sqlalchemy import BigInteger, Column, Integer, MetaData, String, Table, func, select, text
+
+from mainspring.store.dialect import Executor
+
+# A small, hot table: vacuumed after a few hundred changes rather than PostgreSQL's 20 % of the table.
+AUTOVACUUM = ("autovacuum_vacuum_threshold = 200, autovacuum_vacuum_scale_factor = 0, "
+              "autovacuum_analyze_threshold = 200")
+
+
+CountsTable: TypeAlias = Table
+"""A face's counts table, as ``counts_table`` defines it (named so that ``core`` need not speak SQLAlchemy)."""
+
+
+def counts_table(name: str, metadata: MetaData) -> CountsTable:
+    """The shape of every face's counts table (created by ``create_counts_table`` in its migration)."""
+    return Table(
+        name, metadata,
+        Column("kind", String(32), primary_key=True),
+        Column("grp", String(1024), primary_key=True),
+        Column("status", String(32), primary_key=True),
+        Column("slot", Integer, primary_key=True),
+        Column("n", BigInteger, nullable=False),
+    )
+
+
+@dataclass(frozen=True)
+class KeptCount:
+    """Rows of ``source`` counted in the table ``counts`` as ``kind``, per ``group`` column (or none) and
+    ``status`` column."""
+
+    counts: str
+    source: str
+    kind: str
+    status: str
+    group: str | None = None
+
+    def _grp(self, row: str) -> str:
+        return f"{row}.{self.group}" if self.group else "''"
+
+    def _columns(self) -> list[str]:
+        return [self.status, *([self.group] if self.group else [])]
+
+    def _moved(self) -> str:
+        return " OR ".join(f"OLD.{c} IS DISTINCT FROM NEW.{c}" for c in self._columns())
+
+    def _function(self, event: str, rows: str) -> str:
+        return (
+            f"CREATE OR REPLACE FUNCTION mainspring_{self.source}_count_{event}() RETURNS trigger LANGUAGE plpgsql AS $$ "
+            f"BEGIN INSERT INTO {self.counts} AS c (kind, grp, status, slot, n) "
+            f"SELECT '{self.kind}', grp, status, pg_backend_pid(), n FROM ({rows}) AS r(grp, status, n) "
+            "ON CONFLICT (kind, grp, status, slot) DO UPDATE SET n = c.n + excluded.n; RETURN NULL; END $$"
+        )
+
+    def _sqlite_upsert(self, row: str, delta: str) -> str:
+        return (f"INSERT INTO {self.counts} (kind, grp, status, slot, n) VALUES ('{self.kind}', {self._grp(row)}, "
+                f"{row}.{self.status}, 0, {delta}) ON CONFLICT (kind, grp, status, slot) DO UPDATE SET n = n + {delta};")
+
+    def install(self, postgres: bool) -> list[str]:
+        """Statements that create the triggers and count the rows already there. On PostgreSQL the first
+        takes a SHARE ROW EXCLUSIVE lock on ``source`` (writes wait, reads do not) until the migration's
+        commit, so no write slips between the triggers' creation and the count."""
+        fill = (f"INSERT INTO {self.counts} (kind, grp, status, slot, n) SELECT '{self.kind}', {self._grp(self.source)}, "
+                f"{self.status}, 0, count(*) FROM {self.source} GROUP BY 2, 3")
+        of = ", ".join(self._columns())
+        if not postgres:
+            return [
+                f"CREATE TRIGGER {self.source}_count_insert AFTER INSERT ON {self.source} BEGIN "
+                + self._sqlite_upsert("NEW", "1") + " END",
+                f"CREATE TRIGGER {self.source}_count_delete AFTER DELETE ON {self.source} BEGIN "
+                + self._sqlite_upsert("OLD", "-1") + " END",
+                f"CREATE TRIGGER {self.source}_count_update AFTER UPDATE OF {of} ON {self.source} WHEN {self._moved()} "
+                f"BEGIN {self._sqlite_upsert('OLD', '-1')} {self._sqlite_upsert('NEW', '1')} END",
+                fill,
+            ]
+        return [
+            f"LOCK TABLE {self.source} IN SHARE ROW EXCLUSIVE MODE",
+            self._function("inserted", f"SELECT {self._grp('changed')}, changed.{self.status}, count(*) FROM changed GROUP BY 1, 2"),
+            self._function("deleted", f"SELECT {self._grp('gone')}, gone.{self.status}, -count(*) FROM gone GROUP BY 1, 2"),
+            self._function("moved", f"VALUES ({self._grp('OLD')}, OLD.{self.status}, -1), "
+                                    f"({self._grp('NEW')}, NEW.{self.status}, 1)"),
+            f"CREATE TRIGGER {self.source}_count_insert AFTER INSERT ON {self.source} REFERENCING NEW TABLE AS changed "
+            f"FOR EACH STATEMENT EXECUTE FUNCTION mainspring_{self.source}_count_inserted()",
+            f"CREATE TRIGGER {self.source}_count_delete AFTER DELETE ON {self.source} REFERENCING OLD TABLE AS gone "
+            f"FOR EACH STATEMENT EXECUTE FUNCTION mainspring_{self.source}_count_deleted()",
+            # Row by row, but only rows whose count moves reach the function: the WHEN is checked in C.
+            f"CREATE TRIGGER {self.source}_count_update AFTER UPDATE OF {of} ON {self.source} "
+            f"FOR EACH ROW WHEN ({self._moved()}) EXECUTE FUNCTION mainspring_{self.source}_count_moved()",
+            fill,
+        ]
+
+    def uninstall(self, postgres: bool) -> list[str]:
+        drops = [f"DROP TRIGGER IF EXISTS {self.source}_count_{event}" + (f" ON {self.source}" if postgres else "")
+                 for event in ("insert", "delete", "update")]
+        if postgres:
+            drops += [f"DROP FUNCTION IF EXISTS mainspring_{self.source}_count_{kind}()"
+                      for kind in ("inserted", "deleted", "moved")]
+        return drops
+
+
+def create_counts_table(op: Any, name: str, kept: list[KeptCount]) -> None:
+    """In a migration: the counts table ``name`` and the triggers of each of ``kept``, filled."""
+    postgres = op.get_bind().dialect.name == "postgresql"
+    op.create_table(
+        name,
+        sa.Column("kind", sa.String(32), nullable=False),
+        sa.Column("grp", sa.String(1024), nullable=False),
+        sa.Column("status", sa.String(32), nullable=False),
+        sa.Column("slot", sa.Integer, nullable=False),
+        sa.Column("n", sa.BigInteger, nullable=False),
+        sa.PrimaryKeyConstraint("kind", "grp", "status", "slot"),
+    )
+    if postgres:
+        op.execute(f"ALTER TABLE {name} SET ({AUTOVACUUM})")
+    for count in kept:
+        for statement in count.install(postgres):
+            op.execute(statement)
+
+
+def drop_counts_table(op: Any, name: str, kept: list[KeptCount]) -> None:
+    postgres = op.get_bind().dialect.name == "postgresql"
+    for count in kept:
+        for statement in count.uninstall(postgres):
+            op.execute(statement)
+    op.drop_table(name)
+
+
+async def read_counts(conn: Executor, table: Table, kind: str, grp: str | None = None) -> dict[tuple[str, str], int]:
+    """(group, status) → rows of ``kind``, of every group or one; statuses with none are left out."""
+    total = func.sum(table.c.n)
+    query = (select(table.c.grp, table.c.status, total).where(table.c.kind == kind)
+             .group_by(table.c.grp, table.c.status).having(total != 0))
+    if grp is not None:
+        query = query.where(table.c.grp == grp)
+    return {(str(g), str(s)): int(n) for g, s, n in (await conn.execute(query)).all()}
+
+
+def by_status(counted: dict[tuple[str, str], int]) -> dict[str, int]:
+    """``read_counts``' answer summed over the groups."""
+    summed: dict[str, int] = {}
+    for (_grp, status), n in counted.items():
+        summed[status] = summed.get(status, 0) + n
+    return summed
+
+
+async def fold(tx: Executor, table: Table) -> int:
+    """PostgreSQL: fold the count rows of backends that are gone into slot 0 (each backend adds to rows of
+    its own, so they would pile up with every new connection); rows another transaction holds are left
+    for the next round. Answers how many rows were folded."""
+    keys = [c.name for c in table.primary_key.columns if c.name != "slot"]
+    cols = ", ".join(keys)
+    name = table.name
+    result: Any = await tx.execute(text(
+        "WITH gone AS ("
+        f" DELETE FROM {name} c USING ("
+        f"  SELECT {cols}, slot FROM {name}"
+        "  WHERE slot <> 0 AND slot NOT IN (SELECT pid FROM pg_stat_activity WHERE pid IS NOT NULL)"
+        "  FOR UPDATE SKIP LOCKED) AS g"
+        f" WHERE ({', '.join('c.' + k for k in keys)}, c.slot) = ({', '.join('g.' + k for k in keys)}, g.slot)"
+        f" RETURNING {', '.join('c.' + k for k in keys)}, c.n),"
+        f" summed AS (SELECT {cols}, sum(n) AS n FROM gone GROUP BY {cols}) "
+        f"INSERT INTO {name} AS c ({cols}, slot, n) SELECT {cols}, 0, n FROM summed "
+        f"ON CONFLICT ({cols}, slot) DO UPDATE SET n = c.n + excluded.n RETURNING c.{keys[0]}"
+    ))
+    return len(result.all())
