@@ -7,8 +7,9 @@ transition tables, and writes one upsert for the (queue, status) pairs whose cou
 transaction as the rows, whoever writes them, so the counts stay exact.
 
 PostgreSQL does not allow transition tables on a trigger with a column list (``UPDATE OF``), so it fires on
-every UPDATE of ``interactions``; a statement that moves no status (a lease extension) finds no pair and writes
-nothing. SQLite keeps its row triggers (there is no statement trigger there).
+every UPDATE of ``interactions``; a statement that moves no status (a batch of lease extensions: one statement
+on PostgreSQL, ``data.extend_leases``) finds no pair and writes nothing. SQLite keeps its row triggers (there is
+no statement trigger there).
 
 Revision ID: interactions_0013
 """
