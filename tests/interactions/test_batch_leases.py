@@ -79,6 +79,8 @@ async def test_a_batch_heartbeat_extends_the_leases_still_held(client: httpx.Asy
     assert beat.json() == {"held": [kept["id"]], "lease_lost": [lost["id"]]}
     clock.advance(3000)
     assert (await get(client, kept["id"]))["status"] == "processing"
+    # Only the lapsed lease is taken again: the extended one still holds.
+    assert [i["id"] for i in await lease(client, max=2)] == [lost["id"]]
 
 
 async def test_bad_batches_are_refused_with_422_and_change_nothing(client: httpx.AsyncClient) -> None:

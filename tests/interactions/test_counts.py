@@ -86,6 +86,23 @@ async def test_counts_follow_rows_changed_by_direct_sql(client: httpx.AsyncClien
     assert await api_counts(client, "moved") == await counted_by_rows(store, "moved") != {s: 0 for s in service.STATUSES}
 
 
+async def test_one_statement_moving_rows_several_ways_keeps_the_counts_exact(client: httpx.AsyncClient, store: Store) -> None:
+    # PostgreSQL counts an UPDATE once per statement (migration interactions_0013): moves that cancel out
+    # within a (queue, status) pair, and moves between queues, in one statement.
+    for _ in range(5):
+        await create(client)
+    await lease(client, max=2)
+    async with store.transaction() as tx:
+        await tx.execute(text("UPDATE interactions SET state = CASE WHEN state = 'queued' THEN 'processing' ELSE 'queued' END, "
+                              "next_processing = COALESCE(next_processing, 0)"))
+        await tx.execute(text("UPDATE interactions SET queue = CASE WHEN id % 2 = 0 THEN 'other' ELSE queue END, "
+                              "next_processing = CASE WHEN state = 'queued' AND id % 3 = 0 THEN NULL ELSE next_processing END"))
+        await tx.execute(text("UPDATE interactions SET updated_at = updated_at + 1"))  # no status moves
+    assert await api_counts(client) == await counted_by_rows(store, "q")
+    assert await api_counts(client, "other") == await counted_by_rows(store, "other") != {s: 0 for s in service.STATUSES}
+    assert (await api_counts(client))["processing"] + (await api_counts(client, "other"))["processing"] == 3
+
+
 async def test_a_rolled_back_write_leaves_the_counts_as_they_were(client: httpx.AsyncClient, store: Store) -> None:
     await create(client)
     before = await api_counts(client)

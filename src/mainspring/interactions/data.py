@@ -676,9 +676,22 @@ async def complete_held_alone(tx: Transaction, held: Sequence[tuple[int, str, st
     return done
 
 
-async def extend_leases(tx: Executor, leases: Sequence[tuple[int, str, int]]) -> None:
+# PostgreSQL: every extension in one statement, so the count trigger (once per UPDATE statement, migration
+# interactions_0013) runs once for the batch rather than once per lease.
+_EXTEND_LEASES_PG = text(
+    "UPDATE interactions AS i SET lease_expires_at = f.expires "
+    "FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS text[]), CAST(:expires AS bigint[])) AS f(id, token, expires) "
+    "WHERE i.id = f.id AND i.lease_token = f.token"
+)
+
+
+async def extend_leases(tx: Transaction, leases: Sequence[tuple[int, str, int]]) -> None:
     """Set the expiry of each (id, token, expires) lease still held with that token."""
     if not leases:
+        return
+    if tx.store.is_postgres:
+        params = {"ids": [i for i, _, _ in leases], "tokens": [t for _, t, _ in leases], "expires": [e for _, _, e in leases]}
+        await tx.execute(_EXTEND_LEASES_PG, params)
         return
     stmt = (
         items.update()
