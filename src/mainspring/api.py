@@ -28,6 +28,7 @@ from mainspring.core.metrics import Gauges, read_alert_gauges, read_outbox_gauge
 from mainspring.core.publishers import prune_published_events, run_publishers
 from mainspring.core.routes import routes as core_routes
 from mainspring.core.routing import Call, Operation, Reply, Routes
+from mainspring.core.tables import event_counts
 from mainspring.core.runtime import (
     SHARED_PORTS,
     Context,
@@ -217,7 +218,7 @@ def create_app(
             own = [name for face in FACES if face.publishers_for is not None for name in face.publishers_for(settings)]
             tasks.append(asyncio.create_task(prune_published_events(ctx, own), name="events-retention"))
             tasks.append(asyncio.create_task(close_fixed_alerts(ctx), name="alerts-closer"))
-            kept = [table for face in FACES for table in face.kept_counts]
+            kept = [event_counts, *(table for face in FACES for table in face.kept_counts)]
             tasks.append(asyncio.create_task(fold_kept_counts(ctx, kept), name="kept-counts"))
             for face in FACES:
                 for loop in face.loops:

@@ -260,6 +260,43 @@ async def test_the_throughput_chart_counts_the_last_hours_events(client: httpx.A
     assert sum(series["machines"]) == 0
 
 
+async def test_the_throughput_chart_equals_a_count_of_the_events_per_minute(
+        client: httpx.AsyncClient, clock: ManualClock, app: Any) -> None:
+    from mainspring.ui import queries
+
+    for minute in range(5):
+        many = await client.post("/v1/queues/mail/interactions/bulk",
+                                 json={"interactions": [{"data": n} for n in range(minute + 1)]})
+        one = (await client.post("/v1/queues/mail/interactions", json={"data": "one"})).json()
+        await client.post(f"/v1/interactions/{one['id']}/complete", json={})
+        assert many.status_code == 201
+        clock.advance(60_000)
+    series = await queries.throughput(app.state.context, minutes=10)
+    now = app.state.context.store.now_ms()
+    first = (now // 60_000 - 9) * 60_000
+    async with app.state.context.store.read() as conn:
+        rows = (await conn.execute(select(events.c.type, events.c.at))).all()
+    for face, prefix in queries.FACE_EVENTS.items():
+        counted = [0] * 10
+        for type_, at in rows:
+            if type_.startswith(prefix) and at >= first:
+                counted[(at - first) // 60_000] += 1
+        assert series[face] == counted, face
+    assert sum(series["interactions"]) > 5
+
+
+async def test_events_retention_prunes_the_minutes_it_has_passed(clock: ManualClock, app: Any, client: httpx.AsyncClient) -> None:
+    from mainspring.core import outbox
+
+    await client.post("/v1/queues/mail/interactions", json={"data": 1})
+    store = app.state.context.store
+    assert await outbox.count_per_minute(store, 0)
+    clock.advance(3 * 60_000)
+    await client.post("/v1/queues/mail/interactions", json={"data": 2})
+    await outbox.delete_events_before(store, store.now_ms() - 60_000)
+    assert {minute for minute, _type in await outbox.count_per_minute(store, 0)} == {store.now_ms() // 60_000 * 60_000}
+
+
 async def test_only_the_shipped_static_files_are_served(client: httpx.AsyncClient) -> None:
     htmx = await client.get("/ui/static/htmx.min.js")
     assert htmx.status_code == 200 and "htmx" in htmx.text[:200]

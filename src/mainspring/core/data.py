@@ -14,8 +14,9 @@ from typing import Any
 from sqlalchemy import ColumnElement, bindparam, func, or_, select, text
 
 from mainspring.core import leases
-from mainspring.core.tables import alerts, api_tokens, events, publisher_cursors
+from mainspring.core.tables import EVENTS_PER_MINUTE, MINUTE_MS, alerts, api_tokens, event_counts, events, publisher_cursors
 from mainspring.store import Store, Transaction
+from mainspring.store import counts as kept_counts
 from mainspring.store.dialect import Executor
 
 
@@ -325,12 +326,15 @@ async def mean_duration_by_bucket(
     return {int(index): float(mean or 0) for index, mean in (await conn.execute(query)).all()}
 
 
-async def events_by_bucket(conn: Executor, type_prefix: str, since: int, until: int, bucket_ms: int) -> dict[int, int]:
-    """Events whose type starts with ``type_prefix``, counted per ``bucket_ms`` after ``since``."""
-    bucket = ((events.c.at - since) // bucket_ms).label("bucket")
-    query = (
-        select(bucket, func.count())
-        .where(events.c.at > since, events.c.at <= until, events.c.type.startswith(type_prefix))
-        .group_by(bucket)
-    )
-    return {int(index): int(count) for index, count in (await conn.execute(query)).all()}
+async def events_per_minute(conn: Executor, since_ms: int) -> dict[tuple[int, str], int]:
+    """(minute's start, type) → events written in that minute, for the minutes from ``since_ms`` on (kept
+    with the writes, migration core_0008)."""
+    counted = await kept_counts.read_counts(conn, event_counts, EVENTS_PER_MINUTE.kind,
+                                            from_grp=kept_counts.bucket_key(since_ms))
+    return {(int(minute), type_): n for (minute, type_), n in counted.items()}
+
+
+async def prune_events_per_minute(tx: Executor, before_ms: int) -> int:
+    """Retention: forget the counts of the minutes that ended before ``before_ms``."""
+    whole = before_ms // MINUTE_MS * MINUTE_MS
+    return await kept_counts.prune_groups_before(tx, event_counts, EVENTS_PER_MINUTE.kind, kept_counts.bucket_key(whole))

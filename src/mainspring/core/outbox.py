@@ -67,10 +67,10 @@ async def head_position(store: Store) -> int:
         return await data.head_position(conn)
 
 
-async def count_by_bucket(store: Store, type_prefix: str, since: int, until: int, bucket_ms: int) -> dict[int, int]:
-    """Events whose type starts with ``type_prefix``, counted per ``bucket_ms`` after ``since``."""
+async def count_per_minute(store: Store, since_ms: int) -> dict[tuple[int, str], int]:
+    """(minute's start, type) → events written in that minute, for the minutes from ``since_ms`` on."""
     async with store.read() as conn:
-        return await data.events_by_bucket(conn, type_prefix, since, until, bucket_ms)
+        return await data.events_per_minute(conn, since_ms)
 
 
 def event_to_api(event: StoredEvent) -> dict[str, Any]:
@@ -104,6 +104,7 @@ async def delete_events_before(store: Store, before_ms: int, batch: int = 1000, 
     already published."""
     async with store.transaction() as tx:
         up_to = await data.lowest_cursor(tx, publishers) if publishers else None
+        await data.prune_events_per_minute(tx, before_ms)
         return await data.delete_events_before(tx, before_ms, batch, up_to)
 
 
@@ -111,6 +112,7 @@ __all__ = [
     "EVENTS_CHANNEL",
     "Event",
     "assign_positions",
+    "count_per_minute",
     "delete_events_before",
     "emit",
     "emit_many",

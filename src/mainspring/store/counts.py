@@ -42,22 +42,44 @@ def counts_table(name: str, metadata: MetaData) -> CountsTable:
     )
 
 
+# Joins the values of a group of several columns into one ``grp`` (names never hold a ``/``: core.types.Name).
+GROUP_SEPARATOR = "/"
+# A bucket's start in ms has 13 digits until the year 2286; padded to 15, text order is time order.
+BUCKET_DIGITS = 15
+
+
 @dataclass(frozen=True)
 class KeptCount:
-    """Rows of ``source`` counted in the table ``counts`` as ``kind``, per ``group`` column (or none) and
-    ``status`` column."""
+    """Rows of ``source`` counted in the table ``counts`` as ``kind``, per ``group`` and ``status`` column.
+
+    ``group`` is one column, several (their values joined by ``GROUP_SEPARATOR``: see ``group_key``) or none.
+    With ``bucket_ms``, ``group`` is one time column (ms) and the group is the start of its bucket, zero-padded
+    (``bucket_key``). Without ``deletes_count_down`` only inserts are counted: rows inserted per group (the
+    events' throughput, whose old buckets retention prunes rather than counting each deleted row down)."""
 
     counts: str
     source: str
     kind: str
     status: str
-    group: str | None = None
+    group: str | tuple[str, ...] | None = None
+    bucket_ms: int | None = None
+    deletes_count_down: bool = True
 
-    def _grp(self, row: str) -> str:
-        return f"{row}.{self.group}" if self.group else "''"
+    def _group_columns(self) -> list[str]:
+        return [] if self.group is None else [self.group] if isinstance(self.group, str) else list(self.group)
+
+    def _grp(self, row: str, postgres: bool) -> str:
+        columns = [f"{row}.{c}" for c in self._group_columns()]
+        if not columns:
+            return "''"
+        if self.bucket_ms is not None:
+            start = f"({columns[0]} / {self.bucket_ms} * {self.bucket_ms})"
+            return (f"lpad(CAST({start} AS TEXT), {BUCKET_DIGITS}, '0')" if postgres
+                    else f"printf('%0{BUCKET_DIGITS}d', {start})")
+        return f" || '{GROUP_SEPARATOR}' || ".join(columns)
 
     def _columns(self) -> list[str]:
-        return [self.status, *([self.group] if self.group else [])]
+        return [self.status, *self._group_columns()]
 
     def _moved(self) -> str:
         return " OR ".join(f"OLD.{c} IS DISTINCT FROM NEW.{c}" for c in self._columns())
@@ -71,41 +93,50 @@ class KeptCount:
         )
 
     def _sqlite_upsert(self, row: str, delta: str) -> str:
-        return (f"INSERT INTO {self.counts} (kind, grp, status, slot, n) VALUES ('{self.kind}', {self._grp(row)}, "
+        return (f"INSERT INTO {self.counts} (kind, grp, status, slot, n) VALUES ('{self.kind}', {self._grp(row, False)}, "
                 f"{row}.{self.status}, 0, {delta}) ON CONFLICT (kind, grp, status, slot) DO UPDATE SET n = n + {delta};")
+
+    def _events(self) -> tuple[str, ...]:
+        return ("insert", "delete", "update") if self.deletes_count_down else ("insert", "update")
 
     def install(self, postgres: bool) -> list[str]:
         """Statements that create the triggers and count the rows already there. On PostgreSQL the first
         takes a SHARE ROW EXCLUSIVE lock on ``source`` (writes wait, reads do not) until the migration's
         commit, so no write slips between the triggers' creation and the count."""
-        fill = (f"INSERT INTO {self.counts} (kind, grp, status, slot, n) SELECT '{self.kind}', {self._grp(self.source)}, "
-                f"{self.status}, 0, count(*) FROM {self.source} GROUP BY 2, 3")
+        fill = (f"INSERT INTO {self.counts} (kind, grp, status, slot, n) SELECT '{self.kind}', "
+                f"{self._grp(self.source, postgres)}, {self.status}, 0, count(*) FROM {self.source} GROUP BY 2, 3")
         of = ", ".join(self._columns())
         if not postgres:
-            return [
-                f"CREATE TRIGGER {self.source}_count_insert AFTER INSERT ON {self.source} BEGIN "
-                + self._sqlite_upsert("NEW", "1") + " END",
-                f"CREATE TRIGGER {self.source}_count_delete AFTER DELETE ON {self.source} BEGIN "
-                + self._sqlite_upsert("OLD", "-1") + " END",
-                f"CREATE TRIGGER {self.source}_count_update AFTER UPDATE OF {of} ON {self.source} WHEN {self._moved()} "
-                f"BEGIN {self._sqlite_upsert('OLD', '-1')} {self._sqlite_upsert('NEW', '1')} END",
-                fill,
-            ]
-        return [
-            f"LOCK TABLE {self.source} IN SHARE ROW EXCLUSIVE MODE",
-            self._function("inserted", f"SELECT {self._grp('changed')}, changed.{self.status}, count(*) FROM changed GROUP BY 1, 2"),
-            self._function("deleted", f"SELECT {self._grp('gone')}, gone.{self.status}, -count(*) FROM gone GROUP BY 1, 2"),
-            self._function("moved", f"VALUES ({self._grp('OLD')}, OLD.{self.status}, -1), "
-                                    f"({self._grp('NEW')}, NEW.{self.status}, 1)"),
-            f"CREATE TRIGGER {self.source}_count_insert AFTER INSERT ON {self.source} REFERENCING NEW TABLE AS changed "
-            f"FOR EACH STATEMENT EXECUTE FUNCTION mainspring_{self.source}_count_inserted()",
-            f"CREATE TRIGGER {self.source}_count_delete AFTER DELETE ON {self.source} REFERENCING OLD TABLE AS gone "
-            f"FOR EACH STATEMENT EXECUTE FUNCTION mainspring_{self.source}_count_deleted()",
+            triggers = {
+                "insert": f"CREATE TRIGGER {self.source}_count_insert AFTER INSERT ON {self.source} BEGIN "
+                          + self._sqlite_upsert("NEW", "1") + " END",
+                "delete": f"CREATE TRIGGER {self.source}_count_delete AFTER DELETE ON {self.source} BEGIN "
+                          + self._sqlite_upsert("OLD", "-1") + " END",
+                "update": f"CREATE TRIGGER {self.source}_count_update AFTER UPDATE OF {of} ON {self.source} "
+                          f"WHEN {self._moved()} BEGIN {self._sqlite_upsert('OLD', '-1')} {self._sqlite_upsert('NEW', '1')} END",
+            }
+            return [triggers[event] for event in self._events()] + [fill]
+        grp = self._grp
+        functions = {
+            "insert": self._function("inserted", f"SELECT {grp('changed', True)}, changed.{self.status}, count(*) "
+                                                 "FROM changed GROUP BY 1, 2"),
+            "delete": self._function("deleted", f"SELECT {grp('gone', True)}, gone.{self.status}, -count(*) "
+                                                "FROM gone GROUP BY 1, 2"),
+            "update": self._function("moved", f"VALUES ({grp('OLD', True)}, OLD.{self.status}, -1), "
+                                              f"({grp('NEW', True)}, NEW.{self.status}, 1)"),
+        }
+        triggers = {
+            "insert": f"CREATE TRIGGER {self.source}_count_insert AFTER INSERT ON {self.source} REFERENCING NEW TABLE "
+                      f"AS changed FOR EACH STATEMENT EXECUTE FUNCTION mainspring_{self.source}_count_inserted()",
+            "delete": f"CREATE TRIGGER {self.source}_count_delete AFTER DELETE ON {self.source} REFERENCING OLD TABLE "
+                      f"AS gone FOR EACH STATEMENT EXECUTE FUNCTION mainspring_{self.source}_count_deleted()",
             # Row by row, but only rows whose count moves reach the function: the WHEN is checked in C.
-            f"CREATE TRIGGER {self.source}_count_update AFTER UPDATE OF {of} ON {self.source} "
-            f"FOR EACH ROW WHEN ({self._moved()}) EXECUTE FUNCTION mainspring_{self.source}_count_moved()",
-            fill,
-        ]
+            "update": f"CREATE TRIGGER {self.source}_count_update AFTER UPDATE OF {of} ON {self.source} "
+                      f"FOR EACH ROW WHEN ({self._moved()}) EXECUTE FUNCTION mainspring_{self.source}_count_moved()",
+        }
+        return ([f"LOCK TABLE {self.source} IN SHARE ROW EXCLUSIVE MODE"]
+                + [functions[event] for event in self._events()]
+                + [triggers[event] for event in self._events()] + [fill])
 
     def uninstall(self, postgres: bool) -> list[str]:
         drops = [f"DROP TRIGGER IF EXISTS {self.source}_count_{event}" + (f" ON {self.source}" if postgres else "")
@@ -114,6 +145,16 @@ class KeptCount:
             drops += [f"DROP FUNCTION IF EXISTS mainspring_{self.source}_count_{kind}()"
                       for kind in ("inserted", "deleted", "moved")]
         return drops
+
+
+def group_key(*values: str) -> str:
+    """The ``grp`` of a count grouped by several columns, from their values."""
+    return GROUP_SEPARATOR.join(values)
+
+
+def bucket_key(start_ms: int) -> str:
+    """The ``grp`` of a count per bucket, from the bucket's start (ms)."""
+    return str(start_ms).zfill(BUCKET_DIGITS)
 
 
 def create_counts_table(op: Any, name: str, kept: list[KeptCount]) -> None:
@@ -143,13 +184,17 @@ def drop_counts_table(op: Any, name: str, kept: list[KeptCount]) -> None:
     op.drop_table(name)
 
 
-async def read_counts(conn: Executor, table: Table, kind: str, grp: str | None = None) -> dict[tuple[str, str], int]:
-    """(group, status) → rows of ``kind``, of every group or one; statuses with none are left out."""
+async def read_counts(conn: Executor, table: Table, kind: str, grp: str | None = None,
+                      from_grp: str | None = None) -> dict[tuple[str, str], int]:
+    """(group, status) → rows of ``kind``, of every group, one, or those from ``from_grp`` on (text order:
+    with ``bucket_key``, time order); statuses with none are left out."""
     total = func.sum(table.c.n)
     query = (select(table.c.grp, table.c.status, total).where(table.c.kind == kind)
              .group_by(table.c.grp, table.c.status).having(total != 0))
     if grp is not None:
         query = query.where(table.c.grp == grp)
+    if from_grp is not None:
+        query = query.where(table.c.grp >= from_grp)
     return {(str(g), str(s)): int(n) for g, s, n in (await conn.execute(query)).all()}
 
 
@@ -159,6 +204,13 @@ def by_status(counted: dict[tuple[str, str], int]) -> dict[str, int]:
     for (_grp, status), n in counted.items():
         summed[status] = summed.get(status, 0) + n
     return summed
+
+
+async def prune_groups_before(tx: Executor, table: Table, kind: str, before_grp: str) -> int:
+    """Delete the counts of ``kind`` in groups before ``before_grp`` (text order: with ``bucket_key``, the
+    buckets older than a retention's cutoff); answers how many rows went."""
+    result: Any = await tx.execute(table.delete().where(table.c.kind == kind, table.c.grp < before_grp))
+    return int(result.rowcount or 0)
 
 
 async def fold(tx: Executor, table: Table) -> int:

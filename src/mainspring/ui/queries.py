@@ -48,13 +48,17 @@ def _series(minutes: int, by_bucket: dict[int, float] | dict[int, int]) -> list[
 
 
 async def throughput(ctx: Context, minutes: int = 60) -> dict[str, list[int]]:
-    """Per face, events per minute over the last ``minutes`` (oldest first), from the event log."""
-    now = ctx.store.now_ms()
-    since = now - minutes * MINUTE_MS
-    return {
-        face: _series(minutes, await outbox.count_by_bucket(ctx.store, prefix, since, now, MINUTE_MS))
-        for face, prefix in FACE_EVENTS.items()
-    }
+    """Per face, events written in each of the last ``minutes`` clock minutes (oldest first, the current one
+    last), from the counts kept with the writes."""
+    first = (ctx.store.now_ms() // MINUTE_MS - minutes + 1) * MINUTE_MS
+    counted = await outbox.count_per_minute(ctx.store, first)
+    per_face: dict[str, dict[int, int]] = {face: {} for face in FACE_EVENTS}
+    for (minute, type_), n in counted.items():
+        for face, prefix in FACE_EVENTS.items():
+            if type_.startswith(prefix):
+                index = (minute - first) // MINUTE_MS
+                per_face[face][index] = per_face[face].get(index, 0) + n
+    return {face: _series(minutes, by_minute) for face, by_minute in per_face.items()}
 
 
 async def latency(ctx: Context, minutes: int = 60) -> dict[str, list[int]]:
