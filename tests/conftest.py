@@ -268,13 +268,18 @@ def blank_database_url(engine: str, tmp_path: Path) -> Iterator[str]:
     asyncio.run(_pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
-async def assert_counts_exact(store: Store, counts: Any, kind: str, source: Any, status: str, group: str | None = None) -> dict[tuple[str, str], int]:
-    """The kept counts (``store.counts``) of ``kind`` equal a count of ``source``'s rows themselves; answers them."""
+async def assert_counts_exact(store: Store, counts: Any, kind: str, source: Any, status: str,
+                              group: str | tuple[str, ...] | None = None) -> dict[tuple[str, str], int]:
+    """The kept counts (``store.counts``) of ``kind`` equal a count of ``source``'s rows themselves (grouped by
+    one column or several); answers them."""
+    from functools import reduce
+
     from sqlalchemy import func, literal, select
 
     from mainspring.store import counts as kept_counts
 
-    grp = source.c[group] if group else literal("")
+    columns = [source.c[c] for c in ((group,) if isinstance(group, str) else group or ())]
+    grp = reduce(lambda joined, c: joined + kept_counts.GROUP_SEPARATOR + c, columns) if columns else literal("")
     async with store.read() as conn:
         rows = (await conn.execute(select(grp, source.c[status], func.count()).group_by(grp, source.c[status]))).all()
         kept = await kept_counts.read_counts(conn, counts, kind)

@@ -5,6 +5,7 @@ removal: each step compares them with a count of the rows themselves."""
 from __future__ import annotations
 
 import pytest
+from sqlalchemy import func, select
 
 from mainspring.exchange import data
 from mainspring.exchange.tables import exchange_counts
@@ -22,10 +23,14 @@ def settings(settings):
 
 
 async def exact(store) -> dict[str, dict[str, int]]:
-    """Both kinds checked against their rows; answers what the overview shows."""
+    """Both kinds checked against their rows, and the available messages of every mailbox; answers what the
+    overview shows."""
     await assert_counts_exact(store, exchange_counts, "processes", P, "state")
-    await assert_counts_exact(store, exchange_counts, "messages", M, "state")
+    await assert_counts_exact(store, exchange_counts, "messages", M, "state", group=("addressee", "database"))
     async with store.read() as conn:
+        waiting = (await conn.execute(select(M.c.addressee, M.c.database, func.count()).where(M.c.state == "AVAILABLE")
+                                      .group_by(M.c.addressee, M.c.database))).all()
+        assert await data.available_by_mailbox(conn) == {(a, d): n for a, d, n in waiting}
         return await data.count_by_state(conn)
 
 

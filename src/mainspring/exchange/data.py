@@ -267,13 +267,15 @@ async def active_process_id(conn: Executor, addressee: str, database: str) -> st
 
 
 async def available_by_mailbox(conn: Executor) -> dict[tuple[str, str], int]:
-    """(addressee, database) → how many AVAILABLE messages, for every mailbox that has any."""
-    query = (
-        select(M.c.addressee, M.c.database, func.count().label("available"))
-        .where(M.c.state == "AVAILABLE")
-        .group_by(M.c.addressee, M.c.database)
-    )
-    return {(r.addressee, r.database): int(r.available) for r in (await conn.execute(query)).all()}
+    """(addressee, database) → how many AVAILABLE messages, for every mailbox that has any (the kept counts:
+    exact, no scan)."""
+    counted = await kept_counts.read_counts(conn, exchange_counts, "messages", status="AVAILABLE")
+    return {_mailbox(grp): n for (grp, _state), n in counted.items() if n > 0}
+
+
+def _mailbox(grp: str) -> tuple[str, str]:
+    addressee, database = kept_counts.group_values(grp)
+    return addressee, database
 
 
 async def active_process_by_mailbox(conn: Executor) -> dict[tuple[str, str], str]:
@@ -662,18 +664,10 @@ async def count_processes_by_state(conn: Executor) -> dict[str, int]:
 
 async def most_waiting_mailboxes(conn: Executor, limit: int) -> tuple[list[MailboxCount], int]:
     """The ``limit`` mailboxes with the most available messages (most first), and the available messages
-    of all mailboxes together (one scan: the window sums every group before the limit applies)."""
-    waiting = func.count()
-    query = (
-        select(M.c.addressee, M.c.database, waiting, func.sum(waiting).over())
-        .where(M.c.state == "AVAILABLE")
-        .group_by(M.c.addressee, M.c.database)
-        .order_by(waiting.desc(), M.c.addressee, M.c.database)
-        .limit(limit)
-    )
-    rows = (await conn.execute(query)).all()
-    total = int(rows[0][3]) if rows else 0
-    return [MailboxCount(str(a), str(d), int(n)) for a, d, n, _ in rows], total
+    of all mailboxes together (from the kept counts: one row per mailbox, no scan of the messages)."""
+    available = await available_by_mailbox(conn)
+    fullest = sorted(available.items(), key=lambda item: (-item[1], item[0]))[:limit]
+    return [MailboxCount(a, d, n) for (a, d), n in fullest], sum(available.values())
 
 
 # --- the dashboard --------------------------------------------------------------------------------------

@@ -92,6 +92,7 @@ exchange_processes = Table(
     Index("ix_exchange_processes_started", "started_at", "id"),
 )
 
-# Processes and messages by state, kept by triggers in the transaction that changes them (migration
-# exchange_0003, ``store.counts``): the counts on the overview without a scan of either table.
+# Processes by state and messages by mailbox and state, kept by triggers in the transaction that changes them
+# (migration exchange_0003, ``store.counts``): the overview's counts and the mailboxes' available messages
+# (/ui/exchange, /metrics) without a scan of either table.
 exchange_counts = counts_table("exchange_counts", metadata)

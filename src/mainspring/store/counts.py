@@ -152,6 +152,11 @@ def group_key(*values: str) -> str:
     return GROUP_SEPARATOR.join(values)
 
 
+def group_values(grp: str) -> tuple[str, ...]:
+    """The values of the columns of a count grouped by several, from its ``grp``."""
+    return tuple(grp.split(GROUP_SEPARATOR))
+
+
 def bucket_key(start_ms: int) -> str:
     """The ``grp`` of a count per bucket, from the bucket's start (ms)."""
     return str(start_ms).zfill(BUCKET_DIGITS)
@@ -185,9 +190,9 @@ def drop_counts_table(op: Any, name: str, kept: list[KeptCount]) -> None:
 
 
 async def read_counts(conn: Executor, table: Table, kind: str, grp: str | None = None,
-                      from_grp: str | None = None) -> dict[tuple[str, str], int]:
+                      from_grp: str | None = None, status: str | None = None) -> dict[tuple[str, str], int]:
     """(group, status) → rows of ``kind``, of every group, one, or those from ``from_grp`` on (text order:
-    with ``bucket_key``, time order); statuses with none are left out."""
+    with ``bucket_key``, time order), of every status or one; statuses with none are left out."""
     total = func.sum(table.c.n)
     query = (select(table.c.grp, table.c.status, total).where(table.c.kind == kind)
              .group_by(table.c.grp, table.c.status).having(total != 0))
@@ -195,6 +200,8 @@ async def read_counts(conn: Executor, table: Table, kind: str, grp: str | None =
         query = query.where(table.c.grp == grp)
     if from_grp is not None:
         query = query.where(table.c.grp >= from_grp)
+    if status is not None:
+        query = query.where(table.c.status == status)
     return {(str(g), str(s)): int(n) for g, s, n in (await conn.execute(query)).all()}
 
 
