@@ -28,7 +28,6 @@ from mainspring.core.metrics import Gauges, read_alert_gauges, read_outbox_gauge
 from mainspring.core.publishers import prune_published_events, run_publishers
 from mainspring.core.routes import routes as core_routes
 from mainspring.core.routing import Call, Operation, Reply, Routes
-from mainspring.core.tables import event_counts
 from mainspring.core.runtime import (
     SHARED_PORTS,
     Context,
@@ -38,6 +37,7 @@ from mainspring.core.runtime import (
     retry_while_unavailable,
     run_loop,
 )
+from mainspring.core.tables import event_counts
 from mainspring.exchange.face import face as exchange_face
 from mainspring.interactions.face import face as interactions_face
 from mainspring.machines.face import face as machines_face

@@ -13,6 +13,7 @@ from sqlalchemy import select
 
 from mainspring.core.tables import events
 from mainspring.store import ManualClock, Store
+from tests.conftest import eventually
 from tests.ui.conftest import (
     NS,
     OrdersProcessor,
@@ -154,6 +155,37 @@ async def test_every_page_renders_with_data(client: httpx.AsyncClient, clock: Ma
             assert text in reply.text, (path, text)
     filtered = await client.get("/ui/events?types=machine.*")
     assert "exchange.process.in_doubt" not in filtered.text
+
+
+async def test_a_batchers_page_shows_the_first_tasks_of_each_package_and_links_to_all_of_them(client: httpx.AsyncClient) -> None:
+    from mainspring.ui.pages import TASKS_PER_PACKAGE
+
+    size = TASKS_PER_PACKAGE + 2
+    reply = await client.put("/v1/batchers/big", json={"min_size": size, "max_size": size, "linger_ms": 60_000,
+                                                       "max_wait_ms": 600_000, "group_size": 1})
+    assert reply.status_code == 200, reply.text
+    for n in range(size):
+        reply = await client.post("/v1/batchers/big/tasks", json={"id": f"task-{n}", "group": f"g{n}", "member": "a", "content": {"n": n}})
+        assert reply.status_code in (200, 202), reply.text
+
+    async def packed() -> bool:
+        return bool((await client.get("/v1/batchers/big/packages")).json()["packages"])
+
+    await eventually(packed)
+    package = (await client.get("/v1/batchers/big/packages")).json()["packages"][0]["id"]
+    page = (await client.get("/ui/batching/big")).text
+    shown = set(re.findall(r"\?task=(task-\d+)", page))
+    assert len(shown) == TASKS_PER_PACKAGE and f"?package={package}" in page and f"all {size} tasks" in page
+    whole = (await client.get("/ui/batching/big", params={"package": package})).text
+    assert set(re.findall(r"\?task=(task-\d+)", whole)) == {f"task-{n}" for n in range(size)}
+
+
+async def test_a_package_of_another_batcher_is_not_shown_on_a_batchers_page(client: httpx.AsyncClient) -> None:
+    await batch_tasks(client)
+    await client.put("/v1/batchers/other", json={"min_size": 2, "max_size": 2, "linger_ms": 60_000, "max_wait_ms": 600_000, "group_size": 2})
+    package = (await client.get("/v1/batchers/loads/packages")).json()["packages"][0]["id"]
+    page = await client.get("/ui/batching/other", params={"package": package})
+    assert page.status_code == 200 and "no package of batcher" in page.text and f"Package <code>{package}" not in page.text
 
 
 async def test_unknown_things_are_html_error_pages_not_500(client: httpx.AsyncClient, processor: OrdersProcessor) -> None:

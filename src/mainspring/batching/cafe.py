@@ -268,14 +268,16 @@ async def get_package(store: Store, package_id: str, authorize: Authorize | None
 
 
 async def list_packages(
-    store: Store, name: str, status: str | None, limit: int, cursor: str | None
+    store: Store, name: str, status: str | None, limit: int, cursor: str | None, tasks_per_package: int | None = None
 ) -> tuple[list[dict[str, Any]], str | None]:
+    """A page of packages with their tasks (the first ``tasks_per_package`` of each, or all: a package's
+    ``size`` says how many it has)."""
     after = int(decode_cursor(cursor, 1)[0]) if cursor else 0
     async with store.read() as conn:
         rows = await data.list_packages(conn, name, status, after, limit + 1)
         more = len(rows) > limit
         rows = rows[:limit]
-        tasks = await data.tasks_of_packages(conn, [r.id for r in rows])
+        tasks = await data.tasks_of_packages(conn, [r.id for r in rows], tasks_per_package)
         items = [package_to_api(r, tasks[r.id], with_lease=False) for r in rows]
     return items, encode_cursor(rows[-1].seq) if more else None
 

@@ -255,9 +255,15 @@ async def package_tasks(conn: Executor, package_id: str) -> list[TaskRow]:
     return [_task(row) for row in (await conn.execute(query)).all()]
 
 
-async def tasks_of_packages(conn: Executor, package_ids: Sequence[str]) -> dict[str, list[TaskRow]]:
-    """The tasks of each of ``package_ids``, in arrival order: one statement for a page of packages."""
+async def tasks_of_packages(conn: Executor, package_ids: Sequence[str], per_package: int | None = None) -> dict[str, list[TaskRow]]:
+    """The tasks of each of ``package_ids`` (the first ``per_package`` of each, or all), in arrival order: one
+    statement for a page of packages."""
     query = select(*_TASK_COLUMNS).where(batch_tasks.c.package_id.in_(package_ids)).order_by(batch_tasks.c.seq)
+    if per_package is not None:
+        place = func.row_number().over(partition_by=batch_tasks.c.package_id, order_by=batch_tasks.c.seq).label("place")
+        ranked = select(*_TASK_COLUMNS, place).where(batch_tasks.c.package_id.in_(package_ids)).subquery()
+        query = (select(*(ranked.c[c.name] for c in _TASK_COLUMNS)).where(ranked.c.place <= per_package)
+                 .order_by(ranked.c.seq))
     found: dict[str, list[TaskRow]] = {package_id: [] for package_id in package_ids}
     for row in (await conn.execute(query)).all():
         task = _task(row)

@@ -14,7 +14,15 @@ from typing import Any
 from sqlalchemy import ColumnElement, bindparam, func, or_, select, text
 
 from mainspring.core import leases
-from mainspring.core.tables import EVENTS_PER_MINUTE, MINUTE_MS, alerts, api_tokens, event_counts, events, publisher_cursors
+from mainspring.core.tables import (
+    EVENTS_PER_MINUTE,
+    MINUTE_MS,
+    alerts,
+    api_tokens,
+    event_counts,
+    events,
+    publisher_cursors,
+)
 from mainspring.store import Store, Transaction
 from mainspring.store import counts as kept_counts
 from mainspring.store.dialect import Executor
