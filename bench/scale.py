@@ -230,7 +230,7 @@ async def fill_faces(url: str, n: int, faces: list[str]) -> None:
 
 
 async def upgrade_cost(url: str) -> None:
-    """What machines_0006, exchange_0003 and batching_0004 cost on this (filled) store: each counts table is
+    """What machines_0006, exchange_0003, batching_0004 and core_0008 cost on this (filled) store: each counts table is
     dropped and made again as its migration makes it — triggers created and the rows counted, writes to
     the face's tables waiting on the lock meanwhile — timed, in one transaction each (the store is left as
     the migration would leave it)."""
@@ -243,7 +243,8 @@ async def upgrade_cost(url: str) -> None:
     conn = await asyncpg.connect(url)
     versions = ROOT / "src/mainspring/store/migrations/versions"
     for file, table in (("machines_0006_kept_counts", "machine_counts"), ("exchange_0003_kept_counts", "exchange_counts"),
-                        ("batching_0004_kept_counts", "batching_counts")):
+                        ("batching_0004_kept_counts", "batching_counts"),
+                        ("core_0008_event_counts_per_minute", "event_counts")):
         spec = importlib.util.spec_from_file_location(file, versions / f"{file}.py")
         assert spec and spec.loader
         module = importlib.util.module_from_spec(spec)
@@ -472,9 +473,35 @@ WITHOUT = [
 ]
 
 
+async def migrated(url: str) -> None:
+    from mainspring.store import Store
+    from mainspring.store.migrate import migrate as migrate_store
+
+    store = Store(url, pool_size=1)
+    try:
+        await migrate_store(store)
+    finally:
+        await store.close()
+
+
 async def ab_round(url: str, with_counts: bool, creates: int, jobs: int) -> dict[str, float]:
-    """On a fresh database: ``creates`` creates one at a time (p50, CPU of this process and of its PostgreSQL
-    backends per create), then a worker processing ``jobs`` items (processed/s, CPU per item)."""
+    """On a fresh database, with the kept counts and list indexes or without: ``write_path``."""
+    import asyncpg
+
+    await fresh_database(url)
+    await migrated(url)
+    if not with_counts:
+        conn = await asyncpg.connect(url)
+        for statement in WITHOUT:
+            await conn.execute(statement)
+        await conn.close()
+    return await write_path(url, creates, jobs)
+
+
+async def write_path(url: str, creates: int, jobs: int) -> dict[str, float]:
+    """On the (migrated) store as it is: ``creates`` creates one at a time (p50, CPU of this process and of
+    its PostgreSQL backends per create), then a worker processing ``jobs`` items of a queue of their own
+    (processed/s, CPU per item)."""
     import asyncpg
 
     sys.path.insert(0, str(ROOT / "bench"))
@@ -485,19 +512,12 @@ async def ab_round(url: str, with_counts: bool, creates: int, jobs: int) -> dict
     from mainspring.interactions.settings import InteractionsSettings
     from mainspring.interactions.worker import Worker
     from mainspring.store import Store
-    from mainspring.store.migrate import migrate as migrate_store
 
     name = url.rsplit("/", 1)[1]
-    await fresh_database(url)
     cfg = InteractionsSettings()
     store = Store(url, pool_size=4)
-    await migrate_store(store)
-    if not with_counts:
-        conn = await asyncpg.connect(url)
-        for statement in WITHOUT:
-            await conn.execute(statement)
-        await conn.close()
     await store.start()
+    work = f"work-{time.time_ns()}"  # a queue of its own each run: a filled store keeps earlier runs' items
     try:
         for i in range(50):  # warm the pool and the statement caches
             await service.create(store, cfg, "warm", {"data": {"i": i}})
@@ -514,12 +534,12 @@ async def ab_round(url: str, with_counts: bool, creates: int, jobs: int) -> dict
                   "create_cpu_us": (time.process_time() - cpu) / creates * 1e6,
                   "create_pg_cpu_us": (backends_cpu_s(pids) - pg) / creates * 1e6}
         for start in range(0, jobs, 1000):
-            await service.create_many(store, cfg, "work", [{"data": {"n": i}} for i in range(start, min(jobs, start + 1000))])
+            await service.create_many(store, cfg, work, [{"data": {"n": i}} for i in range(start, min(jobs, start + 1000))])
         done = asyncio.Event()
         handled = 0
         app = App()
 
-        @app.queue("work")
+        @app.queue(work)
         async def noop(item: Any) -> None:
             nonlocal handled
             handled += 1
@@ -543,6 +563,16 @@ async def ab(url: str, rounds: int, creates: int, jobs: int) -> None:
         for with_counts in (True, False):
             measured = await ab_round(url, with_counts, creates, jobs)
             label = "counts+indexes" if with_counts else "without      "
+            print(f"round {r} {label} " + "  ".join(f"{k} {v:.1f}" for k, v in measured.items()) + f"   (load {load()})", flush=True)
+
+
+async def filled_vs_empty(filled: str, empty: str, rounds: int, creates: int, jobs: int) -> None:
+    """``write_path`` on the filled store and on an empty one (made fresh and migrated here), alternating."""
+    await fresh_database(empty)
+    await migrated(empty)
+    for r in range(rounds):
+        for label, url in (("filled", filled), ("empty ", empty)):
+            measured = await write_path(url, creates, jobs)
             print(f"round {r} {label} " + "  ".join(f"{k} {v:.1f}" for k, v in measured.items()) + f"   (load {load()})", flush=True)
 
 
@@ -717,8 +747,10 @@ def soak_plot(samples: list[tuple[float, str, str, float]], retention_s: int, pa
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["fill", "fill-faces", "upgrade-cost", "measure", "measure-faces", "service", "explain", "ab", "soak"])
+    parser.add_argument("command", choices=["fill", "fill-faces", "upgrade-cost", "measure", "measure-faces", "service", "explain", "ab",
+                                            "filled-vs-empty", "soak"])
     parser.add_argument("--database", required=True)
+    parser.add_argument("--empty", help="filled-vs-empty: the empty store to compare with (made fresh)")
     parser.add_argument("--interactions", type=int, default=1_000_000)
     parser.add_argument("--queues", type=int, default=5)
     parser.add_argument("--faces-rows", type=int, default=1_000_000, help="fill-faces: machines, messages, tasks")
@@ -751,6 +783,8 @@ def main() -> None:
         asyncio.run(soak(args.database, args.minutes, args.rate, args.retention_s))
     elif args.command == "ab":
         asyncio.run(ab(args.database, 3, 2000, 5000))
+    elif args.command == "filled-vs-empty":
+        asyncio.run(filled_vs_empty(args.database, args.empty, 3, 2000, 5000))
     else:
         asyncio.run(explain(args.database))
 

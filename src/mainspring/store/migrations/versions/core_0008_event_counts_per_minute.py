@@ -22,10 +22,12 @@ down_revision = "core_0007"
 branch_labels = None
 depends_on = None
 
+KEPT = [EVENTS_PER_MINUTE]
+
 
 def upgrade() -> None:
-    create_counts_table(op, "event_counts", [EVENTS_PER_MINUTE])
+    create_counts_table(op, "event_counts", KEPT)
 
 
 def downgrade() -> None:
-    drop_counts_table(op, "event_counts", [EVENTS_PER_MINUTE])
+    drop_counts_table(op, "event_counts", KEPT)
