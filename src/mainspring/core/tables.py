@@ -15,7 +15,7 @@ events = Table(
     Column("subject_kind", String(50), nullable=False),
     Column("subject_id", String(400), nullable=False),
     Column("data", Json, nullable=False),
-    # Retention's oldest first, and the dashboard's last hour by type from the index alone (migration core_0007).
+    # Retention's oldest first (migration core_0007).
     Index("ix_events_at", "at", "type"),
 )
 
