@@ -119,8 +119,9 @@ async def recover(ctx: Context) -> None:
         doubting = both.create_task(_drain(doubt_ready, ctx, expired_only=False))
         syncing = both.create_task(sync.sync_all_once(ctx))
     doubted, moved = doubting.result(), syncing.result()
-    # The quarantine moves of processes put in doubt behind the pass above (due now), as the watchdog does them.
-    moved += await _drain(sync.sync_files, ctx)
+    # The quarantine moves of processes put in doubt behind the pass above: due now (a move that failed above
+    # is due only after its retry delay, as the watchdog would have it).
+    moved += await sync.sync_all_once(ctx, due_by=ctx.store.now_ms())
     done = await finish_all_cleanups(ctx)
     log.info(
         "exchange recovery: %d cancelled dropped, %d ready-to-commit now in doubt, %d file moves, "
