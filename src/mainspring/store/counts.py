@@ -52,6 +52,12 @@ class KeptCount:
     kind: str
     status: str
     group: str | None = None
+    per_statement: bool = False
+    """PostgreSQL: follow updates once per UPDATE statement (over its old and new rows) rather than row by row.
+    For tables whose rows change status many at a time (a package's tasks, a process's messages): a row
+    trigger runs its upsert once per row moved. A row trigger stays cheaper where updates come one row at a
+    time and most move no count (a machine's steps): its WHEN is checked in C, while a statement trigger runs
+    for every UPDATE (PostgreSQL allows no column list with transition tables)."""
 
     def _grp(self, row: str) -> str:
         return f"{row}.{self.group}" if self.group else "''"
@@ -95,16 +101,32 @@ class KeptCount:
             f"LOCK TABLE {self.source} IN SHARE ROW EXCLUSIVE MODE",
             self._function("inserted", f"SELECT {self._grp('changed')}, changed.{self.status}, count(*) FROM changed GROUP BY 1, 2"),
             self._function("deleted", f"SELECT {self._grp('gone')}, gone.{self.status}, -count(*) FROM gone GROUP BY 1, 2"),
-            self._function("moved", f"VALUES ({self._grp('OLD')}, OLD.{self.status}, -1), "
-                                    f"({self._grp('NEW')}, NEW.{self.status}, 1)"),
             f"CREATE TRIGGER {self.source}_count_insert AFTER INSERT ON {self.source} REFERENCING NEW TABLE AS changed "
             f"FOR EACH STATEMENT EXECUTE FUNCTION mainspring_{self.source}_count_inserted()",
             f"CREATE TRIGGER {self.source}_count_delete AFTER DELETE ON {self.source} REFERENCING OLD TABLE AS gone "
             f"FOR EACH STATEMENT EXECUTE FUNCTION mainspring_{self.source}_count_deleted()",
-            # Row by row, but only rows whose count moves reach the function: the WHEN is checked in C.
+            *(self._moved_per_statement() if self.per_statement else self._moved_per_row(of)),
+            fill,
+        ]
+
+    def _moved_per_row(self, of: str) -> list[str]:
+        return [
+            self._function("moved", f"VALUES ({self._grp('OLD')}, OLD.{self.status}, -1), "
+                                    f"({self._grp('NEW')}, NEW.{self.status}, 1)"),
+            # Only rows whose count moves reach the function: the WHEN is checked in C.
             f"CREATE TRIGGER {self.source}_count_update AFTER UPDATE OF {of} ON {self.source} "
             f"FOR EACH ROW WHEN ({self._moved()}) EXECUTE FUNCTION mainspring_{self.source}_count_moved()",
-            fill,
+        ]
+
+    def _moved_per_statement(self) -> list[str]:
+        rows = (f"SELECT grp, status, sum(n) FROM (SELECT {self._grp('gone')}, gone.{self.status}, -1 FROM gone "
+                f"UNION ALL SELECT {self._grp('changed')}, changed.{self.status}, 1 FROM changed) AS m(grp, status, n) "
+                "GROUP BY 1, 2 HAVING sum(n) <> 0")
+        return [
+            self._function("moved", rows),
+            f"CREATE TRIGGER {self.source}_count_update AFTER UPDATE ON {self.source} "
+            "REFERENCING OLD TABLE AS gone NEW TABLE AS changed "
+            f"FOR EACH STATEMENT EXECUTE FUNCTION mainspring_{self.source}_count_moved()",
         ]
 
     def uninstall(self, postgres: bool) -> list[str]:

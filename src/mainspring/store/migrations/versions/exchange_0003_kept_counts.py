@@ -24,7 +24,8 @@ branch_labels = None
 depends_on = None
 
 KEPT = [KeptCount("exchange_counts", "exchange_processes", "processes", status="state"),
-        KeptCount("exchange_counts", "exchange_messages", "messages", status="state")]
+        # A process's messages change state together, in one statement.
+        KeptCount("exchange_counts", "exchange_messages", "messages", status="state", per_statement=True)]
 
 
 INDEXES: list[tuple[str, list[str], str | None]] = [
