@@ -37,6 +37,7 @@ from typing import Any
 
 import asyncpg
 import httpx
+from pgcpu import DatabaseCpu
 
 from mainspring.store import parse_time
 
@@ -232,12 +233,19 @@ async def bench_library(engine: str, tasks: int, concurrency: int) -> dict[str, 
                                             {t["id"]: {"ok": True} for t in package["tasks"]})
                 done += 1
 
+        pg_cpu = DatabaseCpu(database) if engine == "postgres" else None
+        if pg_cpu is not None:
+            await pg_cpu.start()
+        cpu_before = time.process_time()
         started = time.perf_counter()
         await asyncio.gather(*(worker(i) for i in range(concurrency)))
         work_s = time.perf_counter() - started
+        work_cpu_s = time.process_time() - cpu_before
+        work_pg_s = await pg_cpu.stop() if pg_cpu is not None else 0.0
         assert done == packages, (done, packages)
         return {"tasks": len(bodies), "submitted_per_s": len(bodies) / submit_s, "packed_per_s": len(bodies) / packed_s,
-                "rounds": rounds, "packages": packages, "packages_per_s": packages / work_s}
+                "rounds": rounds, "packages": packages, "packages_per_s": packages / work_s,
+                "cpu_us_per_package": work_cpu_s * 1e6 / packages, "pg_cpu_us_per_package": work_pg_s * 1e6 / packages}
     finally:
         await store.close()
         await drop_database(engine, tmp, pg_name)
@@ -301,6 +309,8 @@ def main() -> None:
                   f" {e['rounds']} dispatcher round(s))")
             print(f"  claimed+completed {e['packages_per_s']:8.1f} packages/s ({e['packages']} packages,"
                   " cafe.claim → cafe.complete_package)")
+            print(f"  CPU per package claimed+completed: {e['cpu_us_per_package']:.0f} µs this process,"
+                  f" {e['pg_cpu_us_per_package']:.0f} µs PostgreSQL's backends of its database")
         if "http" not in steps:
             continue
         r = asyncio.run(bench_engine(engine, args.tasks, args.concurrency, args.linger, args.rounds))

@@ -101,20 +101,49 @@ async def test_a_claim_after_a_lease_expired_says_it_took_the_package_over(store
     assert [(e["data"]["attempt"], e["data"]["retaken_after_expiry"]) for e in claims] == [(1, False), (2, True)]
 
 
+def _count_commits(store: Store) -> list[int]:
+    """Counts the store's transactions from now on (one committed alone counts too)."""
+    commits = [0]
+    commit = store.backend.commit
+
+    async def counted(*args: object) -> None:
+        commits[0] += 1
+        await commit(*args)  # type: ignore[arg-type]
+
+    store.backend.commit = counted  # type: ignore[method-assign]
+    return commits
+
+
+async def test_claims_arriving_together_share_one_commit_and_each_claimer_gets_its_own_package(store: Store) -> None:
+    await _stored_pairs(store, "books", 9)  # three packages of six, oldest first
+    await dispatch_batcher(store, "books")
+    async with store.read() as conn:
+        oldest_first = list((await conn.execute(select(batch_packages.c.id).order_by(batch_packages.c.seq))).scalars())
+    commits = _count_commits(store)
+    before = store.backend.round_trips
+    answers = await asyncio.gather(*(cafe.claim_once(store, "books", f"w{i}", 1000 * (i + 1)) for i in range(4)))
+    assert commits[0] == 1
+    if store.is_postgres:
+        assert store.backend.round_trips - before == 1  # the claims, their tasks and events: one statement
+    assert [p["id"] if p else None for p in answers] == [*oldest_first, None]  # in arrival order; one too many
+    first, second, third, _ = answers
+    assert first is not None and second is not None and third is not None
+    assert [p["worker"] for p in (first, second, third)] == ["w0", "w1", "w2"]
+    assert len({p["lease"]["token"] for p in (first, second, third)}) == 3
+    assert third["lease"]["expires_at"] == format_time(store.now_ms() + 3000)  # each claimer's own lease_ms
+    assert all(t["status"] == "claimed" for p in (first, second, third) for t in p["tasks"])
+    await outbox.wait_numbered(store)
+    claims, _ = await outbox.read_events(store, 0, 100, ["batch.package.claimed"])
+    assert sorted((e["subject"]["id"], e["data"]["worker"]) for e in claims) == sorted(
+        (p["id"], p["worker"]) for p in (first, second, third))
+
+
 async def test_completions_arriving_together_share_one_commit_and_a_refused_one_sinks_none(store: Store) -> None:
     await _stored_pairs(store, "books", 18)  # six packages
     await dispatch_batcher(store, "books")
     claimed = [await cafe.claim_once(store, "books", f"w{i}", None) for i in range(3)]
     assert all(p is not None for p in claimed)
-    commits = 0
-    commit = store.backend.commit
-
-    async def counted(*args: object) -> None:
-        nonlocal commits
-        commits += 1
-        await commit(*args)  # type: ignore[arg-type]
-
-    store.backend.commit = counted  # type: ignore[method-assign]
+    commits = _count_commits(store)
     first, second, third = claimed
     assert first is not None and second is not None and third is not None
     answers = await asyncio.gather(
@@ -126,13 +155,32 @@ async def test_completions_arriving_together_share_one_commit_and_a_refused_one_
     assert isinstance(answers[1], LeaseLost)
     assert [answers[0]["status"], answers[2]["status"]] == ["done", "done"]  # type: ignore[index]
     assert (await cafe.get_package(store, second["id"]))["status"] == "claimed"
-    # The shared commit failed on the refused one; each was then run alone, the refused one changing nothing.
-    # Without a refusal, the three commit once:
+    assert commits[0] == 1, commits  # the refused one changed nothing and the other two still shared a commit
     more = [await cafe.claim_once(store, "books", f"v{i}", None) for i in range(3)]
-    commits = 0
+    commits[0] = 0
     done = await asyncio.gather(*(cafe.complete_package(store, p["id"], p["lease"]["token"], None) for p in more if p is not None))
     assert [p["status"] for p in done] == ["done"] * 3
-    assert commits == 1, commits
+    assert commits[0] == 1, commits
+
+
+async def test_a_completion_repeated_in_one_commit_answers_the_same_and_writes_once(store: Store) -> None:
+    await _stored_pairs(store, "books", 3)
+    await dispatch_batcher(store, "books")
+    package = await cafe.claim_once(store, "books", "w1", None)
+    assert package is not None
+    token, first_task = package["lease"]["token"], package["tasks"][0]["id"]
+    results = [{"task_id": first_task, "status": "failed", "error": "torn page"}]
+    once, again, stolen = await asyncio.gather(
+        cafe.complete_package(store, package["id"], token, results),
+        cafe.complete_package(store, package["id"], token, results),
+        cafe.complete_package(store, package["id"], "not-the-token", None),
+        return_exceptions=True,
+    )
+    assert once == again == await cafe.get_package(store, package["id"])
+    assert isinstance(stolen, LeaseLost)
+    await outbox.wait_numbered(store)
+    done, _ = await outbox.read_events(store, 0, 100, ["batch.package.done", "batch.task.failed"])
+    assert sorted(e["type"] for e in done) == ["batch.package.done", "batch.task.failed"]
 
 
 async def test_a_submit_is_one_statement_inside_its_commit_on_postgresql(store: Store) -> None:

@@ -171,3 +171,18 @@ async def test_retention_never_deletes_what_a_publisher_has_not_published(store:
     assert await outbox.delete_events_before(store, clock.now_ms(), batch=100, publishers=["webhook:slow", "nats:never"]) == 0
     events, _ = await outbox.read_events(store, 0, 100)
     assert len(events) == 4
+
+
+async def test_an_alert_is_raised_once_per_open_subject_and_again_once_acknowledged(store: Store) -> None:
+    from mainspring.core.alerts import ack_alert, raise_alerts
+
+    async with store.transaction() as tx:
+        first = await raise_alerts(tx, "test_alert", "test", [(f"s{i}", "detail") for i in range(3)])
+        await raise_alerts(tx, "other_code", "test", [("s3", "detail")])
+    await ack_alert(store, first[0])  # s0's alert is no longer open
+    async with store.transaction() as tx:
+        again = await raise_alerts(tx, "test_alert", "test", [(f"s{i}", "again") for i in range(5)] + [("s4", "twice")])
+    async with store.read() as conn:
+        rows = (await conn.execute(select(alerts.c.subject_id, alerts.c.detail).where(alerts.c.id.in_(again)))).all()
+    # s1 and s2 are open already; s3's open alert has another code; s4 is asked about twice in one call.
+    assert sorted(rows) == [("s0", "again"), ("s3", "again"), ("s4", "again")]

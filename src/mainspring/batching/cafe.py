@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -19,7 +20,7 @@ from mainspring.batching.errors import PackageNotFound, UnknownTaskResult
 from mainspring.batching.models import DEFAULTS, TaskResult
 from mainspring.batching.service import cafe_channel, task_subject
 from mainspring.core import outbox
-from mainspring.core.errors import LeaseLost
+from mainspring.core.errors import LeaseLost, MainspringError
 from mainspring.core.leases import new_token
 from mainspring.core.paging import decode_cursor, encode_cursor
 from mainspring.store import Store, Transaction, format_time
@@ -68,30 +69,33 @@ def count_claim(batcher: str, retaken_after_expiry: bool) -> None:
 
 async def claim_once(store: Store, name: str, worker: str, lease_ms: int | None) -> dict[str, Any] | None:
     """Claim the oldest waiting package of ``name`` for ``worker``, or None."""
-    token = new_token()
-    async with store.transaction(alone=store.is_postgres) as tx:
-        now = store.now_ms()
-        if tx.may_run_alone:
-            # PostgreSQL: the claim, its tasks, its event and the sequencer's wake-up are one statement.
-            found = await data.claim_oldest_with_event_alone(
-                tx, name, worker, token, lease_ms, DEFAULTS["lease_ms"], now, (PG_CHANNEL, outbox.SEQUENCER_CHANNEL)
-            )
-            if found is None:
-                return None
-            row, retaken, tasks = found
-            tx.notify(outbox.SEQUENCER_CHANNEL)
-        else:
-            claimed = await data.claim_oldest(tx, name, worker, token, lease_ms, DEFAULTS["lease_ms"], now)
-            if claimed is None:
-                return None
-            row, retaken = claimed
-            tasks = await data.claim_package_tasks(tx, row.id, now)
-            await outbox.emit(
-                tx, "batch.package.claimed", "batch_package", row.id,
-                {"batcher": name, "worker": worker, "attempt": row.attempts, "retaken_after_expiry": retaken},
-            )
-        tx.after_commit(lambda: count_claim(name, retaken))
-        return package_to_api(row, tasks)
+    # Claims of one batcher arriving together share one commit and one statement (PostgreSQL: alone in its
+    # transaction, also their events and the event readers' wake-up): every claim writes an event, and events
+    # commit one transaction at a time (their numbering lock), so a commit per claim would bound the claims.
+    return await store.grouped_batch(("batching.claim", name), functools.partial(_claim_all, name),
+                                     data.Claimer(worker, new_token(), lease_ms))
+
+
+async def _claim_all(name: str, tx: Transaction, claimers: list[data.Claimer]) -> list[dict[str, Any] | None]:
+    now = tx.store.now_ms()
+    claimed, wrote_events = await data.claim_oldest_many(
+        tx, name, claimers, DEFAULTS["lease_ms"], now, (PG_CHANNEL, outbox.SEQUENCER_CHANNEL)
+    )
+    taken = [c for c in claimed if c is not None]
+    if not taken:
+        return [None] * len(claimers)
+    if wrote_events:
+        tx.notify(outbox.SEQUENCER_CHANNEL)
+    else:
+        await outbox.emit_many(tx, [
+            outbox.Event("batch.package.claimed", "batch_package", c.package.id,
+                         {"batcher": name, "worker": c.package.worker, "attempt": c.package.attempts,
+                          "retaken_after_expiry": c.retaken})
+            for c in taken
+        ])
+    for c in taken:
+        tx.after_commit(functools.partial(count_claim, name, c.retaken))
+    return [None if c is None else package_to_api(c.package, c.tasks) for c in claimed]
 
 
 async def claim(
@@ -145,53 +149,90 @@ def _normalize_results(results: Any, task_ids: list[str]) -> dict[str, TaskResul
     return outcomes
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Completion:
+    package_id: str
+    token: str
+    results: Any
+    authorize: Authorize | None
+
+
 async def complete_package(
     store: Store, package_id: str, token: str, results: Any, authorize: Authorize | None = None
 ) -> dict[str, Any]:
     """Finish a claimed package with per-task outcomes (a task left out is done)."""
-    # Completions arriving together share one commit (a refused one — lease lost, unknown task — is run again
-    # alone and gets its own answer).
-    async def work(tx: Transaction) -> dict[str, Any]:
-        found = await data.lock_package_with_tasks(tx, package_id)
-        if found is None:
-            raise PackageNotFound(f"no package {package_id!r}")
-        row, tasks = found
-        if authorize is not None:
-            authorize(row.batcher)
-        if row.status == "done" and row.lease_token == token:
-            return package_to_api(row, tasks, with_lease=False)  # a repeat of the same completion
-        if row.status != "claimed" or row.lease_token != token:
-            raise LeaseLost(f"package {package_id} is not held with this token")
-        outcomes = _normalize_results(results, [t.id for t in tasks])
-        now = store.now_ms()
-        events: list[outbox.Event] = []
-        finished: list[TaskRow] = []
-        for task in tasks:
-            outcome = outcomes.get(task.id) or TaskResult(task_id=task.id)
-            status = outcome.status
-            error = outcome.error if status == "failed" else None
-            if status == "failed" and error is None:
-                error = "failed by the worker"
-            finished.append(dataclasses.replace(task, status=status, result=outcome.result, error=error, updated_at=now))
-            told: dict[str, Any] = {"batcher": row.batcher, "id": task.id, "package_id": package_id}
-            if status == "failed":
-                told["error"] = error
-            events.append(outbox.Event(f"batch.task.{status}", "batch_task", task_subject(row.batcher, task.id), told))
-        events.append(
-            outbox.Event("batch.package.done", "batch_package", package_id,
-                         {"batcher": row.batcher, "worker": row.worker, "size": row.size})
-        )
-        # The tasks' outcomes and the package in as few statements as the engine allows (one on PostgreSQL);
-        # the answer is what was written, not read back. The events go through the outbox, written as the
+    # Completions arriving together share one commit and its statements (the packages locked with their tasks,
+    # their outcomes, their events); a refused one (lease lost, unknown task) writes nothing and gets its own
+    # answer while the others commit.
+    return await store.grouped_batch("batching.complete", _complete_all, _Completion(package_id, token, results, authorize))
+
+
+async def _complete_all(tx: Transaction, completions: list[_Completion]) -> list[Any]:
+    """Each completion's answer, or the error refusing it (raised to that caller alone)."""
+    locked = await data.lock_packages_with_tasks(tx, [c.package_id for c in completions])
+    now = tx.store.now_ms()
+    answers: list[dict[str, Any] | MainspringError | ValueError] = []
+    package_seqs: list[int] = []
+    outcome_rows: list[data.TaskOutcome] = []
+    events: list[outbox.Event] = []
+    for completion in completions:
+        try:
+            row, tasks, finishes = _finish(completion, locked.get(completion.package_id), now)
+        except (MainspringError, ValueError) as refused:
+            answers.append(refused)
+            continue
+        if finishes:
+            package_seqs.append(row.seq)
+            outcome_rows.extend(data.TaskOutcome(t.seq, t.status, t.result, t.error) for t in tasks)
+            events.extend(_completion_events(row, tasks))
+            locked[completion.package_id] = (row, tasks)  # a repeat later in this group answers what was written
+        answers.append(package_to_api(row, tasks, with_lease=False))
+    if package_seqs:
+        # The tasks' outcomes and the packages in as few statements as the engine allows (one on PostgreSQL);
+        # the answers are what was written, not read back. The events go through the outbox, written as the
         # shared transaction's last statement: inserted here, their numbering lock would be held while the
         # group's later writes wait for rows other transactions hold.
-        outcome_rows = [data.TaskOutcome(t.seq, t.status, t.result, t.error) for t in finished]
-        await data.complete_package_with_events(tx, row.seq, outcome_rows, [], now)
+        await data.complete_packages(tx, package_seqs, outcome_rows, now)
         await outbox.emit_many(tx, events)
-        done = dataclasses.replace(row, status="done", lease_expires_at=None, error=None, updated_at=now)
-        return package_to_api(done, finished, with_lease=False)
+    return answers
 
-    return await store.grouped(work)
+
+def _finish(
+    completion: _Completion, found: tuple[PackageRow, list[TaskRow]] | None, now: int
+) -> tuple[PackageRow, list[TaskRow], bool]:
+    """The package and its tasks once ``completion`` is applied, and whether it finishes the package now
+    (False: a repeat of the completion that finished it); or the error that refuses it."""
+    if found is None:
+        raise PackageNotFound(f"no package {completion.package_id!r}")
+    row, tasks = found
+    if completion.authorize is not None:
+        completion.authorize(row.batcher)
+    if row.status == "done" and row.lease_token == completion.token:
+        return row, tasks, False  # a repeat of the same completion
+    if row.status != "claimed" or row.lease_token != completion.token:
+        raise LeaseLost(f"package {completion.package_id} is not held with this token")
+    outcomes = _normalize_results(completion.results, [t.id for t in tasks])
+    finished: list[TaskRow] = []
+    for task in tasks:
+        outcome = outcomes.get(task.id) or TaskResult(task_id=task.id)
+        status = outcome.status
+        error = outcome.error if status == "failed" else None
+        if status == "failed" and error is None:
+            error = "failed by the worker"
+        finished.append(dataclasses.replace(task, status=status, result=outcome.result, error=error, updated_at=now))
+    return dataclasses.replace(row, status="done", lease_expires_at=None, error=None, updated_at=now), finished, True
+
+
+def _completion_events(row: PackageRow, tasks: list[TaskRow]) -> list[outbox.Event]:
+    events: list[outbox.Event] = []
+    for task in tasks:
+        told: dict[str, Any] = {"batcher": row.batcher, "id": task.id, "package_id": row.id}
+        if task.status == "failed":
+            told["error"] = task.error
+        events.append(outbox.Event(f"batch.task.{task.status}", "batch_task", task_subject(row.batcher, task.id), told))
+    events.append(outbox.Event("batch.package.done", "batch_package", row.id,
+                               {"batcher": row.batcher, "worker": row.worker, "size": row.size}))
+    return events
 
 
 async def fail_package(

@@ -311,65 +311,69 @@ async def finish_tasks(tx: Executor, outcomes: Sequence[TaskOutcome], now: int) 
     ])
 
 
-# PostgreSQL: a package locked with its tasks in one statement (the lock is on the package row only).
-_LOCK_PACKAGE_WITH_TASKS_PG = text(
-    "WITH locked AS (SELECT * FROM batch_packages WHERE id = :locked_package_id FOR UPDATE) "
+# PostgreSQL: packages locked with their tasks in one statement (the locks are on the package rows only, taken
+# in seq order so two transactions locking overlapping sets never wait on each other in a cycle).
+_LOCK_PACKAGES_WITH_TASKS_PG = text(
+    "WITH locked AS (SELECT * FROM batch_packages WHERE id = ANY(CAST(:locked_package_ids AS text[]))"
+    " ORDER BY seq FOR UPDATE) "
     "SELECT " + ", ".join(f'locked."{c.name}"' for c in batch_packages.c) + ", "
     + ", ".join(f't."{c.name}"' for c in _TASK_COLUMNS)
-    + " FROM locked LEFT JOIN batch_tasks AS t ON t.package_id = locked.id ORDER BY t.seq"
+    + " FROM locked LEFT JOIN batch_tasks AS t ON t.package_id = locked.id ORDER BY locked.seq, t.seq"
 ).columns(*(column(f"p_{c.name}", c.type) for c in batch_packages.c), *(column(f"t_{c.name}", c.type) for c in _TASK_COLUMNS))
 
 
-async def lock_package_with_tasks(tx: Transaction, package_id: str) -> tuple[PackageRow, list[TaskRow]] | None:
-    """A package locked until commit (``FOR UPDATE`` on PostgreSQL: its finishing writes happen one at a
-    time) and its tasks in arrival order; one statement on PostgreSQL. None for an unknown package."""
+async def lock_packages_with_tasks(tx: Transaction, package_ids: Sequence[str]) -> dict[str, tuple[PackageRow, list[TaskRow]]]:
+    """Packages locked until commit (``FOR UPDATE`` on PostgreSQL: their finishing writes happen one at a
+    time), each with its tasks in arrival order, by id; one statement on PostgreSQL however many. Unknown
+    ids are left out."""
     if not tx.store.is_postgres:
-        row = await lock_package(tx, package_id)
-        return None if row is None else (row, await package_tasks(tx, package_id))
-    rows = (await tx.execute(_LOCK_PACKAGE_WITH_TASKS_PG, {"locked_package_id": package_id})).all()
-    if not rows:
-        return None
+        found: dict[str, tuple[PackageRow, list[TaskRow]]] = {}
+        for package_id in dict.fromkeys(package_ids):
+            package = await lock_package(tx, package_id)
+            if package is not None:
+                found[package_id] = (package, await package_tasks(tx, package_id))
+        return found
+    rows = (await tx.execute(_LOCK_PACKAGES_WITH_TASKS_PG, {"locked_package_ids": list(dict.fromkeys(package_ids))})).all()
     width = len(batch_packages.c)
-    return _package(rows[0][:width]), [_task(row[width:]) for row in rows if row[width] is not None]
+    locked: dict[str, tuple[PackageRow, list[TaskRow]]] = {}
+    for row in rows:
+        package_id = row[1]
+        if package_id not in locked:
+            locked[package_id] = (_package(row[:width]), [])
+        if row[width] is not None:
+            locked[package_id][1].append(_task(row[width:]))
+    return locked
 
 
-# PostgreSQL: a package completes in one statement: every task's outcome, the package done (its lease
-# expiry gone, its token kept so a repeat is recognised) and the events, in the order given.
-_COMPLETE_PACKAGE_PG = text(
+# PostgreSQL: packages complete in one statement: every task's outcome, and the packages done (their lease
+# expiry gone, their tokens kept so a repeat is recognised).
+_COMPLETE_PACKAGES_PG = text(
     "WITH outcome AS (SELECT * FROM unnest(CAST(:seqs AS bigint[]), CAST(:statuses AS text[]),"
     " CAST(:results AS jsonb[]), CAST(:errors AS text[])) AS o(seq, status, result, error)), "
     "tasks AS (UPDATE batch_tasks AS t SET status = o.status, result = o.result, error = o.error, updated_at = :now"
     " FROM outcome AS o WHERE t.seq = o.seq RETURNING 1), "
-    "package AS (UPDATE batch_packages SET status = 'done', lease_expires_at = NULL, error = NULL, updated_at = :now"
-    " WHERE seq = :package_seq RETURNING 1), "
-    "ev AS (INSERT INTO events (type, at, subject_kind, subject_id, data)"
-    " SELECT e.type, :now, e.kind, e.subject, e.data FROM unnest(CAST(:event_types AS text[]),"
-    " CAST(:event_kinds AS text[]), CAST(:event_subjects AS text[]), CAST(:event_data AS jsonb[]))"
-    " WITH ORDINALITY AS e(type, kind, subject, data, n) ORDER BY e.n) "
-    "SELECT (SELECT count(*) FROM tasks), (SELECT count(*) FROM package)"
+    "packages AS (UPDATE batch_packages SET status = 'done', lease_expires_at = NULL, error = NULL, updated_at = :now"
+    " WHERE seq = ANY(CAST(:package_seqs AS bigint[])) RETURNING 1) "
+    "SELECT (SELECT count(*) FROM tasks), (SELECT count(*) FROM packages)"
 )
 
 
-async def complete_package_with_events(
-    tx: Transaction, package_seq: int, outcomes: Sequence[TaskOutcome], events: Sequence[core_data.Event], now: int
-) -> bool:
-    """Write a completion: the tasks' outcomes, the package ``done``, and ``events`` — one statement on
-    PostgreSQL. Answers False when it wrote it without its events (SQLite: the caller emits them)."""
+async def complete_packages(tx: Transaction, package_seqs: Sequence[int], outcomes: Sequence[TaskOutcome], now: int) -> None:
+    """Write completions: the tasks' outcomes and the packages ``done`` — one statement on PostgreSQL. The
+    caller holds the packages' locks and writes their events."""
     if not tx.store.is_postgres:
         await finish_tasks(tx, outcomes, now)
-        await finish_package(tx, package_seq, "done", None, now)
-        return False
+        for seq in package_seqs:
+            await finish_package(tx, seq, "done", None, now)
+        return
     params = {
         "seqs": [o.seq for o in outcomes], "statuses": [o.status for o in outcomes],
         "results": [json.dumps(o.result) for o in outcomes], "errors": [o.error for o in outcomes],
-        "package_seq": package_seq, "now": now,
-        "event_types": [e.type for e in events], "event_kinds": [e.subject_kind for e in events],
-        "event_subjects": [e.subject_id for e in events], "event_data": [json.dumps(e.data) for e in events],
+        "package_seqs": list(package_seqs), "now": now,
     }
-    tasks, packages = (await tx.execute(_COMPLETE_PACKAGE_PG, params)).one()
-    if (tasks, packages) != (len(outcomes), 1):  # the caller holds the package's lock: never, but never silently
-        raise RuntimeError(f"completing package {package_seq} wrote {tasks} task(s) of {len(outcomes)}, {packages} package(s)")
-    return True
+    tasks, packages = (await tx.execute(_COMPLETE_PACKAGES_PG, params)).one()
+    if (tasks, packages) != (len(outcomes), len(package_seqs)):  # the caller holds the locks: never, but never silently
+        raise RuntimeError(f"completing packages {list(package_seqs)} wrote {tasks} task(s) of {len(outcomes)}, {packages} package(s)")
 
 
 # --- the version log ------------------------------------------------------------------------------------
@@ -718,56 +722,109 @@ _CLAIM = batch_packages.update().values(
     lease_expires_at=_CLAIM_NOW + _CLAIM_SPAN, lease_ms=_CLAIM_SPAN, attempts=batch_packages.c.attempts + 1,
     updated_at=_CLAIM_NOW,
 )
-# Pick, then lease (SQLite: one writer, no round trips; PostgreSQL claims in one statement, below).
+# Pick, then lease (SQLite: one writer, no round trips; PostgreSQL claims in one statement, above).
 _CLAIM_PICKED = _CLAIM.where(batch_packages.c.seq == bindparam("claim_seq")).returning(*batch_packages.c)
 
 
-# PostgreSQL: a whole claim in one statement, which is the whole transaction (autocommit, one round trip):
-# pick the oldest waiting package (SKIP LOCKED: concurrent claimers never get the same one), lease it, mark its
-# tasks claimed, write its ``batch.package.claimed`` event and wake the event sequencer of every server
-# (pg_notify, delivered as it commits). Answers one row per task (package columns, then task columns).
+# PostgreSQL: the claims of one group commit in one statement: pick the oldest waiting packages, as many as
+# there are claimers (SKIP LOCKED: concurrent claimers never get the same one), lease the n-th to the n-th
+# claimer, and mark their tasks claimed. Alone in its transaction (autocommit, one round trip), it also writes
+# each package's ``batch.package.claimed`` event and wakes the event readers of every server (pg_notify,
+# delivered as it commits); sharing one, the caller writes the events last. Answers one row per task (package
+# columns, the package's state before, whether it woke, the claimer's number, then task columns).
 _CLAIM_COLUMNS = [*(column(f"p_{c.name}", c.type) for c in batch_packages.c), column("was", String()),
-                  column("woke", Integer()), *(column(f"t_{c.name}", c.type) for c in _TASK_COLUMNS)]
-_CLAIM_WITH_EVENT_ALONE = text(
-    "WITH waiting AS ("
-    " SELECT seq, status AS was FROM batch_packages"
-    " WHERE batcher = :claim_batcher AND (status = 'ready' OR (status = 'claimed' AND lease_expires_at <= :claim_now))"
-    " ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED), "
-    "span AS (SELECT COALESCE(CAST(:claim_lease_ms AS bigint),"
-    " (SELECT lease_ms FROM batchers WHERE name = :claim_batcher), CAST(:claim_default_lease_ms AS bigint)) AS ms), "
-    "picked AS (UPDATE batch_packages AS p SET status = 'claimed', worker = :claim_worker, lease_token = :claim_token,"
-    " lease_expires_at = :claim_now + span.ms, lease_ms = span.ms, attempts = p.attempts + 1, updated_at = :claim_now"
-    " FROM waiting, span WHERE p.seq = waiting.seq RETURNING "
-    + ", ".join(f'p."{c.name}"' for c in batch_packages.c) + ", waiting.was), "
-    "tasks AS (UPDATE batch_tasks AS t SET status = 'claimed', updated_at = :claim_now FROM picked"
-    " WHERE t.package_id = picked.id RETURNING " + ", ".join(f't."{c.name}"' for c in _TASK_COLUMNS) + "), "
-    "ev AS (INSERT INTO events (type, at, subject_kind, subject_id, data)"
-    " SELECT 'batch.package.claimed', :claim_now, 'batch_package', picked.id, jsonb_build_object("
-    "'batcher', picked.batcher, 'worker', picked.worker, 'attempt', picked.attempts,"
-    " 'retaken_after_expiry', picked.was = 'claimed') FROM picked), "
-    "wake AS (SELECT pg_notify(:pg_channel, :sequencer_channel) FROM picked) "
-    "SELECT picked.*, (SELECT count(*) FROM wake) AS woke, tasks.* FROM picked LEFT JOIN tasks ON true"
-).columns(*_CLAIM_COLUMNS)
+                  column("woke", Integer()), column("claimer", Integer()), *(column(f"t_{c.name}", c.type) for c in _TASK_COLUMNS)]
 
 
-async def claim_oldest_with_event_alone(
-    tx: Transaction, batcher: str, worker: str, token: str, lease_ms: int | None, default_lease_ms: int, now: int,
-    wake: tuple[str, str],
-) -> tuple[PackageRow, bool, list[TaskRow]] | None:
-    """``claim_oldest`` and ``claim_package_tasks`` with the package's ``batch.package.claimed`` event, as the
-    whole of ``tx`` in one statement (PostgreSQL, ``tx.may_run_alone``); ``wake``: (the PostgreSQL channel, the
-    sequencer's wake-up), sent by the statement as it commits. Answers the package, whether it was taken
-    over after its lease expired, and its tasks in arrival order; or None when none is waiting."""
-    params = {"claim_batcher": batcher, "claim_worker": worker, "claim_token": token, "claim_lease_ms": lease_ms,
-              "claim_default_lease_ms": default_lease_ms, "claim_now": now, "pg_channel": wake[0],
-              "sequencer_channel": wake[1]}
-    rows = (await tx.execute_alone(_CLAIM_WITH_EVENT_ALONE, params)).all()
-    if not rows:
-        return None
+def _claim_many_sql(with_events: bool) -> Any:
+    span = ("COALESCE(c.lease_ms, (SELECT lease_ms FROM batchers WHERE name = :claim_batcher),"
+            " CAST(:claim_default_lease_ms AS bigint))")
+    events = (
+        "ev AS (INSERT INTO events (type, at, subject_kind, subject_id, data)"
+        " SELECT 'batch.package.claimed', :claim_now, 'batch_package', picked.id, jsonb_build_object("
+        "'batcher', picked.batcher, 'worker', picked.worker, 'attempt', picked.attempts,"
+        " 'retaken_after_expiry', picked.was = 'claimed') FROM picked ORDER BY picked.claimer), "
+        "wake AS (SELECT pg_notify(:pg_channel, :sequencer_channel) FROM picked) "
+    ) if with_events else ""
+    return text(
+        "WITH claimers AS (SELECT * FROM unnest(CAST(:claim_workers AS text[]), CAST(:claim_tokens AS text[]),"
+        " CAST(:claim_lease_ms AS bigint[])) WITH ORDINALITY AS c(worker, token, lease_ms, n)), "
+        "waiting AS (SELECT seq, was, row_number() OVER (ORDER BY seq) AS n FROM ("
+        " SELECT seq, status AS was FROM batch_packages"
+        " WHERE batcher = :claim_batcher AND (status = 'ready' OR (status = 'claimed' AND lease_expires_at <= :claim_now))"
+        " ORDER BY seq LIMIT :claim_count FOR UPDATE SKIP LOCKED) AS w), "
+        "picked AS (UPDATE batch_packages AS p SET status = 'claimed', worker = c.worker, lease_token = c.token,"
+        f" lease_expires_at = :claim_now + {span}, lease_ms = {span}, attempts = p.attempts + 1,"
+        " updated_at = :claim_now"
+        " FROM waiting JOIN claimers AS c ON c.n = waiting.n WHERE p.seq = waiting.seq RETURNING "
+        + ", ".join(f'p."{c.name}"' for c in batch_packages.c) + ", waiting.was, c.n AS claimer), "
+        "tasks AS (UPDATE batch_tasks AS t SET status = 'claimed', updated_at = :claim_now FROM picked"
+        " WHERE t.package_id = picked.id RETURNING " + ", ".join(f't."{c.name}"' for c in _TASK_COLUMNS) + "), "
+        + events
+        + "SELECT " + ", ".join(f'picked."{c.name}"' for c in batch_packages.c) + ", picked.was, "
+        + ("(SELECT count(*) FROM wake)" if with_events else "0") + " AS woke, picked.claimer, "
+        + ", ".join(f'tasks."{c.name}"' for c in _TASK_COLUMNS)
+        + " FROM picked LEFT JOIN tasks ON tasks.package_id = picked.id"
+    ).columns(*_CLAIM_COLUMNS)
+
+
+_CLAIM_MANY_WITH_EVENTS_ALONE = _claim_many_sql(with_events=True)
+_CLAIM_MANY = _claim_many_sql(with_events=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Claimer:
+    """One claim of a group: who claims, with which lease token, for how long (None: the batcher's)."""
+
+    worker: str
+    token: str
+    lease_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """A package leased to its claimer, whether it was taken over after its lease expired, and its tasks."""
+
+    package: PackageRow
+    retaken: bool
+    tasks: list[TaskRow]
+
+
+async def claim_oldest_many(
+    tx: Transaction, batcher: str, claimers: Sequence[Claimer], default_lease_ms: int, now: int, wake: tuple[str, str],
+) -> tuple[list[Claimed | None], bool]:
+    """``claim_oldest`` and ``claim_package_tasks`` for every claimer, the oldest waiting package to the first
+    claimer; one statement on PostgreSQL. There, when ``tx.may_run_alone``, the statement is the whole of
+    ``tx`` and writes the packages' ``batch.package.claimed`` events and the wake-up ``wake`` (the PostgreSQL
+    channel, the event readers' channel) itself. Answers each claimer's package (None when fewer were
+    waiting) and whether the events were written."""
+    if not tx.store.is_postgres:
+        claimed: list[Claimed | None] = []
+        for c in claimers:
+            picked = await claim_oldest(tx, batcher, c.worker, c.token, c.lease_ms, default_lease_ms, now)
+            claimed.append(None if picked is None else Claimed(picked[0], picked[1], await claim_package_tasks(tx, picked[0].id, now)))
+        return claimed, False
+    alone = tx.may_run_alone
+    params = {"claim_batcher": batcher, "claim_workers": [c.worker for c in claimers],
+              "claim_tokens": [c.token for c in claimers], "claim_lease_ms": [c.lease_ms for c in claimers],
+              "claim_count": len(claimers), "claim_default_lease_ms": default_lease_ms, "claim_now": now}
+    if alone:
+        params.update(pg_channel=wake[0], sequencer_channel=wake[1])
+        rows = (await tx.execute_alone(_CLAIM_MANY_WITH_EVENTS_ALONE, params)).all()
+    else:
+        rows = (await tx.execute(_CLAIM_MANY, params)).all()
     width = len(batch_packages.c)
-    package = _package(rows[0][:width])
-    tasks = sorted((_task(row[width + 2:]) for row in rows if row[width + 2] is not None), key=lambda t: t.seq)
-    return package, rows[0][width] == "claimed", tasks
+    found: dict[int, tuple[PackageRow, bool, list[TaskRow]]] = {}
+    for row in rows:
+        claimer = row[width + 2]
+        if claimer not in found:
+            found[claimer] = (_package(row[:width]), row[width] == "claimed", [])
+        if row[width + 3] is not None:
+            found[claimer][2].append(_task(row[width + 3:]))
+    answers: list[Claimed | None] = [None] * len(claimers)
+    for claimer, (package, retaken, tasks) in found.items():
+        answers[claimer - 1] = Claimed(package, retaken, sorted(tasks, key=lambda t: t.seq))
+    return answers, alone
 
 
 async def claim_oldest(

@@ -503,9 +503,12 @@ async def due_file_moves(conn: Executor, now: int, limit: int, process_id: str |
     return [_message(r) for r in (await conn.execute(query)).all()]
 
 
-async def pending_file_moves(conn: Executor, after: str, limit: int) -> list[MessageRow]:
-    """Up to ``limit`` messages with a file move not yet done, due or not, by id after ``after``."""
+async def pending_file_moves(conn: Executor, after: str, limit: int, due_by: int | None = None) -> list[MessageRow]:
+    """Up to ``limit`` messages with a file move not yet done, by id after ``after``: due or not, or only
+    those due by ``due_by``."""
     query = select(M).where(M.c.synced.is_(False), M.c.id > after).order_by(M.c.id).limit(limit)
+    if due_by is not None:
+        query = query.where(M.c.next_sync_at <= due_by)
     return [_message(r) for r in (await conn.execute(query)).all()]
 
 

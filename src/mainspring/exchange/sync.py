@@ -96,10 +96,10 @@ async def sync_files(ctx: Context, *, process_id: str | None = None) -> int:
     return len(rows)
 
 
-async def sync_all_once(ctx: Context) -> int:
-    """Try every pending file move once, due or not (start-up: the disk may be back). The disk work of one
-    batch runs while the store records the one before (one at a time, in id order), so start-up recovery
-    waits on the slower of the two, not on both."""
+async def sync_all_once(ctx: Context, due_by: int | None = None) -> int:
+    """Try every pending file move once, due or not (start-up: the disk may be back), or only those due by
+    ``due_by``. The disk work of one batch runs while the store records the one before (one at a time, in id
+    order), so start-up recovery waits on the slower of the two, not on both."""
     store = ctx.store
     after = ""
     total = 0
@@ -107,7 +107,7 @@ async def sync_all_once(ctx: Context) -> int:
     try:
         while True:
             async with store.read() as conn:
-                rows = await data.pending_file_moves(conn, after, ctx.settings.exchange.batch_size)
+                rows = await data.pending_file_moves(conn, after, ctx.settings.exchange.batch_size, due_by)
             if not rows:
                 return total
             attempted_at = store.now_ms()

@@ -64,6 +64,12 @@ class KeptCount:
     group: str | tuple[str, ...] | None = None
     bucket_ms: int | None = None
     deletes_count_down: bool = True
+    per_statement: bool = False
+    """PostgreSQL: follow updates once per UPDATE statement (over its old and new rows) rather than row by row.
+    For tables whose rows change status many at a time (a package's tasks, a process's messages): a row
+    trigger runs its upsert once per row moved. A row trigger stays cheaper where updates come one row at a
+    time and most move no count (a machine's steps): its WHEN is checked in C, while a statement trigger runs
+    for every UPDATE (PostgreSQL allows no column list with transition tables)."""
 
     def _group_columns(self) -> list[str]:
         return [] if self.group is None else [self.group] if isinstance(self.group, str) else list(self.group)
@@ -122,21 +128,30 @@ class KeptCount:
                                                  "FROM changed GROUP BY 1, 2"),
             "delete": self._function("deleted", f"SELECT {grp('gone', True)}, gone.{self.status}, -count(*) "
                                                 "FROM gone GROUP BY 1, 2"),
-            "update": self._function("moved", f"VALUES ({grp('OLD', True)}, OLD.{self.status}, -1), "
-                                              f"({grp('NEW', True)}, NEW.{self.status}, 1)"),
+            "update": self._function("moved", self._moved_per_statement() if self.per_statement else
+                                     f"VALUES ({grp('OLD', True)}, OLD.{self.status}, -1), "
+                                     f"({grp('NEW', True)}, NEW.{self.status}, 1)"),
         }
         triggers = {
             "insert": f"CREATE TRIGGER {self.source}_count_insert AFTER INSERT ON {self.source} REFERENCING NEW TABLE "
                       f"AS changed FOR EACH STATEMENT EXECUTE FUNCTION mainspring_{self.source}_count_inserted()",
             "delete": f"CREATE TRIGGER {self.source}_count_delete AFTER DELETE ON {self.source} REFERENCING OLD TABLE "
                       f"AS gone FOR EACH STATEMENT EXECUTE FUNCTION mainspring_{self.source}_count_deleted()",
+            "update": (f"CREATE TRIGGER {self.source}_count_update AFTER UPDATE ON {self.source} "
+                       "REFERENCING OLD TABLE AS gone NEW TABLE AS changed "
+                       f"FOR EACH STATEMENT EXECUTE FUNCTION mainspring_{self.source}_count_moved()") if self.per_statement
             # Row by row, but only rows whose count moves reach the function: the WHEN is checked in C.
-            "update": f"CREATE TRIGGER {self.source}_count_update AFTER UPDATE OF {of} ON {self.source} "
-                      f"FOR EACH ROW WHEN ({self._moved()}) EXECUTE FUNCTION mainspring_{self.source}_count_moved()",
+            else (f"CREATE TRIGGER {self.source}_count_update AFTER UPDATE OF {of} ON {self.source} "
+                  f"FOR EACH ROW WHEN ({self._moved()}) EXECUTE FUNCTION mainspring_{self.source}_count_moved()"),
         }
         return ([f"LOCK TABLE {self.source} IN SHARE ROW EXCLUSIVE MODE"]
                 + [functions[event] for event in self._events()]
                 + [triggers[event] for event in self._events()] + [fill])
+
+    def _moved_per_statement(self) -> str:
+        return (f"SELECT grp, status, sum(n) FROM (SELECT {self._grp('gone', True)}, gone.{self.status}, -1 FROM gone "
+                f"UNION ALL SELECT {self._grp('changed', True)}, changed.{self.status}, 1 FROM changed) "
+                "AS m(grp, status, n) GROUP BY 1, 2 HAVING sum(n) <> 0")
 
     def uninstall(self, postgres: bool) -> list[str]:
         drops = [f"DROP TRIGGER IF EXISTS {self.source}_count_{event}" + (f" ON {self.source}" if postgres else "")

@@ -17,8 +17,9 @@ down_revision = "batching_0003"
 branch_labels = None
 depends_on = None
 
-KEPT = [KeptCount("batching_counts", "batch_tasks", "tasks", status="status", group="batcher"),
-        KeptCount("batching_counts", "batch_packages", "packages", status="status", group="batcher")]
+# Tasks and packages change status many in one statement (a claim of several packages, their tasks).
+KEPT = [KeptCount("batching_counts", "batch_tasks", "tasks", status="status", group="batcher", per_statement=True),
+        KeptCount("batching_counts", "batch_packages", "packages", status="status", group="batcher", per_statement=True)]
 
 
 def upgrade() -> None:

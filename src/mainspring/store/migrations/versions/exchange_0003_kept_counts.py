@@ -26,7 +26,9 @@ branch_labels = None
 depends_on = None
 
 KEPT = [KeptCount("exchange_counts", "exchange_processes", "processes", status="state"),
-        KeptCount("exchange_counts", "exchange_messages", "messages", status="state", group=("addressee", "database"))]
+        # A process's messages change state together, in one statement.
+        KeptCount("exchange_counts", "exchange_messages", "messages", status="state", group=("addressee", "database"),
+                  per_statement=True)]
 
 
 INDEXES: list[tuple[str, list[str], str | None]] = [
