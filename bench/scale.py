@@ -546,13 +546,24 @@ async def write_path(url: str, creates: int, jobs: int) -> dict[str, float]:
             if handled >= jobs:
                 done.set()
 
+        async def backends() -> dict[int, float]:
+            """CPU so far of each of the store's backends (one that starts later starts from 0)."""
+            conn = await asyncpg.connect(url)
+            found = {r[0] for r in await conn.fetch(
+                "SELECT pid FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()", name)}
+            await conn.close()
+            return {pid: backends_cpu_s({pid}) for pid in found}
+
         worker = Worker(store, app, cfg, poll_ms=1000)
+        pg_before = await backends()
         began, cpu = time.perf_counter(), time.process_time()
         await worker.start()
         await asyncio.wait_for(done.wait(), 600)
-        await worker.stop()
         result["processed_per_s"] = jobs / (time.perf_counter() - began)
         result["worker_cpu_us"] = (time.process_time() - cpu) / jobs * 1e6
+        pg_after = await backends()
+        result["worker_pg_cpu_us"] = sum(t - pg_before.get(pid, 0.0) for pid, t in pg_after.items()) / jobs * 1e6
+        await worker.stop()
         return result
     finally:
         await store.close()
