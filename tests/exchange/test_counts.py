@@ -11,6 +11,7 @@ from mainspring.exchange import data
 from mainspring.exchange.tables import exchange_counts
 from mainspring.exchange.tables import exchange_messages as M
 from mainspring.exchange.tables import exchange_processes as P
+from mainspring.exchange.watchdog import recover
 from tests.conftest import assert_counts_exact
 from tests.exchange.test_retention import RETENTION_MS, aborted, done, ready, remove_all, started
 
@@ -49,3 +50,13 @@ async def test_process_and_message_counts_stay_exact_through_every_state_and_ret
     counted = await exact(store)
     assert counted["processes"] == {"STARTED": 1, "READY_TO_COMMIT": 1}
     assert (await client.get(f"/v1/exchange/processes/{live}")).json()["state"] == "STARTED"
+
+
+async def test_quarantined_messages_of_a_process_in_doubt_are_counted_in_their_mailbox(app, client, store):
+    _ids, pid = await started(client, "doubted", n=3)
+    await ready(client, pid)
+    await recover(app.state.context)  # a process that said ready is in doubt after a restart
+    counted = await exact(store)
+    assert counted["processes"] == {"IN_DOUBT": 1} and counted["messages"] == {"QUARANTINED": 3}
+    async with store.read() as conn:
+        assert await data.available_by_mailbox(conn) == {}
