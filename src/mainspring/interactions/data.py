@@ -25,7 +25,7 @@ from mainspring.interactions.tables import interaction_schedules as schedules
 from mainspring.interactions.tables import interactions as items
 from mainspring.store import Store, Transaction, format_time
 from mainspring.store import counts as kept_counts
-from mainspring.store.dialect import Executor
+from mainspring.store.dialect import Executor, picked_once
 from mainspring.store.notify import PG_CHANNEL, payloads
 from mainspring.store.schema import Millis
 
@@ -830,11 +830,13 @@ class Taken:
 
 # PostgreSQL: the lease, its ``interaction.changed`` events and what is due next, in one statement (the
 # rows just taken are still 'queued' in the statement's snapshot, hence ``NOT IN taken``).
+# The items are picked in a MATERIALIZED CTE (see ``store.dialect.picked_once``).
 _TAKE_DUE_WITH_EVENTS = text(
-    "WITH taken AS (UPDATE interactions SET state = 'processing', lease_token = :token, lease_expires_at = :expires, "
+    "WITH due AS MATERIALIZED (SELECT id FROM interactions WHERE queue = :queue AND state = 'queued' "
+    "AND next_processing <= :now ORDER BY priority DESC, next_processing, id LIMIT :room FOR UPDATE SKIP LOCKED), "
+    "taken AS (UPDATE interactions SET state = 'processing', lease_token = :token, lease_expires_at = :expires, "
     "leased_at = :now, worker = :worker, wake = false, attempts = attempts + 1, updated_at = :now "
-    "WHERE id IN (SELECT id FROM interactions WHERE queue = :queue AND state = 'queued' AND next_processing <= :now "
-    "ORDER BY priority DESC, next_processing, id LIMIT :room FOR UPDATE SKIP LOCKED) RETURNING *), "
+    "WHERE id IN (SELECT id FROM due) RETURNING *), "
     "ev AS (INSERT INTO events (type, at, subject_kind, subject_id, data) "
     "SELECT 'interaction.changed', :now, 'interaction', taken.id::text, "
     "jsonb_build_object('queue', taken.queue, 'status', 'processing', 'worker', CAST(:worker AS text)) "
@@ -884,12 +886,14 @@ _TAKE_DUE_ALONE = text(
     "AND lease_expires_at <= :now) AS has_expired FROM interaction_queues WHERE name = :queue FOR SHARE), "
     "go AS (SELECT q.lease_ms, q.processing_timeout_ms FROM q WHERE NOT q.paused AND NOT q.has_expired "
     "AND q.concurrency IS NULL AND q.rate_limit_count IS NULL AND q.owner_by IS NULL AND q.priority_aging_ms IS NULL), "
+    "due AS MATERIALIZED (SELECT id FROM interactions WHERE EXISTS (SELECT 1 FROM go) AND queue = :queue "
+    "AND state = 'queued' AND next_processing <= :now ORDER BY priority DESC, next_processing, id LIMIT :room "
+    "FOR UPDATE SKIP LOCKED), "
     "taken AS (UPDATE interactions SET state = 'processing', lease_token = :token, "
     "lease_expires_at = LEAST(:now + COALESCE(CAST(:lease_ms AS bigint), (SELECT lease_ms FROM go)), "
     ":now + (SELECT processing_timeout_ms FROM go)), "
     "leased_at = :now, worker = :worker, wake = false, attempts = attempts + 1, updated_at = :now "
-    "WHERE EXISTS (SELECT 1 FROM go) AND id IN (SELECT id FROM interactions WHERE queue = :queue AND state = 'queued' "
-    "AND next_processing <= :now ORDER BY priority DESC, next_processing, id LIMIT :room FOR UPDATE SKIP LOCKED) RETURNING *), "
+    "WHERE id IN (SELECT id FROM due) RETURNING *), "
     "ev AS (INSERT INTO events (type, at, subject_kind, subject_id, data) "
     "SELECT 'interaction.changed', :now, 'interaction', taken.id::text, "
     "jsonb_build_object('queue', taken.queue, 'status', 'processing', 'worker', CAST(:worker AS text)) "
@@ -953,9 +957,10 @@ async def take_due(tx: Transaction, queue: str, now: int, room: int, token: str,
         .order_by(items.c.priority.desc(), items.c.next_processing, items.c.id)
         .limit(room)
     )
+    picked = picked_once(tx.store.dialect, due, "due")
     taking = (
         items.update()
-        .where(items.c.id.in_(tx.store.dialect.skip_locked(due).scalar_subquery()))
+        .where(items.c.id.in_(select(picked.c.id)))
         .values(
             state="processing", lease_token=token, lease_expires_at=expires, leased_at=now, worker=worker, wake=False,
             attempts=items.c.attempts + 1, updated_at=now,
