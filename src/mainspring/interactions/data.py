@@ -1201,24 +1201,28 @@ _FILL_OWNER_DUES = text(
 # One statement for all the owners a lease served (an executemany runs one upsert per owner on the server: up to
 # ``room`` of them, the largest part of a fair lease's time), and the queue's fair clock with it (NULL: unchanged).
 # In owner order, as every writer of these rows locks them.
-_SAVE_OWNER_STATES = text(
-    "WITH clock AS (UPDATE interaction_queues SET fair_clock = CAST(:clock AS bigint) WHERE name = :queue AND CAST(:clock AS bigint) IS NOT NULL) "
-    "INSERT INTO interaction_owners (queue, owner, window_start, window_count, turn) "
+_SAVED_OWNERS_CTES = (
+    "clock AS (UPDATE interaction_queues SET fair_clock = CAST(:clock AS bigint) WHERE name = :queue AND CAST(:clock AS bigint) IS NOT NULL), "
+    "saved AS (INSERT INTO interaction_owners (queue, owner, window_start, window_count, turn) "
     "SELECT :queue, s.owner, s.window_start, s.window_count, s.turn FROM unnest(CAST(:owners AS text[]), "
     "CAST(:starts AS bigint[]), CAST(:counts AS integer[]), CAST(:turns AS bigint[])) AS s(owner, window_start, window_count, turn) "
     "ORDER BY s.owner ON CONFLICT (queue, owner) DO UPDATE SET window_start = excluded.window_start, "
-    "window_count = excluded.window_count, turn = excluded.turn"
+    "window_count = excluded.window_count, turn = excluded.turn) "
 )
+_SAVE_OWNER_STATES = text("WITH " + _SAVED_OWNERS_CTES + "SELECT 1")
+
+
+def _owner_state_params(queue: str, states: dict[str, OwnerState], fair_clock: int | None) -> dict[str, Any]:
+    ordered = sorted(states.items())
+    return {"queue": queue, "clock": fair_clock, "owners": [o for o, _ in ordered], "starts": [st.window_start for _, st in ordered],
+            "counts": [st.window_count for _, st in ordered], "turns": [st.turn for _, st in ordered]}
 
 
 async def save_owner_states(tx: Transaction, queue: str, states: dict[str, OwnerState], fair_clock: int | None = None) -> None:
     """Write the owners' rate windows and turns, and the queue's ``fair_clock`` when it moves (not None)."""
     ordered = sorted(states.items())
     if tx.store.is_postgres and ordered:
-        await tx.fetch(_SAVE_OWNER_STATES, {
-            "queue": queue, "clock": fair_clock, "owners": [o for o, _ in ordered], "starts": [st.window_start for _, st in ordered],
-            "counts": [st.window_count for _, st in ordered], "turns": [st.turn for _, st in ordered],
-        })
+        await tx.fetch(_SAVE_OWNER_STATES, _owner_state_params(queue, states, fair_clock))
         return
     if ordered:
         stmt = tx.store.dialect.insert(owners_table)
@@ -1260,15 +1264,30 @@ _TAKE_IDS_WITH_EVENTS = text(
     )
 ).columns(*items.c, column("upcoming_due", Millis), column("upcoming_expiry", Millis))
 assert ":ids" in str(_TAKE_IDS_WITH_EVENTS), "the take-these statement drifted from the take-due one"
+# The same, writing the served owners' states (``save_owner_states``) in the same round trip: the owners' trigger
+# never fires on a take (it needs a queued row), so no row is written twice in the statement.
+_TAKE_IDS_SAVING_OWNERS = text("WITH " + _SAVED_OWNERS_CTES.rstrip() + ", " + str(_TAKE_IDS_WITH_EVENTS).removeprefix("WITH ")).columns(
+    *items.c, column("upcoming_due", Millis), column("upcoming_expiry", Millis))
 
 
-async def take_ids_with_events(tx: Transaction, queue: str, ids: Sequence[int], now: int, token: str, expires: int, worker: str) -> Taken:
+async def take_ids_with_events(
+    tx: Transaction, queue: str, ids: Sequence[int], now: int, token: str, expires: int, worker: str,
+    owners: dict[str, OwnerState] | None = None, fair_clock: int | None = None,
+) -> Taken:
     """Lease the items ``ids`` picked (those still due and not held by another transaction), with their events,
-    in the order given; and what is due next."""
+    in the order given; and what is due next. With ``owners``, ``save_owner_states(owners, fair_clock)`` first
+    (on PostgreSQL in the same statement)."""
     order = {i: n for n, i in enumerate(ids)}
     if tx.store.is_postgres:
         params = {"queue": queue, "ids": list(ids), "now": now, "token": token, "expires": expires, "worker": worker}
+        if owners:
+            params.update(_owner_state_params(queue, owners, fair_clock))
+            return await _taken_pg(tx, _TAKE_IDS_SAVING_OWNERS, params, lambda r: order[r.id])
+        if fair_clock is not None:
+            await save_owner_states(tx, queue, {}, fair_clock)
         return await _taken_pg(tx, _TAKE_IDS_WITH_EVENTS, params, lambda r: order[r.id])
+    if owners is not None or fair_clock is not None:
+        await save_owner_states(tx, queue, owners or {}, fair_clock)
     taking = (
         items.update()
         .where(tx.store.dialect.any_of(items.c.id, list(ids)), items.c.queue == queue, items.c.state == constant("queued"), items.c.next_processing <= now)

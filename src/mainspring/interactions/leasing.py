@@ -166,8 +166,8 @@ async def _lease_once(store: Store, cfg: InteractionsSettings, queue: str, worke
         if room > 0:
             expires = _lease_end(q, now, now, lease_ms or q.lease_ms)
             if q.owned or q.priority_aging_ms is not None:
-                picked, exhausted = await _pick(tx, q, now, room, busy)
-                took = await data.take_ids_with_events(tx, queue, picked, now, new_token(), expires, worker)
+                picked, exhausted, served, clock = await _pick(tx, q, now, room, busy)
+                took = await data.take_ids_with_events(tx, queue, picked, now, new_token(), expires, worker, served, clock)
                 if exhausted:
                     # After the take: what it took is no longer queued.
                     await data.settle_owner_dues(tx, queue, exhausted, now)
@@ -192,14 +192,17 @@ TURN_STRIDE = 720_720
 every weight up to 16, so common weights share exactly."""
 
 
-async def _pick(tx: Transaction, q: QueueRow, now: int, room: int, busy: dict[str, int]) -> tuple[list[int], list[str]]:
+async def _pick(
+    tx: Transaction, q: QueueRow, now: int, room: int, busy: dict[str, int]
+) -> tuple[list[int], list[str], dict[str, data.OwnerState] | None, int | None]:
     """The ids a lease of ``q`` takes, at most ``room``, in order: without ``owner_by``, by effective priority;
     with it, within each owner's limits (its concurrency, its rate window), and with ``fair`` owner by owner
     in weighted turns (``busy``: each owner's items processing). With them, the owners found with nothing more
-    due, whose ``next_due`` the caller settles once the items are taken. Runs under the queue's row lock, which
+    due, whose ``next_due`` the caller settles once the items are taken; and what the take saves with the items
+    (the served owners' states when they count, and the queue's new fair clock, None: unchanged). Runs under the queue's row lock, which
     every such lease takes: the counts it reads and the owner rows it writes are nobody else's until it commits."""
     if not q.owned:
-        return [c.id for c in await data.ready_candidates(tx, q.name, None, now, room, aging_ms=q.priority_aging_ms)], []
+        return [c.id for c in await data.ready_candidates(tx, q.name, None, now, room, aging_ms=q.priority_aging_ms)], [], None, None
     exhausted: list[str] = []
     clock: int | None = None
     if q.fair:
@@ -215,9 +218,7 @@ async def _pick(tx: Transaction, q: QueueRow, now: int, room: int, busy: dict[st
     for c in taken:
         state = served[c.owner] = states[c.owner]
         state.window_count += 1
-    if q.per_owner_rate_count is not None or q.fair:
-        await data.save_owner_states(tx, q.name, served, clock)
-    return [c.id for c in taken], exhausted
+    return [c.id for c in taken], exhausted, served if q.per_owner_rate_count is not None or q.fair else None, clock
 
 
 def _owner_room(q: QueueRow, now: int, state: data.OwnerState, room: int, processing: int) -> int:
