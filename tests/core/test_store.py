@@ -99,3 +99,18 @@ async def test_fetch_alone_answers_the_rows_execute_alone_answers(store: Store) 
         await tx.fetch_alone(_ROWS, params)
         with pytest.raises(RuntimeError):
             await tx.fetch_alone(_ROWS, params)  # the statement was the whole transaction
+
+
+_PLAIN_ROWS = text("SELECT n AS id, n * 2 AS twice FROM fetched_numbers WHERE n >= :least ORDER BY n")
+
+
+async def test_fetch_answers_the_rows_execute_answers_inside_the_transaction(store: Store) -> None:
+    """A hot path's textual statement among others of a transaction (straight on asyncpg on PostgreSQL, through
+    ``execute`` on SQLite) reads its rows as SQLAlchemy's, and sees the transaction's own writes."""
+    async with store.transaction() as tx:
+        await tx.execute(text("CREATE TABLE fetched_numbers (n bigint)"))
+        await tx.execute(text("INSERT INTO fetched_numbers VALUES (3), (1), (2)"))
+        expected = [tuple(r) for r in (await tx.execute(_PLAIN_ROWS, {"least": 2})).all()]
+        rows = (await tx.fetch(_PLAIN_ROWS, {"least": 2})).all()
+    assert [tuple(r) for r in rows] == expected == [(2, 4), (3, 6)]
+    assert (rows[1].id, rows[1].twice) == (3, 6)

@@ -338,3 +338,17 @@ async def test_an_item_made_due_by_direct_sql_wakes_a_waiting_worker_on_postgres
         assert [i["id"] for i in taken.items] == [item["id"]]
     finally:
         await waiting_side.close()
+
+
+@pytest.mark.parametrize("limits", [{}, {"concurrency": 5}], ids=["unlimited", "limited"])
+async def test_a_lease_takes_no_more_than_asked_after_its_statement_ran_many_times(store: Store, limits: dict[str, Any]) -> None:
+    """On PostgreSQL a prepared statement gets a generic plan after its fifth run; one that ran the pick of
+    ``UPDATE … WHERE id IN (SELECT … LIMIT n FOR UPDATE SKIP LOCKED)`` once per row took all twelve."""
+    cfg = InteractionsSettings()
+    await service.put_queue(store, cfg, "q", limits)
+    for _ in range(8):
+        assert (await leasing.lease(store, cfg, "q", "w", 1)).items == []
+    for i in range(12):
+        await service.create(store, cfg, "q", {"data": i})
+    assert len((await leasing.lease(store, cfg, "q", "w", 1)).items) == 1
+    assert len((await leasing.lease(store, cfg, "q", "w", 2)).items) == 2

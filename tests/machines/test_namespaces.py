@@ -196,3 +196,21 @@ async def test_an_in_process_namespace_that_is_not_stored_is_built_once_not_on_e
         ctx = client._transport.app.state.context  # type: ignore[attr-defined]
         first, again = namespace_of(ctx, "local", None), namespace_of(ctx, "local", None)
     assert first is again and not first.stored
+
+
+async def test_a_lease_of_due_machines_takes_no_more_than_its_limit_after_its_statement_ran_many_times(settings: Settings) -> None:
+    """The generic plan of a prepared statement must not run the pick of due machines once per row."""
+    from mainspring.machines.background import lease_due_machines
+
+    fake = FakeProcessor()
+    registry = App()
+    registry.processors["orders"] = Registration(fake)
+    fake.on("init", lambda args, machine: {"events": [], "action": {"timer": {"in_ms": 0}}})
+    async with server_app(settings, registry, background=False) as client:
+        ctx = client._transport.app.state.context  # type: ignore[attr-defined]
+        for _ in range(8):
+            assert (await lease_due_machines(ctx, 1)).machines == []
+        for i in range(12):
+            assert (await client.post("/v1/namespaces/orders/machines", json={"id": f"m{i}"})).status_code == 201
+        assert len((await lease_due_machines(ctx, 1)).machines) == 1
+        assert len((await lease_due_machines(ctx, 2)).machines) == 2

@@ -749,7 +749,8 @@ def _claim_many_sql(with_events: bool) -> Any:
     return text(
         "WITH claimers AS (SELECT * FROM unnest(CAST(:claim_workers AS text[]), CAST(:claim_tokens AS text[]),"
         " CAST(:claim_lease_ms AS bigint[])) WITH ORDINALITY AS c(worker, token, lease_ms, n)), "
-        "waiting AS (SELECT seq, was, row_number() OVER (ORDER BY seq) AS n FROM ("
+        # MATERIALIZED: picked once (see ``store.dialect.picked_once``).
+        "waiting AS MATERIALIZED (SELECT seq, was, row_number() OVER (ORDER BY seq) AS n FROM ("
         " SELECT seq, status AS was FROM batch_packages"
         " WHERE batcher = :claim_batcher AND (status = 'ready' OR (status = 'claimed' AND lease_expires_at <= :claim_now))"
         " ORDER BY seq LIMIT :claim_count FOR UPDATE SKIP LOCKED) AS w), "

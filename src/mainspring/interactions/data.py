@@ -25,9 +25,9 @@ from mainspring.interactions.tables import interaction_schedules as schedules
 from mainspring.interactions.tables import interactions as items
 from mainspring.store import Store, Transaction, format_time
 from mainspring.store import counts as kept_counts
-from mainspring.store.dialect import Executor
+from mainspring.store.dialect import Executor, picked_once
 from mainspring.store.notify import PG_CHANNEL, payloads
-from mainspring.store.schema import Millis
+from mainspring.store.schema import Millis, constant
 
 ACTIVE = ("queued", "processing")
 FINISHED = ("completed", "failed", "cancelled")
@@ -216,7 +216,7 @@ async def put_queue(tx: Transaction, name: str, settings: dict[str, Any]) -> Non
     if (before.owner_by if before is not None else None) != owner_by:
         # Items waiting are owned by the new field from now on (what is leased keeps its owner until released).
         await tx.execute(
-            items.update().where(items.c.queue == name, items.c.state == "queued").values(owner=_owner_expression(owner_by))
+            items.update().where(items.c.queue == name, items.c.state == constant("queued")).values(owner=_owner_expression(owner_by))
         )
         if owner_by is not None:
             # Items whose owner did not change (a null field stays '') fired no trigger: every owner's due time again.
@@ -247,7 +247,7 @@ async def lock_queue(tx: Transaction, name: str, *, shared: bool = False) -> Que
 def _has_expired_lease(now: int) -> ColumnElement[bool]:
     return (
         select(items.c.id)
-        .where(items.c.queue == queues.c.name, items.c.state == "processing", items.c.lease_expires_at <= now)
+        .where(items.c.queue == queues.c.name, items.c.state == constant("processing"), items.c.lease_expires_at <= now)
         .exists()
     )
 
@@ -280,7 +280,7 @@ async def queue_names(conn: Executor) -> list[str]:
 
 def _status_expression(now: int) -> ColumnElement[str]:
     return case(
-        (items.c.state != "queued", items.c.state),
+        (items.c.state != constant("queued"), items.c.state),
         (items.c.next_processing.is_(None), "waiting"),
         (items.c.next_processing > now, "scheduled"),
         else_="ready",
@@ -340,7 +340,7 @@ async def _scheduled(conn: Executor, now: int, queued: dict[str, int], postgres:
         return {}, set()
     if not postgres:
         # SQLite counts the due index's range itself: microseconds per entry, no network between.
-        query = (select(items.c.queue, func.count()).where(items.c.queue.in_(list(queued)), items.c.state == "queued", items.c.next_processing > now)
+        query = (select(items.c.queue, func.count()).where(items.c.queue.in_(list(queued)), items.c.state == constant("queued"), items.c.next_processing > now)
                  .group_by(items.c.queue))
         return {str(q): int(n) for q, n in (await conn.execute(query)).all()}, set()
     params = {"queues": list(queued), "now": now, "cap": SCHEDULED_CAP}
@@ -387,7 +387,7 @@ async def oldest_ready(conn: Executor, now: int) -> dict[str, int]:
     queued = (select(counts.c.queue).where(counts.c.status == "queued").group_by(counts.c.queue)
               .having(func.sum(counts.c.n) > 0).subquery("queued"))
     first_due = (select(func.min(items.c.next_processing))
-                 .where(items.c.queue == queued.c.queue, items.c.state == "queued", items.c.next_processing <= now)
+                 .where(items.c.queue == queued.c.queue, items.c.state == constant("queued"), items.c.next_processing <= now)
                  .scalar_subquery())
     rows = (await conn.execute(select(queued.c.queue, first_due))).all()
     return {str(q): int(t) for q, t in rows if t is not None}
@@ -762,11 +762,11 @@ async def latest_child(conn: Executor, parent_id: int, name: str | None) -> Inte
 
 def status_filter(status: str, now: int) -> ColumnElement[bool]:
     if status == "waiting":
-        return and_(items.c.state == "queued", items.c.next_processing.is_(None))
+        return and_(items.c.state == constant("queued"), items.c.next_processing.is_(None))
     if status == "scheduled":
-        return and_(items.c.state == "queued", items.c.next_processing > now)
+        return and_(items.c.state == constant("queued"), items.c.next_processing > now)
     if status == "ready":
-        return and_(items.c.state == "queued", items.c.next_processing <= now)
+        return and_(items.c.state == constant("queued"), items.c.next_processing <= now)
     return items.c.state == status
 
 
@@ -805,12 +805,12 @@ async def ancestors(conn: Executor, parent_id: int | None, depth: int) -> list[I
 
 
 async def expired_leases(tx: Transaction, queue: str, now: int) -> list[InteractionRow]:
-    query = select(items).where(items.c.queue == queue, items.c.state == "processing", items.c.lease_expires_at <= now)
+    query = select(items).where(items.c.queue == queue, items.c.state == constant("processing"), items.c.lease_expires_at <= now)
     return [_item(r) for r in (await tx.execute(tx.store.dialect.skip_locked(query))).all()]
 
 
 async def count_processing(tx: Executor, queue: str) -> int:
-    return int((await tx.execute(select(func.count()).select_from(items).where(items.c.queue == queue, items.c.state == "processing"))).scalar_one())
+    return int((await tx.execute(select(func.count()).select_from(items).where(items.c.queue == queue, items.c.state == constant("processing")))).scalar_one())
 
 
 def pick_order(row: InteractionRow) -> tuple[int, int, int]:
@@ -830,11 +830,13 @@ class Taken:
 
 # PostgreSQL: the lease, its ``interaction.changed`` events and what is due next, in one statement (the
 # rows just taken are still 'queued' in the statement's snapshot, hence ``NOT IN taken``).
+# The items are picked in a MATERIALIZED CTE (see ``store.dialect.picked_once``).
 _TAKE_DUE_WITH_EVENTS = text(
-    "WITH taken AS (UPDATE interactions SET state = 'processing', lease_token = :token, lease_expires_at = :expires, "
+    "WITH due AS MATERIALIZED (SELECT id FROM interactions WHERE queue = :queue AND state = 'queued' "
+    "AND next_processing <= :now ORDER BY priority DESC, next_processing, id LIMIT :room FOR UPDATE SKIP LOCKED), "
+    "taken AS (UPDATE interactions SET state = 'processing', lease_token = :token, lease_expires_at = :expires, "
     "leased_at = :now, worker = :worker, wake = false, attempts = attempts + 1, updated_at = :now "
-    "WHERE id IN (SELECT id FROM interactions WHERE queue = :queue AND state = 'queued' AND next_processing <= :now "
-    "ORDER BY priority DESC, next_processing, id LIMIT :room FOR UPDATE SKIP LOCKED) RETURNING *), "
+    "WHERE id IN (SELECT id FROM due) RETURNING *), "
     "ev AS (INSERT INTO events (type, at, subject_kind, subject_id, data) "
     "SELECT 'interaction.changed', :now, 'interaction', taken.id::text, "
     "jsonb_build_object('queue', taken.queue, 'status', 'processing', 'worker', CAST(:worker AS text)) "
@@ -884,12 +886,14 @@ _TAKE_DUE_ALONE = text(
     "AND lease_expires_at <= :now) AS has_expired FROM interaction_queues WHERE name = :queue FOR SHARE), "
     "go AS (SELECT q.lease_ms, q.processing_timeout_ms FROM q WHERE NOT q.paused AND NOT q.has_expired "
     "AND q.concurrency IS NULL AND q.rate_limit_count IS NULL AND q.owner_by IS NULL AND q.priority_aging_ms IS NULL), "
+    "due AS MATERIALIZED (SELECT id FROM interactions WHERE EXISTS (SELECT 1 FROM go) AND queue = :queue "
+    "AND state = 'queued' AND next_processing <= :now ORDER BY priority DESC, next_processing, id LIMIT :room "
+    "FOR UPDATE SKIP LOCKED), "
     "taken AS (UPDATE interactions SET state = 'processing', lease_token = :token, "
     "lease_expires_at = LEAST(:now + COALESCE(CAST(:lease_ms AS bigint), (SELECT lease_ms FROM go)), "
     ":now + (SELECT processing_timeout_ms FROM go)), "
     "leased_at = :now, worker = :worker, wake = false, attempts = attempts + 1, updated_at = :now "
-    "WHERE EXISTS (SELECT 1 FROM go) AND id IN (SELECT id FROM interactions WHERE queue = :queue AND state = 'queued' "
-    "AND next_processing <= :now ORDER BY priority DESC, next_processing, id LIMIT :room FOR UPDATE SKIP LOCKED) RETURNING *), "
+    "WHERE id IN (SELECT id FROM due) RETURNING *), "
     "ev AS (INSERT INTO events (type, at, subject_kind, subject_id, data) "
     "SELECT 'interaction.changed', :now, 'interaction', taken.id::text, "
     "jsonb_build_object('queue', taken.queue, 'status', 'processing', 'worker', CAST(:worker AS text)) "
@@ -949,13 +953,14 @@ async def take_due(tx: Transaction, queue: str, now: int, room: int, token: str,
     first."""
     due = (
         select(items.c.id)
-        .where(items.c.queue == queue, items.c.state == "queued", items.c.next_processing <= now)
+        .where(items.c.queue == queue, items.c.state == constant("queued"), items.c.next_processing <= now)
         .order_by(items.c.priority.desc(), items.c.next_processing, items.c.id)
         .limit(room)
     )
+    picked = picked_once(tx.store.dialect, due, "due")
     taking = (
         items.update()
-        .where(items.c.id.in_(tx.store.dialect.skip_locked(due).scalar_subquery()))
+        .where(items.c.id.in_(select(picked.c.id)))
         .values(
             state="processing", lease_token=token, lease_expires_at=expires, leased_at=now, worker=worker, wake=False,
             attempts=items.c.attempts + 1, updated_at=now,
@@ -1044,7 +1049,7 @@ _HEADS_PG = text(
 
 
 async def owners_heads(
-    conn: Executor, store: Store, queue: str, now: int, wants: dict[str, tuple[int, int]], aging_ms: int | None
+    tx: Transaction, store: Store, queue: str, now: int, wants: dict[str, tuple[int, int]], aging_ms: int | None
 ) -> dict[str, list[Candidate]]:
     """For each owner, its due items in the lease's order from ``skip``, at most ``k`` (``wants``: owner →
     (skip, k)); one statement on PostgreSQL without aging."""
@@ -1055,13 +1060,13 @@ async def owners_heads(
     if store.is_postgres and aging_ms is None:
         owners = sorted(wanted)
         params = {"queue": queue, "now": now, "owners": owners, "skips": [wanted[o][0] for o in owners], "ks": [wanted[o][1] for o in owners]}
-        for r in (await conn.execute(_HEADS_PG, params)).all():
+        for r in (await tx.fetch(_HEADS_PG, params)).all():
             heads[r.owner].append(Candidate(*r))
         for found in heads.values():
             found.sort(key=lambda c: (-c.priority, c.next_processing, c.id))
         return heads
     for owner, (skip, k) in wanted.items():
-        heads[owner] = await ready_candidates(conn, queue, owner, now, k, skip, aging_ms)
+        heads[owner] = await ready_candidates(tx, queue, owner, now, k, skip, aging_ms)
     return heads
 
 
@@ -1080,9 +1085,11 @@ async def owners_with_due(conn: Executor, queue: str, now: int) -> list[str]:
     return [r[0] for r in (await conn.execute(_OWNERS_DUE, {"queue": queue, "now": now})).all()]
 
 
-async def processing_by_owner(conn: Executor, queue: str) -> dict[str, int]:
-    query = select(items.c.owner, func.count()).where(items.c.queue == queue, items.c.state == "processing").group_by(items.c.owner)
-    return {str(o): int(n) for o, n in (await conn.execute(query)).all()}
+_PROCESSING_BY_OWNER = text("SELECT owner, count(*) FROM interactions WHERE queue = :queue AND state = 'processing' GROUP BY owner")
+
+
+async def processing_by_owner(tx: Transaction, queue: str) -> dict[str, int]:
+    return {str(o): int(n) for o, n in (await tx.fetch(_PROCESSING_BY_OWNER, {"queue": queue})).all()}
 
 
 @dataclass(slots=True)
@@ -1108,16 +1115,16 @@ _OWNERS_IN_TURN = (
     "AND next_due <= :now {after}ORDER BY turn, owner LIMIT :n"
 )
 _OWNERS_IN_TURN_AFTER = "AND (turn > :turn OR (turn = :turn AND owner > :owner)) "
+_OWNERS_IN_TURN_STATEMENTS = {paged: text(_OWNERS_IN_TURN.format(after=_OWNERS_IN_TURN_AFTER if paged else "")) for paged in (False, True)}
 
 
-async def owners_in_turn(tx: Executor, queue: str, now: int, after: tuple[int, str] | None, n: int) -> list[tuple[str, OwnerState]]:
+async def owners_in_turn(tx: Transaction, queue: str, now: int, after: tuple[int, str] | None, n: int) -> list[tuple[str, OwnerState]]:
     """The next ``n`` owners of ``queue`` that may have something due, in turn order (after ``after``: a turn and an
     owner). Read without a lock: the leases that write these rows hold the queue's row lock."""
-    sql = _OWNERS_IN_TURN.format(after=_OWNERS_IN_TURN_AFTER if after is not None else "")
     params: dict[str, Any] = {"queue": queue, "now": now, "n": n}
     if after is not None:
         params.update(turn=after[0], owner=after[1])
-    rows = (await tx.execute(text(sql), params)).all()
+    rows = (await tx.fetch(_OWNERS_IN_TURN_STATEMENTS[after is not None], params)).all()
     return [(r.owner, OwnerState(int(r.window_start), int(r.window_count), int(r.turn))) for r in rows]
 
 
@@ -1196,22 +1203,44 @@ _FILL_OWNER_DUES = text(
 )
 
 
-async def save_owner_states(tx: Transaction, queue: str, states: dict[str, OwnerState]) -> None:
-    if not states:
+# One statement for all the owners a lease served (an executemany runs one upsert per owner on the server: up to
+# ``room`` of them, the largest part of a fair lease's time), and the queue's fair clock with it (NULL: unchanged).
+# In owner order, as every writer of these rows locks them.
+_SAVED_OWNERS_CTES = (
+    "clock AS (UPDATE interaction_queues SET fair_clock = CAST(:clock AS bigint) WHERE name = :queue AND CAST(:clock AS bigint) IS NOT NULL), "
+    "saved AS (INSERT INTO interaction_owners (queue, owner, window_start, window_count, turn) "
+    "SELECT :queue, s.owner, s.window_start, s.window_count, s.turn FROM unnest(CAST(:owners AS text[]), "
+    "CAST(:starts AS bigint[]), CAST(:counts AS integer[]), CAST(:turns AS bigint[])) AS s(owner, window_start, window_count, turn) "
+    "ORDER BY s.owner ON CONFLICT (queue, owner) DO UPDATE SET window_start = excluded.window_start, "
+    "window_count = excluded.window_count, turn = excluded.turn) "
+)
+_SAVE_OWNER_STATES = text("WITH " + _SAVED_OWNERS_CTES + "SELECT 1")
+
+
+def _owner_state_params(queue: str, states: dict[str, OwnerState], fair_clock: int | None) -> dict[str, Any]:
+    ordered = sorted(states.items())
+    return {"queue": queue, "clock": fair_clock, "owners": [o for o, _ in ordered], "starts": [st.window_start for _, st in ordered],
+            "counts": [st.window_count for _, st in ordered], "turns": [st.turn for _, st in ordered]}
+
+
+async def save_owner_states(tx: Transaction, queue: str, states: dict[str, OwnerState], fair_clock: int | None = None) -> None:
+    """Write the owners' rate windows and turns, and the queue's ``fair_clock`` when it moves (not None)."""
+    ordered = sorted(states.items())
+    if tx.store.is_postgres and ordered:
+        await tx.fetch(_SAVE_OWNER_STATES, _owner_state_params(queue, states, fair_clock))
         return
-    stmt = tx.store.dialect.insert(owners_table)
-    stmt = stmt.on_conflict_do_update(
-        index_elements=["queue", "owner"],
-        set_={"window_start": stmt.excluded.window_start, "window_count": stmt.excluded.window_count, "turn": stmt.excluded.turn},
-    )
-    await tx.execute(stmt, [
-        {"queue": queue, "owner": o, "window_start": st.window_start, "window_count": st.window_count, "turn": st.turn}
-        for o, st in sorted(states.items())
-    ])
-
-
-async def set_fair_clock(tx: Executor, queue: str, clock: int) -> None:
-    await tx.execute(queues.update().where(queues.c.name == queue).values(fair_clock=clock))
+    if ordered:
+        stmt = tx.store.dialect.insert(owners_table)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["queue", "owner"],
+            set_={"window_start": stmt.excluded.window_start, "window_count": stmt.excluded.window_count, "turn": stmt.excluded.turn},
+        )
+        await tx.execute(stmt, [
+            {"queue": queue, "owner": o, "window_start": st.window_start, "window_count": st.window_count, "turn": st.turn}
+            for o, st in ordered
+        ])
+    if fair_clock is not None:
+        await tx.execute(queues.update().where(queues.c.name == queue).values(fair_clock=fair_clock))
 
 
 async def owned_queues(conn: Executor) -> list[str]:
@@ -1220,8 +1249,8 @@ async def owned_queues(conn: Executor) -> list[str]:
 
 async def owner_counts(conn: Executor, now: int, queue: str, limit: int) -> list[tuple[str, int, int]]:
     """The busiest owners of ``queue``: (owner, ready, processing), most ready + processing first."""
-    ready = func.sum(case((and_(items.c.state == "queued", items.c.next_processing <= now), 1), else_=0))
-    processing = func.sum(case((items.c.state == "processing", 1), else_=0))
+    ready = func.sum(case((and_(items.c.state == constant("queued"), items.c.next_processing <= now), 1), else_=0))
+    processing = func.sum(case((items.c.state == constant("processing"), 1), else_=0))
     query = (
         select(items.c.owner, ready, processing)
         .where(items.c.queue == queue, items.c.state.in_(ACTIVE))
@@ -1240,18 +1269,33 @@ _TAKE_IDS_WITH_EVENTS = text(
     )
 ).columns(*items.c, column("upcoming_due", Millis), column("upcoming_expiry", Millis))
 assert ":ids" in str(_TAKE_IDS_WITH_EVENTS), "the take-these statement drifted from the take-due one"
+# The same, writing the served owners' states (``save_owner_states``) in the same round trip: the owners' trigger
+# never fires on a take (it needs a queued row), so no row is written twice in the statement.
+_TAKE_IDS_SAVING_OWNERS = text("WITH " + _SAVED_OWNERS_CTES.rstrip() + ", " + str(_TAKE_IDS_WITH_EVENTS).removeprefix("WITH ")).columns(
+    *items.c, column("upcoming_due", Millis), column("upcoming_expiry", Millis))
 
 
-async def take_ids_with_events(tx: Transaction, queue: str, ids: Sequence[int], now: int, token: str, expires: int, worker: str) -> Taken:
+async def take_ids_with_events(
+    tx: Transaction, queue: str, ids: Sequence[int], now: int, token: str, expires: int, worker: str,
+    owners: dict[str, OwnerState] | None = None, fair_clock: int | None = None,
+) -> Taken:
     """Lease the items ``ids`` picked (those still due and not held by another transaction), with their events,
-    in the order given; and what is due next."""
+    in the order given; and what is due next. With ``owners``, ``save_owner_states(owners, fair_clock)`` first
+    (on PostgreSQL in the same statement)."""
     order = {i: n for n, i in enumerate(ids)}
     if tx.store.is_postgres:
         params = {"queue": queue, "ids": list(ids), "now": now, "token": token, "expires": expires, "worker": worker}
+        if owners:
+            params.update(_owner_state_params(queue, owners, fair_clock))
+            return await _taken_pg(tx, _TAKE_IDS_SAVING_OWNERS, params, lambda r: order[r.id])
+        if fair_clock is not None:
+            await save_owner_states(tx, queue, {}, fair_clock)
         return await _taken_pg(tx, _TAKE_IDS_WITH_EVENTS, params, lambda r: order[r.id])
+    if owners is not None or fair_clock is not None:
+        await save_owner_states(tx, queue, owners or {}, fair_clock)
     taking = (
         items.update()
-        .where(tx.store.dialect.any_of(items.c.id, list(ids)), items.c.queue == queue, items.c.state == "queued", items.c.next_processing <= now)
+        .where(tx.store.dialect.any_of(items.c.id, list(ids)), items.c.queue == queue, items.c.state == constant("queued"), items.c.next_processing <= now)
         .values(
             state="processing", lease_token=token, lease_expires_at=expires, leased_at=now, worker=worker, wake=False,
             attempts=items.c.attempts + 1, updated_at=now,
@@ -1267,8 +1311,8 @@ async def take_ids_with_events(tx: Transaction, queue: str, ids: Sequence[int], 
 
 
 _NEXT_DUE_AND_EXPIRY = select(
-    select(func.min(items.c.next_processing)).where(items.c.queue == bindparam("queue"), items.c.state == "queued").scalar_subquery(),
-    select(func.min(items.c.lease_expires_at)).where(items.c.queue == bindparam("queue"), items.c.state == "processing").scalar_subquery(),
+    select(func.min(items.c.next_processing)).where(items.c.queue == bindparam("queue"), items.c.state == constant("queued")).scalar_subquery(),
+    select(func.min(items.c.lease_expires_at)).where(items.c.queue == bindparam("queue"), items.c.state == constant("processing")).scalar_subquery(),
 )
 
 
@@ -1279,12 +1323,12 @@ async def next_due_and_expiry(tx: Executor, queue: str) -> tuple[int | None, int
 
 
 async def queues_with_expired_leases(conn: Executor, now: int) -> list[str]:
-    query = select(items.c.queue).where(items.c.state == "processing", items.c.lease_expires_at <= now).distinct()
+    query = select(items.c.queue).where(items.c.state == constant("processing"), items.c.lease_expires_at <= now).distinct()
     return list((await conn.execute(query)).scalars())
 
 
 async def earliest_lease_expiry(conn: Executor) -> int | None:
-    value = (await conn.execute(select(func.min(items.c.lease_expires_at)).where(items.c.state == "processing"))).scalar_one()
+    value = (await conn.execute(select(func.min(items.c.lease_expires_at)).where(items.c.state == constant("processing")))).scalar_one()
     return None if value is None else int(value)
 
 

@@ -166,8 +166,8 @@ async def _lease_once(store: Store, cfg: InteractionsSettings, queue: str, worke
         if room > 0:
             expires = _lease_end(q, now, now, lease_ms or q.lease_ms)
             if q.owned or q.priority_aging_ms is not None:
-                picked, exhausted = await _pick(tx, q, now, room, busy)
-                took = await data.take_ids_with_events(tx, queue, picked, now, new_token(), expires, worker)
+                picked, exhausted, served, clock = await _pick(tx, q, now, room, busy)
+                took = await data.take_ids_with_events(tx, queue, picked, now, new_token(), expires, worker, served, clock)
                 if exhausted:
                     # After the take: what it took is no longer queued.
                     await data.settle_owner_dues(tx, queue, exhausted, now)
@@ -192,17 +192,21 @@ TURN_STRIDE = 720_720
 every weight up to 16, so common weights share exactly."""
 
 
-async def _pick(tx: Transaction, q: QueueRow, now: int, room: int, busy: dict[str, int]) -> tuple[list[int], list[str]]:
+async def _pick(
+    tx: Transaction, q: QueueRow, now: int, room: int, busy: dict[str, int]
+) -> tuple[list[int], list[str], dict[str, data.OwnerState] | None, int | None]:
     """The ids a lease of ``q`` takes, at most ``room``, in order: without ``owner_by``, by effective priority;
     with it, within each owner's limits (its concurrency, its rate window), and with ``fair`` owner by owner
     in weighted turns (``busy``: each owner's items processing). With them, the owners found with nothing more
-    due, whose ``next_due`` the caller settles once the items are taken. Runs under the queue's row lock, which
+    due, whose ``next_due`` the caller settles once the items are taken; and what the take saves with the items
+    (the served owners' states when they count, and the queue's new fair clock, None: unchanged). Runs under the queue's row lock, which
     every such lease takes: the counts it reads and the owner rows it writes are nobody else's until it commits."""
     if not q.owned:
-        return [c.id for c in await data.ready_candidates(tx, q.name, None, now, room, aging_ms=q.priority_aging_ms)], []
+        return [c.id for c in await data.ready_candidates(tx, q.name, None, now, room, aging_ms=q.priority_aging_ms)], [], None, None
     exhausted: list[str] = []
+    clock: int | None = None
     if q.fair:
-        taken, states, exhausted = await _fair_shares(tx, q, now, room, busy)
+        taken, states, exhausted, clock = await _fair_shares(tx, q, now, room, busy)
     else:
         owners = await data.owners_with_due(tx, q.name, now)
         states = await data.owner_states(tx, q.name, owners)
@@ -214,9 +218,7 @@ async def _pick(tx: Transaction, q: QueueRow, now: int, room: int, busy: dict[st
     for c in taken:
         state = served[c.owner] = states[c.owner]
         state.window_count += 1
-    if q.per_owner_rate_count is not None or q.fair:
-        await data.save_owner_states(tx, q.name, served)
-    return [c.id for c in taken], exhausted
+    return [c.id for c in taken], exhausted, served if q.per_owner_rate_count is not None or q.fair else None, clock
 
 
 def _owner_room(q: QueueRow, now: int, state: data.OwnerState, room: int, processing: int) -> int:
@@ -234,7 +236,7 @@ def _owner_room(q: QueueRow, now: int, state: data.OwnerState, room: int, proces
 
 async def _fair_shares(
     tx: Transaction, q: QueueRow, now: int, room: int, busy: dict[str, int]
-) -> tuple[list[data.Candidate], dict[str, data.OwnerState], list[str]]:
+) -> tuple[list[data.Candidate], dict[str, data.OwnerState], list[str], int | None]:
     """Weighted round robin (stride scheduling): the owner with the least turn takes the next item and its turn
     grows by TURN_STRIDE / its weight; an owner that had nothing due starts at the queue's clock, so it gets its
     share at once but no burst for the time it was away. Each owner's items are read in its own order, as many
@@ -242,8 +244,8 @@ async def _fair_shares(
 
     Owners are read in turn order from ``interaction_owners`` (those that may have something due), a page at a
     time, only until no owner not yet read could come before those given an item: a lease reads about ``room``
-    owners, however many the queue has. Answers the items, the owners' states, and the owners found with
-    nothing more due."""
+    owners, however many the queue has. Answers the items, the owners' states, the owners found with nothing
+    more due, and the queue's new fair clock (None: it stays), which the caller saves with the owners' states."""
     weights = q.weights or {}
     states: dict[str, data.OwnerState] = {}
     start: dict[str, int] = {}
@@ -288,10 +290,8 @@ async def _fair_shares(
     if unread_from is not None:
         waiting.append(unread_from)
     clock = min(waiting) if waiting else max((states[o].turn for o in share), default=q.fair_clock)
-    if clock > q.fair_clock:
-        await data.set_fair_clock(tx, q.name, clock)
     # The order across owners is the order of turns taken, so a worker that handles its batch in order is fair too.
-    return _interleave(taken, start, weights), states, sorted(exhausted)
+    return _interleave(taken, start, weights), states, sorted(exhausted), clock if clock > q.fair_clock else None
 
 
 def _stride_of(weights: dict[str, int], owner: str) -> int:

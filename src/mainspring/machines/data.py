@@ -53,7 +53,7 @@ from mainspring.machines.tables import (
 )
 from mainspring.store import Store, Transaction
 from mainspring.store import counts as kept_counts
-from mainspring.store.dialect import Executor
+from mainspring.store.dialect import Backend, Executor, picked_once
 from mainspring.store.notify import PG_CHANNEL
 
 # --- records ----------------------------------------------------------------------------------------------
@@ -810,7 +810,7 @@ async def lease_due(tx: Transaction, now: int, due_by: int, limit: int, token: s
     namespaces; SQLite, whose UPDATE cannot be a CTE, reads them with a second one in the same transaction."""
     statement = _LEASE_DUE.get(tx.store.dialect.name)
     if statement is None:
-        statement = _LEASE_DUE[tx.store.dialect.name] = _lease_due(tx.store.dialect.skip_locked, with_namespaces=tx.store.is_postgres)
+        statement = _LEASE_DUE[tx.store.dialect.name] = _lease_due(tx.store.dialect, with_namespaces=tx.store.is_postgres)
     params = {"now": now, "due_by": due_by, "limit": limit, "token": token, "expires_base": now + margin_ms}
     rows = (await (tx.execute_alone(statement, params) if tx.may_run_alone else tx.execute(statement, params))).all()
     leased = sorted((_machine(r) for r in rows), key=lambda m: (m.wake_at, m.uid))
@@ -826,7 +826,7 @@ _LEASE_DUE: dict[str, Any] = {}
 _NAMESPACES_NAMED = select(namespaces).where(namespaces.c.name.in_(bindparam("names", expanding=True)))
 
 
-def _lease_due(skip_locked: Any, *, with_namespaces: bool) -> Any:
+def _lease_due(dialect: Backend, *, with_namespaces: bool) -> Any:
     base = bindparam("expires_base", type_=machines.c.timer_at.type)  # bigint, not int32
     timeout_ms = select(namespaces.c.timeout_ms).where(namespaces.c.name == machines.c.namespace).scalar_subquery()
     expires = base + func.coalesce(timeout_ms, DEFAULT_TIMEOUT_MS)
@@ -840,7 +840,8 @@ def _lease_due(skip_locked: Any, *, with_namespaces: bool) -> Any:
         .order_by(machines.c.wake_at)
         .limit(bindparam("limit"))
     )
-    where = machines.c.uid.in_(skip_locked(due).scalar_subquery())
+    picked = picked_once(dialect, due, "due")
+    where = machines.c.uid.in_(select(picked.c.uid))
     taking = leases.taking(machines, where, bindparam("token", type_=machines.c.lease_token.type), now, expires).returning(*machines.c)
     if not with_namespaces:
         return taking

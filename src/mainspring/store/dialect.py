@@ -10,7 +10,7 @@ import contextlib
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol, TypeVar
 
-from sqlalchemy import ColumnElement, Connection, Executable, Result, Select, Table
+from sqlalchemy import CTE, ColumnElement, Connection, Executable, Result, Select, Table
 
 T = TypeVar("T")
 
@@ -70,3 +70,11 @@ class Backend(Protocol):
     async def run_sync(self, work: Callable[[Connection], T]) -> T: ...
 
     async def close(self) -> None: ...
+
+
+def picked_once(backend: Backend, query: Select[Any], name: str) -> CTE:
+    """``query``'s rows, locked as ``skip_locked`` does, as a CTE computed once (``MATERIALIZED``), for an
+    UPDATE to take: ``UPDATE … WHERE id IN (SELECT … LIMIT n FOR UPDATE SKIP LOCKED)`` may run its subquery
+    again for each row it visits (a plan PostgreSQL can choose, a prepared statement's generic plan among
+    them), and each run skips the rows the runs before it took: the UPDATE then takes far more than ``n``."""
+    return backend.skip_locked(query).cte(name).prefix_with("MATERIALIZED")

@@ -89,6 +89,16 @@ class Transaction:
         self.statements += 1
         return await self.session.fetch_prepared_alone(sql, args)  # type: ignore[attr-defined, no-any-return]
 
+    async def fetch(self, statement: Any, params: dict[str, Any]) -> Any:
+        """``execute`` of a plain textual statement (named parameters, none typed) on a hot path: on PostgreSQL
+        ``fetch_prepared`` of it compiled once, its rows read as SQLAlchemy's are (``all()``, attributes,
+        slices); elsewhere ``execute``."""
+        fetch = getattr(self.session, "fetch_text", None)
+        if fetch is None:
+            return await self.execute(statement, params)
+        self.statements += 1
+        return await fetch(statement, params)
+
     async def fetch_alone(self, statement: Any, params: dict[str, Any]) -> Any:
         """``execute_alone`` of a plain textual statement (named parameters, none typed) on a hot path: on
         PostgreSQL ``fetch_prepared_alone`` of it compiled once, its rows read as SQLAlchemy's are (``all()``,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Integer, MetaData
+from sqlalchemy import JSON, BigInteger, BindParameter, Integer, MetaData, literal
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
@@ -24,6 +24,14 @@ BigId = BigInteger().with_variant(Integer(), "sqlite")
 
 # Epoch milliseconds (see store.clock).
 Millis = BigInteger
+
+
+def constant(value: Any) -> BindParameter[Any]:
+    """``value`` written into the statement's text instead of bound. A prepared statement that PostgreSQL has run
+    five times may get a generic plan, planned without its parameters: a predicate such as ``state = $1`` then
+    implies no partial index's ``WHERE state = 'queued'``, and the plan scans instead. Compare with a constant
+    wherever a partial index should serve."""
+    return literal(value, literal_execute=True)
 
 
 

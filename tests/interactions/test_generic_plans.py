@@ -1,0 +1,72 @@
+"""The lease's statements keep their indexes when PostgreSQL plans them generically (issue 27's flood).
+
+A statement prepared on a connection (SQLAlchemy's asyncpg cache) gets a generic plan after five executions,
+planned without its parameters. A predicate bound as ``state = $1`` then implies no partial index's
+``WHERE state = 'processing'``: the expired-lease check of every lease scanned the whole flooded queue.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+import pytest
+from sqlalchemy import event, text
+
+from mainspring.interactions import leasing, service
+from mainspring.interactions.settings import InteractionsSettings
+from mainspring.store import Store
+
+CFG = InteractionsSettings()
+
+
+def _literal(value: Any) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool | int | float):
+        return str(value)
+    if isinstance(value, list | tuple):
+        return "ARRAY[" + ", ".join(_literal(v) for v in value) + "]"
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+async def _generic_plan(database_url: str, statement: str, parameters: tuple[Any, ...]) -> str:
+    conn = await asyncpg.connect(database_url.replace("postgresql+asyncpg://", "postgresql://"))
+    try:
+        await conn.execute("SET plan_cache_mode = force_generic_plan")
+        await conn.execute(f"PREPARE checked AS {statement}")
+        args = f"({', '.join(_literal(p) for p in parameters)})" if parameters else ""
+        rows = await conn.fetch(f"EXPLAIN EXECUTE checked{args}")
+        return "\n".join(r[0] for r in rows)
+    finally:
+        await conn.close()
+
+
+async def test_a_lease_of_a_flooded_owned_queue_scans_no_items_in_a_generic_plan(store: Store, database_url: str, engine: str) -> None:
+    if engine != "postgres":
+        pytest.skip("generic plans of prepared statements are PostgreSQL's")
+    await service.put_queue(store, CFG, "q", {"owner_by": "user", "fair": True, "per_owner": {"concurrency": 5}, "lease_ms": 60_000})
+    await service.create_many(store, CFG, "q", [{"user": "small"}])
+    async with store.transaction() as tx:
+        await tx.execute(text(
+            "INSERT INTO interactions (queue, \"user\", owner, priority, state, next_processing, attempts, created_at, updated_at) "
+            "SELECT 'q', 'flood', 'flood', 0, 'queued', 0, 0, 0, 0 FROM generate_series(1, 20000)"
+        ))
+        await tx.execute(text("ANALYZE interactions"))
+    sent: list[tuple[str, tuple[Any, ...]]] = []
+
+    def keep(_conn: Any, _cursor: Any, statement: str, parameters: Any, _context: Any, _many: bool) -> None:
+        sent.append((statement, tuple(parameters or ())))
+
+    sync_engine = store.backend.engine.sync_engine  # type: ignore[attr-defined]
+    event.listen(sync_engine, "before_cursor_execute", keep)
+    try:
+        taken = (await leasing.lease(store, CFG, "q", "w", 3)).items
+    finally:
+        event.remove(sync_engine, "before_cursor_execute", keep)
+    assert taken
+    reads = [(s, p) for s, p in sent if "interactions" in s and s.lstrip().upper().startswith(("SELECT", "WITH", "UPDATE"))]
+    assert reads
+    for statement, parameters in reads:
+        plan = await _generic_plan(database_url, statement, parameters)
+        assert "Seq Scan on interactions " not in plan, f"{statement}\n{plan}"
