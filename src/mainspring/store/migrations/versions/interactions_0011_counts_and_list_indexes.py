@@ -25,6 +25,8 @@ Revision ID: interactions_0011
 import sqlalchemy as sa
 from alembic import op
 
+from mainspring.store.migrate import create_indexes_concurrently
+
 revision = "interactions_0011"
 down_revision = "interactions_0010"
 branch_labels = None
@@ -95,18 +97,7 @@ def upgrade() -> None:
         for name, columns, where in INDEXES:
             op.create_index(name, "interactions", columns, sqlite_where=sa.text(where))
         return
-    bind.commit()
-    auto = bind.execution_options(isolation_level="AUTOCOMMIT")
-    for name, columns, where in INDEXES:
-        # An index a stopped CONCURRENTLY build left INVALID is built again from the start.
-        invalid = auto.exec_driver_sql(
-            f"SELECT 1 FROM pg_index WHERE indexrelid = to_regclass('{name}') AND NOT indisvalid").first()
-        if invalid:
-            auto.exec_driver_sql(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
-        auto.exec_driver_sql(f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON interactions "
-                             f"({', '.join(columns)}) WHERE {where}")
-        auto.commit()  # SQLAlchemy's own transaction object (the driver commits each statement by itself)
-    bind.execution_options(isolation_level="READ COMMITTED")
+    create_indexes_concurrently(op, "interactions", INDEXES)
 
 
 def _counts(postgres: bool) -> None:
