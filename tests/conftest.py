@@ -285,3 +285,27 @@ async def assert_counts_exact(store: Store, counts: Any, kind: str, source: Any,
         kept = await kept_counts.read_counts(conn, counts, kind)
     assert kept == {(str(g), str(s)): int(n) for g, s, n in rows}
     return kept
+
+
+def _literal(value: Any) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool | int | float):
+        return str(value)
+    if isinstance(value, list | tuple):
+        return "ARRAY[" + ", ".join(_literal(v) for v in value) + "]"
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+async def generic_plan(database_url: str, statement: str, parameters: tuple[Any, ...]) -> str:
+    """PostgreSQL's generic plan of ``statement`` (what a prepared statement runs from its sixth execution),
+    EXPLAINed with ``parameters``."""
+    conn = await asyncpg.connect(database_url.replace("postgresql+asyncpg://", "postgresql://"))
+    try:
+        await conn.execute("SET plan_cache_mode = force_generic_plan")
+        await conn.execute(f"PREPARE checked AS {statement}")
+        args = f"({', '.join(_literal(p) for p in parameters)})" if parameters else ""
+        rows = await conn.fetch(f"EXPLAIN EXECUTE checked{args}")
+        return "\n".join(r[0] for r in rows)
+    finally:
+        await conn.close()

@@ -9,37 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import asyncpg
 import pytest
 from sqlalchemy import event, text
 
 from mainspring.interactions import leasing, service
 from mainspring.interactions.settings import InteractionsSettings
 from mainspring.store import Store
+from tests.conftest import generic_plan
 
 CFG = InteractionsSettings()
-
-
-def _literal(value: Any) -> str:
-    if value is None:
-        return "NULL"
-    if isinstance(value, bool | int | float):
-        return str(value)
-    if isinstance(value, list | tuple):
-        return "ARRAY[" + ", ".join(_literal(v) for v in value) + "]"
-    return "'" + str(value).replace("'", "''") + "'"
-
-
-async def _generic_plan(database_url: str, statement: str, parameters: tuple[Any, ...]) -> str:
-    conn = await asyncpg.connect(database_url.replace("postgresql+asyncpg://", "postgresql://"))
-    try:
-        await conn.execute("SET plan_cache_mode = force_generic_plan")
-        await conn.execute(f"PREPARE checked AS {statement}")
-        args = f"({', '.join(_literal(p) for p in parameters)})" if parameters else ""
-        rows = await conn.fetch(f"EXPLAIN EXECUTE checked{args}")
-        return "\n".join(r[0] for r in rows)
-    finally:
-        await conn.close()
 
 
 async def test_a_lease_of_a_flooded_owned_queue_scans_no_items_in_a_generic_plan(store: Store, database_url: str, engine: str) -> None:
@@ -68,5 +46,5 @@ async def test_a_lease_of_a_flooded_owned_queue_scans_no_items_in_a_generic_plan
     reads = [(s, p) for s, p in sent if "interactions" in s and s.lstrip().upper().startswith(("SELECT", "WITH", "UPDATE"))]
     assert reads
     for statement, parameters in reads:
-        plan = await _generic_plan(database_url, statement, parameters)
+        plan = await generic_plan(database_url, statement, parameters)
         assert "Seq Scan on interactions " not in plan, f"{statement}\n{plan}"

@@ -55,6 +55,7 @@ from mainspring.store import Store, Transaction
 from mainspring.store import counts as kept_counts
 from mainspring.store.dialect import Backend, Executor, picked_once
 from mainspring.store.notify import PG_CHANNEL
+from mainspring.store.schema import constant
 
 # --- records ----------------------------------------------------------------------------------------------
 
@@ -352,7 +353,8 @@ async def due_timers_by_namespace(conn: Executor, now: int) -> list[tuple[str, i
     due ms). A backlog that stays means the processors (or this face's workers) cannot keep up."""
     query = (
         select(machines.c.namespace, func.count(), func.min(machines.c.timer_at))
-        .where(machines.c.status == "working", machines.c.timer_at <= now)
+        # A constant, so that a generic plan still implies ix_machines_timers' WHERE (``store.schema.constant``).
+        .where(machines.c.status == constant("working"), machines.c.timer_at <= now)
         .group_by(machines.c.namespace)
     )
     return [(str(ns), int(n), int(oldest)) for ns, n, oldest in (await conn.execute(query)).all()]

@@ -1,0 +1,41 @@
+"""The machines face's reads keep their partial indexes when PostgreSQL plans them generically (a prepared
+statement's plan from its sixth run: ``store.schema.constant``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy import event, text
+
+from mainspring.machines import data
+from mainspring.store import Store
+from tests.conftest import generic_plan
+
+
+async def test_the_due_timers_of_metrics_read_the_timers_index_in_a_generic_plan(store: Store, database_url: str, engine: str) -> None:
+    if engine != "postgres":
+        pytest.skip("generic plans of prepared statements are PostgreSQL's")
+    async with store.transaction() as tx:
+        await tx.execute(text(
+            "INSERT INTO machines (namespace, id, status, version, last_event_id, timer_at, retry_attempt, created_at, updated_at) "
+            "SELECT 'orders', 'm' || n, 'working', 1, 0, CASE WHEN n % 1000 = 0 THEN n END, 0, 0, 0 "
+            "FROM generate_series(1, 20000) AS n"
+        ))
+        await tx.execute(text("ANALYZE machines"))
+    sent: list[tuple[str, tuple[Any, ...]]] = []
+
+    def keep(_conn: Any, _cursor: Any, statement: str, parameters: Any, _context: Any, _many: bool) -> None:
+        sent.append((statement, tuple(parameters or ())))
+
+    sync_engine = store.backend.engine.sync_engine  # type: ignore[attr-defined]
+    event.listen(sync_engine, "before_cursor_execute", keep)
+    try:
+        async with store.read() as conn:
+            due = await data.due_timers_by_namespace(conn, 1_000_000)
+    finally:
+        event.remove(sync_engine, "before_cursor_execute", keep)
+    assert due == [("orders", 20, 1000)]
+    (statement, parameters), = sent
+    plan = await generic_plan(database_url, statement, parameters)
+    assert "Seq Scan on machines" not in plan, plan
