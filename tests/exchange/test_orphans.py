@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from mainspring.config import Settings
 from mainspring.exchange import files
 from mainspring.exchange.messages import new_id
 from mainspring.exchange.orphans import message_id_in, sweep_orphan_files
@@ -17,6 +18,15 @@ from tests.exchange.conftest import MAILBOX, files_under, listed, put
 
 GRACE_MS = 600_000
 FOLDER = "mailboxes/mobile-a/db-1"
+
+
+@pytest.fixture
+def settings(settings: Settings) -> Settings:
+    """The server's own sweeper waits well past the grace period, so that the sweeps these tests run are the
+    only ones (its default interval is the grace period: advancing the clock past it woke the server's sweeper
+    too, and whichever ran first removed the file)."""
+    exchange = settings.exchange.model_copy(update={"orphan_grace_ms": GRACE_MS, "orphan_sweep_interval_ms": 100 * GRACE_MS})
+    return settings.model_copy(update={"exchange": exchange})
 
 
 def test_message_and_temp_file_names_are_told_from_foreign_ones() -> None:
