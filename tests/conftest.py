@@ -8,6 +8,7 @@ Set ``MAINSPRING_TEST_ENGINES=sqlite`` (or ``postgres``) to run one engine only.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import shutil
@@ -138,6 +139,21 @@ async def client(app: Any) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://mainspring.test", timeout=30) as c:
         yield c
+
+
+@contextlib.asynccontextmanager
+async def quiet_app_client(settings: Settings, store: Store, registry: App | None = None) -> AsyncIterator[httpx.AsyncClient]:
+    """The API without its background loops, whose own statements would be counted too, with the token cache
+    kept for the whole test (its background refresh is a statement too), once LISTEN is connected: its first
+    connect wakes every waiter once (by design: a wake-up sent before it may be lost), the token cache's
+    included, which then reads the tokens again — one statement more, counted if it lands among a test's
+    measured requests."""
+    steady = settings.model_copy(update={"auth": settings.auth.model_copy(update={"cache_ms": 600_000})})
+    app = create_app(steady, store=store, registry=registry, run_background=False)
+    async with app.router.lifespan_context(app):
+        await store.listening()
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://mainspring.test") as client:
+            yield client
 
 
 def free_port() -> int:

@@ -9,23 +9,18 @@ from typing import Any
 import httpx
 import pytest
 
-from mainspring.api import create_app
 from mainspring.config import Settings
 from mainspring.store import Store
+from tests.conftest import quiet_app_client
 
 CREATES = 20
 
 
 @pytest.fixture
 async def quiet_client(settings: Settings, store: Store) -> AsyncIterator[httpx.AsyncClient]:
-    """The API without its background loops, whose own statements would be counted too, and with the token
-    cache kept for the whole test (its background refresh is a statement too)."""
-    steady = settings.model_copy(update={"auth": settings.auth.model_copy(update={"cache_ms": 600_000})})
-    app = create_app(steady, store=store, run_background=False)
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://mainspring.test") as client:
-            yield client
+    """See ``tests.conftest.quiet_app_client``."""
+    async with quiet_app_client(settings, store) as client:
+        yield client
 
 
 async def _per_request(store: Store, client: httpx.AsyncClient, method: str, path: str, bodies: list[Any]) -> float:

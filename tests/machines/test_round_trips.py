@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from mainspring.api import create_app
 from mainspring.app import App
 from mainspring.config import Settings
 from mainspring.store import Store
+from tests.conftest import quiet_app_client
 from tests.machines.conftest import FakeProcessor
 
 BASE = "/v1/namespaces/orders/machines"
@@ -20,13 +20,9 @@ REQUESTS = 20
 
 @pytest.fixture
 async def quiet_client(settings: Settings, store: Store, registry: App, fake: FakeProcessor) -> AsyncIterator[httpx.AsyncClient]:
-    """The API without its background loops, whose own statements would be counted too, and with the token
-    cache kept for the whole test (its background refresh is a statement too)."""
-    steady = settings.model_copy(update={"auth": settings.auth.model_copy(update={"cache_ms": 600_000})})
-    app = create_app(steady, store=store, registry=registry, run_background=False)
-    async with app.router.lifespan_context(app):
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://mainspring.test") as client:
-            yield client
+    """See ``tests.conftest.quiet_app_client``."""
+    async with quiet_app_client(settings, store, registry) as client:
+        yield client
 
 
 async def _statements_per_request(store: Store, client: httpx.AsyncClient, requests: list[tuple[str, dict[str, object]]]) -> float:
