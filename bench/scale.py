@@ -464,6 +464,55 @@ async def service_times(url: str) -> None:
         await store.close()
 
 
+async def gauge_times(url: str, runs: int = 5) -> None:
+    """What ``GET /metrics`` (uncached) spends in the store: each gauge reader timed in this process (median of
+    ``runs`` after one), and each statement it sent (the median run's, by SQLAlchemy's cursor events)."""
+    from sqlalchemy import event
+
+    from mainspring.api import FACES
+    from mainspring.config import load_settings
+    from mainspring.core.metrics import read_alert_gauges, read_outbox_gauges
+    from mainspring.core.runtime import Context
+    from mainspring.store import Store
+
+    store = Store(url, pool_size=2)
+    await store.start()
+    ctx = Context(settings=load_settings(None, server={"database": url}), store=store)
+    readers = {"outbox": read_outbox_gauges, "alerts": read_alert_gauges,
+               **{face.name: face.read_gauges for face in FACES if face.read_gauges is not None}}
+    sent: list[tuple[str, float]] = []
+    started: dict[int, float] = {}
+
+    def before(_conn: Any, cursor: Any, *_args: Any) -> None:
+        started[id(cursor)] = time.perf_counter()
+
+    def after(_conn: Any, cursor: Any, statement: str, *_args: Any) -> None:
+        sent.append((" ".join(statement.split())[:100], (time.perf_counter() - started.pop(id(cursor), 0.0)) * 1000))
+
+    sync_engine = store.backend.engine.sync_engine  # type: ignore[attr-defined]
+    event.listen(sync_engine, "before_cursor_execute", before)
+    event.listen(sync_engine, "after_cursor_execute", after)
+    try:
+        total = 0.0
+        for name, read in readers.items():
+            await read(ctx)
+            runs_sent, times = [], []
+            for _ in range(runs):
+                sent.clear()
+                t = time.perf_counter()
+                await read(ctx)
+                times.append((time.perf_counter() - t) * 1000)
+                runs_sent.append(list(sent))
+            median = statistics.median(times)
+            total += median
+            print(f"{name:<14} {median:7.1f} ms   (load {load()})", flush=True)
+            for statement, ms in runs_sent[times.index(median)] if median in times else runs_sent[0]:
+                print(f"    {ms:7.2f} ms  {statement}")
+        print(f"{'all':<14} {total:7.1f} ms")
+    finally:
+        await store.close()
+
+
 # --- ab: the write path's cost of the kept counts and the list indexes ---------------------------------------
 
 WITHOUT = [
@@ -498,10 +547,12 @@ async def ab_round(url: str, with_counts: bool, creates: int, jobs: int) -> dict
     return await write_path(url, creates, jobs)
 
 
-async def write_path(url: str, creates: int, jobs: int) -> dict[str, float]:
+async def write_path(url: str, creates: int, jobs: int, statements: bool = False, generic_plans: bool = True) -> dict[str, float]:
     """On the (migrated) store as it is: ``creates`` creates one at a time (p50, CPU of this process and of
     its PostgreSQL backends per create), then a worker processing ``jobs`` items of a queue of their own
-    (processed/s, CPU per item)."""
+    (processed/s, CPU per item). ``statements``: print what each statement of the worker's run cost
+    (``pg_stat_statements``, which the server must preload; reset before the worker starts). The worker has a
+    store of its own, as ``mainspring worker`` does (``generic_plans``: as it does, its plans generic)."""
     import asyncpg
 
     sys.path.insert(0, str(ROOT / "bench"))
@@ -554,7 +605,11 @@ async def write_path(url: str, creates: int, jobs: int) -> dict[str, float]:
             await conn.close()
             return {pid: backends_cpu_s({pid}) for pid in found}
 
-        worker = Worker(store, app, cfg, poll_ms=1000)
+        worker_store = Store(url, pool_size=4, generic_plans=generic_plans)
+        await worker_store.start()
+        worker = Worker(worker_store, app, cfg, poll_ms=1000)
+        if statements:
+            await reset_statements(url)
         pg_before = await backends()
         began, cpu = time.perf_counter(), time.process_time()
         await worker.start()
@@ -564,9 +619,39 @@ async def write_path(url: str, creates: int, jobs: int) -> dict[str, float]:
         pg_after = await backends()
         result["worker_pg_cpu_us"] = sum(t - pg_before.get(pid, 0.0) for pid, t in pg_after.items()) / jobs * 1e6
         await worker.stop()
+        await worker_store.close()
+        if statements:
+            await print_statements(url, jobs)
         return result
     finally:
         await store.close()
+
+
+async def reset_statements(url: str) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(url.rsplit("/", 1)[0] + "/postgres")
+    await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+    await conn.execute("SELECT pg_stat_statements_reset()")
+    await conn.close()
+
+
+async def print_statements(url: str, jobs: int, top: int = 12) -> None:
+    """The costliest statements run on ``url``'s database since the reset, per processed item."""
+    import asyncpg
+
+    admin, name = url.rsplit("/", 1)
+    conn = await asyncpg.connect(admin + "/postgres")
+    rows = await conn.fetch(
+        "SELECT calls, total_exec_time, total_plan_time, shared_blks_hit, shared_blks_read, shared_blks_dirtied, wal_records,"
+        " left(regexp_replace(query, '\\s+', ' ', 'g'), 110) AS q FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid"
+        " WHERE d.datname = $1 ORDER BY total_exec_time + total_plan_time DESC LIMIT $2", name, top)
+    await conn.close()
+    print("    per item: exec µs | plan µs | calls | blks hit | read | dirtied | wal recs | statement")
+    for r in rows:
+        print(f"    {r['total_exec_time'] / jobs * 1000:7.1f} | {r['total_plan_time'] / jobs * 1000:6.1f} | {r['calls'] / jobs:5.2f} |"
+              f" {r['shared_blks_hit'] / jobs:6.1f} | {r['shared_blks_read'] / jobs:4.1f} | {r['shared_blks_dirtied'] / jobs:5.2f} |"
+              f" {r['wal_records'] / jobs:5.2f} | {r['q']}")
 
 
 async def ab(url: str, rounds: int, creates: int, jobs: int) -> None:
@@ -577,13 +662,23 @@ async def ab(url: str, rounds: int, creates: int, jobs: int) -> None:
             print(f"round {r} {label} " + "  ".join(f"{k} {v:.1f}" for k, v in measured.items()) + f"   (load {load()})", flush=True)
 
 
-async def filled_vs_empty(filled: str, empty: str, rounds: int, creates: int, jobs: int) -> None:
+async def filled_vs_empty(filled: str, empty: str, rounds: int, creates: int, jobs: int, statements: bool = False) -> None:
     """``write_path`` on the filled store and on an empty one (made fresh and migrated here), alternating."""
     await fresh_database(empty)
     await migrated(empty)
     for r in range(rounds):
         for label, url in (("filled", filled), ("empty ", empty)):
-            measured = await write_path(url, creates, jobs)
+            measured = await write_path(url, creates, jobs, statements)
+            print(f"round {r} {label} " + "  ".join(f"{k} {v:.1f}" for k, v in measured.items()) + f"   (load {load()})", flush=True)
+
+
+async def generic_ab(url: str, rounds: int, creates: int, jobs: int, statements: bool = False) -> None:
+    """``write_path`` on one store, the worker's plans generic (as ``mainspring worker`` runs) or PostgreSQL's
+    choice per statement (custom until a generic plan looks no costlier), alternating."""
+    for r in range(rounds):
+        for generic in (True, False):
+            measured = await write_path(url, creates, jobs, statements, generic_plans=generic)
+            label = "generic" if generic else "chosen "
             print(f"round {r} {label} " + "  ".join(f"{k} {v:.1f}" for k, v in measured.items()) + f"   (load {load()})", flush=True)
 
 
@@ -759,7 +854,7 @@ def soak_plot(samples: list[tuple[float, str, str, float]], retention_s: int, pa
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=["fill", "fill-faces", "upgrade-cost", "measure", "measure-faces", "service", "explain", "ab",
-                                            "filled-vs-empty", "soak"])
+                                            "filled-vs-empty", "generic-ab", "gauges", "soak"])
     parser.add_argument("--database", required=True)
     parser.add_argument("--empty", help="filled-vs-empty: the empty store to compare with (made fresh)")
     parser.add_argument("--interactions", type=int, default=1_000_000)
@@ -769,6 +864,9 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=30, help="soak: how long")
     parser.add_argument("--rate", type=int, default=500, help="soak: creates per second")
     parser.add_argument("--retention-s", type=int, default=300, help="soak: retention of finished items and events")
+    parser.add_argument("--rounds", type=int, default=3, help="ab, filled-vs-empty: rounds")
+    parser.add_argument("--statements", action="store_true",
+                        help="filled-vs-empty: each worker run's statements (pg_stat_statements must be preloaded)")
     args = parser.parse_args()
     print(f"{args.command} {args.database} at {time.strftime('%H:%M:%S', time.gmtime())} UTC, load {load()}")
     if args.command == "fill":
@@ -793,9 +891,13 @@ def main() -> None:
     elif args.command == "soak":
         asyncio.run(soak(args.database, args.minutes, args.rate, args.retention_s))
     elif args.command == "ab":
-        asyncio.run(ab(args.database, 3, 2000, 5000))
+        asyncio.run(ab(args.database, args.rounds, 2000, 5000))
+    elif args.command == "gauges":
+        asyncio.run(gauge_times(args.database))
+    elif args.command == "generic-ab":
+        asyncio.run(generic_ab(args.database, args.rounds, 2000, 5000, args.statements))
     elif args.command == "filled-vs-empty":
-        asyncio.run(filled_vs_empty(args.database, args.empty, 3, 2000, 5000))
+        asyncio.run(filled_vs_empty(args.database, args.empty, args.rounds, 2000, 5000, args.statements))
     else:
         asyncio.run(explain(args.database))
 
