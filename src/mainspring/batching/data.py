@@ -999,14 +999,13 @@ async def count_live_tasks(conn: Executor) -> list[tuple[str, str, int]]:
 
 
 async def count_forming_tasks(conn: Executor) -> list[tuple[str, int]]:
-    """(batcher, count) of pending tasks in a batch whose linger timer runs."""
-    query = (
-        select(batch_tasks.c.batcher, func.count())
-        .join(batchers, batchers.c.name == batch_tasks.c.batcher)
-        .where(batch_tasks.c.status == "pending", batchers.c.linger_ends_at.is_not(None))
-        .group_by(batch_tasks.c.batcher)
-    )
-    return [(str(b), int(n)) for b, n in (await conn.execute(query)).all()]
+    """(batcher, count) of pending tasks in a batch whose linger timer runs: the kept count of the pending
+    tasks of each batcher whose timer runs (a count of the tasks read 20,000 index entries at 1M tasks)."""
+    lingering = set((await conn.execute(select(batchers.c.name).where(batchers.c.linger_ends_at.is_not(None)))).scalars())
+    if not lingering:
+        return []
+    counted = await kept_counts.read_counts(conn, batching_counts, "tasks", status="pending")
+    return [(batcher, n) for (batcher, _status), n in counted.items() if batcher in lingering]
 
 
 async def count_packages(conn: Executor) -> list[tuple[str, str, int]]:
