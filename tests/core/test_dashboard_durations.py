@@ -26,7 +26,7 @@ async def finished(store: Store) -> Any:
 async def _mean(store: Store, table: Table, since: int, until: int, sample: int = data.DURATION_SAMPLE) -> dict[int, float]:
     async with store.read() as conn:
         return await data.mean_duration_by_bucket(conn, table.c.started, table.c.ended, table.c.state == "done",
-                                                  since, until, MINUTE, sample)
+                                                  since, until, MINUTE, postgres=store.is_postgres, sample=sample)
 
 
 async def test_each_minute_is_the_mean_of_its_latest_finished_rows(store: Store, finished: Table) -> None:
