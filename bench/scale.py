@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import socket
 import sqlite3
 import statistics
@@ -464,6 +465,67 @@ async def service_times(url: str) -> None:
         await store.close()
 
 
+async def gauge_times(url: str, runs: int = 5) -> None:
+    """What ``GET /metrics`` (uncached) spends in the store: each gauge reader timed in this process (median of
+    ``runs`` after one), and each statement it sent (the median run's, by SQLAlchemy's cursor events)."""
+    from sqlalchemy import event
+
+    from mainspring.api import FACES
+    from mainspring.config import load_settings
+    from mainspring.core.metrics import Gauges, read_alert_gauges, read_outbox_gauges
+    from mainspring.core.runtime import Context
+    from mainspring.store import Store
+
+    settings = load_settings(None, server={"database": url})
+    store = Store(url, pool_size=settings.server.pool_size)  # as the server's
+    await store.start()
+    ctx = Context(settings=settings, store=store)
+    readers = {"outbox": read_outbox_gauges, "alerts": read_alert_gauges,
+               **{face.name: face.read_gauges for face in FACES if face.read_gauges is not None}}
+    sent: list[tuple[str, float]] = []
+    started: dict[int, float] = {}
+
+    def before(_conn: Any, cursor: Any, *_args: Any) -> None:
+        started[id(cursor)] = time.perf_counter()
+
+    def after(_conn: Any, cursor: Any, statement: str, *_args: Any) -> None:
+        sent.append((" ".join(statement.split())[:100], (time.perf_counter() - started.pop(id(cursor), 0.0)) * 1000))
+
+    sync_engine = store.backend.engine.sync_engine  # type: ignore[attr-defined]
+    event.listen(sync_engine, "before_cursor_execute", before)
+    event.listen(sync_engine, "after_cursor_execute", after)
+    try:
+        total = 0.0
+        for name, read in readers.items():
+            await read(ctx)
+            runs_sent, times = [], []
+            for _ in range(runs):
+                sent.clear()
+                t = time.perf_counter()
+                await read(ctx)
+                times.append((time.perf_counter() - t) * 1000)
+                runs_sent.append(list(sent))
+            median = statistics.median(times)
+            total += median
+            print(f"{name:<14} {median:7.1f} ms   (load {load()})", flush=True)
+            for statement, ms in runs_sent[times.index(median)] if median in times else runs_sent[0]:
+                print(f"    {ms:7.2f} ms  {statement}")
+        print(f"{'all, in turn':<14} {total:7.1f} ms")
+        gauges = Gauges(readers.values())  # as /metrics refreshes them (side by side on PostgreSQL)
+        walls, cpus = [], []
+        for _ in range(4 * runs):  # the first rounds prepare each statement on each pooled connection: not timed
+            gauges._read_at = 0.0  # uncached
+            t, c = time.perf_counter(), time.process_time()
+            await gauges.refresh(ctx)
+            walls.append((time.perf_counter() - t) * 1000)
+            cpus.append((time.process_time() - c) * 1000)
+        walls, cpus = walls[2 * runs:], cpus[2 * runs:]
+        print(f"{'refresh':<14} {statistics.median(walls):7.1f} ms wall, {statistics.median(cpus):5.1f} ms CPU of this process"
+              f"   (load {load()})")
+    finally:
+        await store.close()
+
+
 # --- ab: the write path's cost of the kept counts and the list indexes ---------------------------------------
 
 WITHOUT = [
@@ -498,10 +560,12 @@ async def ab_round(url: str, with_counts: bool, creates: int, jobs: int) -> dict
     return await write_path(url, creates, jobs)
 
 
-async def write_path(url: str, creates: int, jobs: int) -> dict[str, float]:
+async def write_path(url: str, creates: int, jobs: int, statements: bool = False, generic_plans: bool = True) -> dict[str, float]:
     """On the (migrated) store as it is: ``creates`` creates one at a time (p50, CPU of this process and of
     its PostgreSQL backends per create), then a worker processing ``jobs`` items of a queue of their own
-    (processed/s, CPU per item)."""
+    (processed/s, CPU per item). ``statements``: print what each statement of the worker's run cost
+    (``pg_stat_statements``, which the server must preload; reset before the worker starts). The worker has a
+    store of its own, as ``mainspring worker`` does (``generic_plans``: as it does, its plans generic)."""
     import asyncpg
 
     sys.path.insert(0, str(ROOT / "bench"))
@@ -554,7 +618,11 @@ async def write_path(url: str, creates: int, jobs: int) -> dict[str, float]:
             await conn.close()
             return {pid: backends_cpu_s({pid}) for pid in found}
 
-        worker = Worker(store, app, cfg, poll_ms=1000)
+        worker_store = Store(url, pool_size=4, generic_plans=generic_plans)
+        await worker_store.start()
+        worker = Worker(worker_store, app, cfg, poll_ms=1000)
+        if statements:
+            await reset_statements(url)
         pg_before = await backends()
         began, cpu = time.perf_counter(), time.process_time()
         await worker.start()
@@ -564,9 +632,39 @@ async def write_path(url: str, creates: int, jobs: int) -> dict[str, float]:
         pg_after = await backends()
         result["worker_pg_cpu_us"] = sum(t - pg_before.get(pid, 0.0) for pid, t in pg_after.items()) / jobs * 1e6
         await worker.stop()
+        await worker_store.close()
+        if statements:
+            await print_statements(url, jobs)
         return result
     finally:
         await store.close()
+
+
+async def reset_statements(url: str) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(url.rsplit("/", 1)[0] + "/postgres")
+    await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+    await conn.execute("SELECT pg_stat_statements_reset()")
+    await conn.close()
+
+
+async def print_statements(url: str, jobs: int, top: int = 12) -> None:
+    """The costliest statements run on ``url``'s database since the reset, per processed item."""
+    import asyncpg
+
+    admin, name = url.rsplit("/", 1)
+    conn = await asyncpg.connect(admin + "/postgres")
+    rows = await conn.fetch(
+        "SELECT calls, total_exec_time, total_plan_time, shared_blks_hit, shared_blks_read, shared_blks_dirtied, wal_records,"
+        " left(regexp_replace(query, '\\s+', ' ', 'g'), 110) AS q FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid"
+        " WHERE d.datname = $1 ORDER BY total_exec_time + total_plan_time DESC LIMIT $2", name, top)
+    await conn.close()
+    print("    per item: exec µs | plan µs | calls | blks hit | read | dirtied | wal recs | statement")
+    for r in rows:
+        print(f"    {r['total_exec_time'] / jobs * 1000:7.1f} | {r['total_plan_time'] / jobs * 1000:6.1f} | {r['calls'] / jobs:5.2f} |"
+              f" {r['shared_blks_hit'] / jobs:6.1f} | {r['shared_blks_read'] / jobs:4.1f} | {r['shared_blks_dirtied'] / jobs:5.2f} |"
+              f" {r['wal_records'] / jobs:5.2f} | {r['q']}")
 
 
 async def ab(url: str, rounds: int, creates: int, jobs: int) -> None:
@@ -577,13 +675,23 @@ async def ab(url: str, rounds: int, creates: int, jobs: int) -> None:
             print(f"round {r} {label} " + "  ".join(f"{k} {v:.1f}" for k, v in measured.items()) + f"   (load {load()})", flush=True)
 
 
-async def filled_vs_empty(filled: str, empty: str, rounds: int, creates: int, jobs: int) -> None:
+async def filled_vs_empty(filled: str, empty: str, rounds: int, creates: int, jobs: int, statements: bool = False) -> None:
     """``write_path`` on the filled store and on an empty one (made fresh and migrated here), alternating."""
     await fresh_database(empty)
     await migrated(empty)
     for r in range(rounds):
         for label, url in (("filled", filled), ("empty ", empty)):
-            measured = await write_path(url, creates, jobs)
+            measured = await write_path(url, creates, jobs, statements)
+            print(f"round {r} {label} " + "  ".join(f"{k} {v:.1f}" for k, v in measured.items()) + f"   (load {load()})", flush=True)
+
+
+async def generic_ab(url: str, rounds: int, creates: int, jobs: int, statements: bool = False) -> None:
+    """``write_path`` on one store, the worker's plans generic (as ``mainspring worker`` runs) or PostgreSQL's
+    choice per statement (custom until a generic plan looks no costlier), alternating."""
+    for r in range(rounds):
+        for generic in (True, False):
+            measured = await write_path(url, creates, jobs, statements, generic_plans=generic)
+            label = "generic" if generic else "chosen "
             print(f"round {r} {label} " + "  ".join(f"{k} {v:.1f}" for k, v in measured.items()) + f"   (load {load()})", flush=True)
 
 
@@ -607,6 +715,32 @@ SOAK_EXPLAINED = {
 }
 
 
+QUEUED_INDEXES = ("ix_interactions_ready", "ix_interactions_due")
+"""The indexes every item enters and leaves within milliseconds (partial on queued items)."""
+
+
+async def watch_horizon(url: str, stop: asyncio.Event, oldest: dict[str, Any]) -> None:
+    """Every second: the oldest snapshot any backend holds (``age(backend_xmin)``, in transactions) and who
+    holds it; ``oldest`` keeps the largest since the last sample took it. While a snapshot is held, no
+    dead entry newer than it can be removed, so the queued-item indexes can only grow."""
+    import asyncpg
+
+    conn = await asyncpg.connect(url)
+    await conn.execute("SET application_name = 'soak-horizon'")
+    try:
+        while not stop.is_set():
+            r = await conn.fetchrow(
+                "SELECT age(backend_xmin) AS age, backend_type, coalesce(datname, '') AS db, left(query, 60) AS query "
+                "FROM pg_stat_activity WHERE backend_xmin IS NOT NULL AND application_name <> 'soak-horizon' "
+                "ORDER BY age(backend_xmin) DESC LIMIT 1")
+            if r is not None and r["age"] > oldest.get("age", -1):
+                oldest.update(age=r["age"], who=f"{r['backend_type']} {r['db']}: {r['query']}")
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), 1)
+    finally:
+        await conn.close()
+
+
 async def soak_sample(conn: Any, t: float, retention_ms: int) -> list[tuple[float, str, str, float]]:
     """One sample: (t, measure, relation or statement, value) rows."""
     rows: list[tuple[float, str, str, float]] = []
@@ -617,6 +751,10 @@ async def soak_sample(conn: Any, t: float, retention_ms: int) -> list[tuple[floa
             rows.append((t, f"table_{measure}", r["relname"], float(r[measure])))
     for r in await conn.fetch("SELECT indexrelname, pg_relation_size(indexrelid) AS size FROM pg_stat_user_indexes"):
         rows.append((t, "index_size", r["indexrelname"], float(r["size"])))
+    for index in QUEUED_INDEXES:  # where their pages are: in use, emptied (reusable) or deleted (pgstattuple)
+        r = await conn.fetchrow("SELECT leaf_pages, empty_pages, deleted_pages, avg_leaf_density FROM pgstatindex($1)", index)
+        for measure in ("leaf_pages", "empty_pages", "deleted_pages", "avg_leaf_density"):
+            rows.append((t, f"btree_{measure}", index, float(r[measure])))
     now = int(time.time() * 1000)
     for what, sql in SOAK_EXPLAINED.items():
         plan = "\n".join(p[0] for p in await conn.fetch(
@@ -630,7 +768,7 @@ async def soak_sample(conn: Any, t: float, retention_ms: int) -> list[tuple[floa
     return rows
 
 
-async def soak(url: str, minutes: float, rate: int, retention_s: int) -> None:
+async def soak(url: str, minutes: float, rate: int, retention_s: int, name: str = "soak", sample_s: float = 30) -> None:
     import csv
 
     import asyncpg
@@ -653,7 +791,7 @@ async def soak(url: str, minutes: float, rate: int, retention_s: int) -> None:
     samples: list[tuple[float, str, str, float]] = []
     with tempfile.TemporaryDirectory() as tmp:
         proc, base, _ = start_server(url, Path(tmp) / "data")
-        store = Store(url, pool_size=4)
+        store = Store(url, pool_size=4, generic_plans=True)  # as ``mainspring worker`` runs
         await store.start()
         created = handled = 0
         app = App()
@@ -686,11 +824,17 @@ async def soak(url: str, minutes: float, rate: int, retention_s: int) -> None:
                 await worker.start()
                 producer = asyncio.create_task(produce(client))
                 sampler = await asyncpg.connect(url)
+                await sampler.execute("CREATE EXTENSION IF NOT EXISTS pgstattuple")
+                oldest: dict[str, Any] = {}
+                watcher = asyncio.create_task(watch_horizon(url, stop, oldest))
                 last = (0, 0, began)
                 while time.monotonic() - began < minutes * 60:
-                    await asyncio.sleep(30 - (time.monotonic() - began) % 30)
+                    await asyncio.sleep(sample_s - (time.monotonic() - began) % sample_s)
                     t = time.monotonic() - began
                     rows = await soak_sample(sampler, t, retention_ms)
+                    rows.append((t, "horizon", "max_xmin_age", float(oldest.get("age", 0))))
+                    held_by = oldest.get("who", "")
+                    oldest.clear()
                     c, h, at = created, handled, time.monotonic()
                     rows += [(t, "rate", "created_per_s", (c - last[0]) / (at - last[2])),
                              (t, "rate", "processed_per_s", (h - last[1]) / (at - last[2])),
@@ -703,19 +847,27 @@ async def soak(url: str, minutes: float, rate: int, retention_s: int) -> None:
                           f"interactions {size.get('interactions', 0) / 2**20:7.1f} MB dead {dead.get('interactions', 0):8.0f}  "
                           f"events {size.get('events', 0) / 2**20:7.1f} MB dead {dead.get('events', 0):8.0f}  load {load()}",
                           flush=True)
-                    with open(out / "soak.csv", "w", newline="") as f:
+                    queued = {n: v for _, m, n, v in rows if m == "index_size" and n in QUEUED_INDEXES}
+                    pages = {(m, n): v for _, m, n, v in rows if m.startswith("btree_")}
+                    print("         " + "  ".join(
+                        f"{n} {queued.get(n, 0) / 2**20:.2f} MB (leaf {pages[('btree_leaf_pages', n)]:.0f}, empty "
+                        f"{pages[('btree_empty_pages', n)]:.0f}, deleted {pages[('btree_deleted_pages', n)]:.0f}, "
+                        f"density {pages[('btree_avg_leaf_density', n)]:.0f} %)" for n in QUEUED_INDEXES)
+                        + f"  oldest snapshot {rows[-1][3]:.0f} xacts ({held_by})", flush=True)
+                    with open(out / f"{name}.csv", "w", newline="") as f:
                         writer = csv.writer(f)
                         writer.writerow(["t_s", "measure", "name", "value"])
                         writer.writerows(samples)
                 stop.set()
                 await producer
+                await watcher
                 await sampler.close()
         finally:
             await worker.stop()
             await store.close()
             proc.terminate()
             proc.wait(timeout=30)
-    soak_plot(samples, retention_s, out / "soak.png")
+    soak_plot(samples, retention_s, out / f"{name}.png")
 
 
 def soak_plot(samples: list[tuple[float, str, str, float]], retention_s: int, path: Path) -> None:
@@ -740,7 +892,11 @@ def soak_plot(samples: list[tuple[float, str, str, float]], retention_s: int, pa
               ("index_size", "index size (MiB)", 2**20, hot),
               ("table_n_dead_tup", "dead tuples (thousands)", 1000, lambda n: n in HOT_TABLES),
               ("rate", "per second", 1, lambda n: True)]
-    fig, axes = plt.subplots(len(panels), 1, figsize=(11, 14), sharex=True)
+    if any(m == "btree_leaf_pages" for _, m, _, _ in samples):  # the queued-item indexes' pages (pgstattuple)
+        panels += [("btree_leaf_pages", "queued indexes: leaf pages in use", 1, lambda n: True),
+                   ("btree_deleted_pages", "queued indexes: deleted (reusable) pages", 1, lambda n: True),
+                   ("table_autovacuum_count", "autovacuums so far", 1, lambda n: n in ("interactions", "events"))]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(11, 3.5 * len(panels)), sharex=True)
     for ax, (measure, label, scale, keep) in zip(axes, panels, strict=True):
         for n, (xs, ys) in sorted(series(measure, keep).items()):
             if max(ys) > 0:
@@ -759,7 +915,7 @@ def soak_plot(samples: list[tuple[float, str, str, float]], retention_s: int, pa
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=["fill", "fill-faces", "upgrade-cost", "measure", "measure-faces", "service", "explain", "ab",
-                                            "filled-vs-empty", "soak"])
+                                            "filled-vs-empty", "generic-ab", "gauges", "soak", "soak-plot"])
     parser.add_argument("--database", required=True)
     parser.add_argument("--empty", help="filled-vs-empty: the empty store to compare with (made fresh)")
     parser.add_argument("--interactions", type=int, default=1_000_000)
@@ -769,6 +925,11 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=30, help="soak: how long")
     parser.add_argument("--rate", type=int, default=500, help="soak: creates per second")
     parser.add_argument("--retention-s", type=int, default=300, help="soak: retention of finished items and events")
+    parser.add_argument("--soak-name", default="soak", help="soak: writes bench/<name>.csv and .png")
+    parser.add_argument("--sample-s", type=float, default=30, help="soak: seconds between samples")
+    parser.add_argument("--rounds", type=int, default=3, help="ab, filled-vs-empty: rounds")
+    parser.add_argument("--statements", action="store_true",
+                        help="filled-vs-empty: each worker run's statements (pg_stat_statements must be preloaded)")
     args = parser.parse_args()
     print(f"{args.command} {args.database} at {time.strftime('%H:%M:%S', time.gmtime())} UTC, load {load()}")
     if args.command == "fill":
@@ -790,12 +951,22 @@ def main() -> None:
         started = time.monotonic()
         asyncio.run(fill_faces(args.database, args.faces_rows, args.faces.split(",")))
         print(f"filled in {time.monotonic() - started:.0f} s")
+    elif args.command == "soak-plot":  # again from the CSV a soak wrote
+        import csv
+
+        with open(ROOT / "bench" / f"{args.soak_name}.csv") as f:
+            rows = [(float(r["t_s"]), r["measure"], r["name"], float(r["value"])) for r in csv.DictReader(f)]
+        soak_plot(rows, args.retention_s, ROOT / "bench" / f"{args.soak_name}.png")
     elif args.command == "soak":
-        asyncio.run(soak(args.database, args.minutes, args.rate, args.retention_s))
+        asyncio.run(soak(args.database, args.minutes, args.rate, args.retention_s, args.soak_name, args.sample_s))
     elif args.command == "ab":
-        asyncio.run(ab(args.database, 3, 2000, 5000))
+        asyncio.run(ab(args.database, args.rounds, 2000, 5000))
+    elif args.command == "gauges":
+        asyncio.run(gauge_times(args.database))
+    elif args.command == "generic-ab":
+        asyncio.run(generic_ab(args.database, args.rounds, 2000, 5000, args.statements))
     elif args.command == "filled-vs-empty":
-        asyncio.run(filled_vs_empty(args.database, args.empty, 3, 2000, 5000))
+        asyncio.run(filled_vs_empty(args.database, args.empty, args.rounds, 2000, 5000, args.statements))
     else:
         asyncio.run(explain(args.database))
 

@@ -182,3 +182,20 @@ async def test_ready_and_scheduled_past_the_cap_are_labelled_estimated(
     assert 'mainspring_interactions_estimated{queue="q",status="ready"} 1.0' in (await client.get("/metrics")).text
     page = (await client.get("/ui/interactions")).text
     assert "~" in page
+
+
+async def test_past_the_cap_of_scheduled_items_few_ready_ones_keep_the_split_exact(
+        client: httpx.AsyncClient, database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The capped counts of both sides come from one statement: scheduled past the cap, ready under it — the
+    split is the queued total minus the ready ones, exact; and ready past the cap alone is exact too."""
+    monkeypatch.setattr(data, "SCHEDULED_CAP", 3)
+    for _ in range(4):
+        await create(client, process_in_ms=60_000)
+    for _ in range(2):
+        await create(client)
+    body: dict[str, Any] = (await client.get("/v1/queues/q")).json()
+    assert (body["counts"]["ready"], body["counts"]["scheduled"], body["counts_estimated"]) == (2, 4, [])
+    for _ in range(3):
+        await create(client, queue="r")
+    body = (await client.get("/v1/queues/r")).json()
+    assert (body["counts"]["ready"], body["counts"]["scheduled"], body["counts_estimated"]) == (3, 0, [])

@@ -7,15 +7,21 @@ planned without its parameters. A predicate bound as ``state = $1`` then implies
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 from sqlalchemy import event, text
 
+from mainspring import worker as worker_runtime
+from mainspring.app import App
+from mainspring.config import load_settings
 from mainspring.interactions import leasing, service
+from mainspring.interactions.outcomes import Fail
 from mainspring.interactions.settings import InteractionsSettings
-from mainspring.store import Store
-from tests.conftest import generic_plan
+from mainspring.interactions.worker import Worker
+from mainspring.store import ManualClock, Store
+from tests.conftest import eventually, generic_plan
 
 CFG = InteractionsSettings()
 
@@ -48,3 +54,88 @@ async def test_a_lease_of_a_flooded_owned_queue_scans_no_items_in_a_generic_plan
     for statement, parameters in reads:
         plan = await generic_plan(database_url, statement, parameters)
         assert "Seq Scan on interactions " not in plan, f"{statement}\n{plan}"
+
+
+async def test_every_statement_of_a_workers_rounds_keeps_its_indexes_in_a_generic_plan(
+        store: Store, database_url: str, engine: str, clock: ManualClock) -> None:
+    """``mainspring worker`` runs its store with generic plans only (``Store(generic_plans=True)``): on a big
+    store PostgreSQL otherwise re-plans the lease at every call (its generic plan, costed for an average
+    queue, looked costlier than a custom one for a small queue). So each statement a worker sends must keep
+    its index when planned without its parameters: leases, completions, failures and retries, heartbeats."""
+    if engine != "postgres":
+        pytest.skip("generic plans of prepared statements are PostgreSQL's")
+    async with store.transaction() as tx:  # a store of many finished items in a few queues, analyzed
+        await tx.execute(text(
+            "INSERT INTO interactions (queue, \"user\", owner, priority, state, finished_at, attempts, created_at, updated_at) "
+            "SELECT 'old' || (g % 4), 'u', '', 0, 'completed', 1, 1, 0, 0 FROM generate_series(1, 40000) AS g"
+        ))
+        await tx.execute(text("ANALYZE interactions"))
+    await service.create_many(store, CFG, "q", [{"data": n} for n in range(6)])
+    handled: list[int] = []
+    app = App()
+
+    @app.queue("q", lease_ms=1000, error_delay_ms=10)
+    async def handle(item: Any) -> Any:
+        handled.append(item.data)
+        if item.data == 0 and len(handled) == 1:
+            raise RuntimeError("once")  # a failed attempt, retried
+        if item.data == 1:
+            await asyncio.sleep(0.8)  # long enough for a heartbeat
+        return Fail("no") if item.data == 2 else {"ok": item.data}
+
+    sent: list[tuple[str, tuple[Any, ...]]] = []
+
+    def keep(_conn: Any, _cursor: Any, statement: str, parameters: Any, _context: Any, _many: bool) -> None:
+        sent.append((statement, tuple(parameters or ())))
+
+    sync_engine = store.backend.engine.sync_engine  # type: ignore[attr-defined]
+    event.listen(sync_engine, "before_cursor_execute", keep)
+    worker = Worker(store, app, CFG, poll_ms=100)
+    await worker.start()
+    try:
+        await eventually(lambda: _all_finished(store, clock), what="every item finished")
+    finally:
+        await worker.stop()
+        event.remove(sync_engine, "before_cursor_execute", keep)
+    reads = {s: p for s, p in sent if "interactions" in s and s.lstrip().upper().startswith(("SELECT", "WITH", "UPDATE", "DELETE"))}
+    assert len(reads) >= 3
+    for statement, parameters in reads.items():
+        plan = await generic_plan(database_url, statement, parameters)
+        assert "Seq Scan on interactions " not in plan, f"{statement}\n{plan}"
+
+
+async def _all_finished(store: Store, clock: ManualClock) -> bool:
+    clock.advance(20)  # the failed attempt's retry comes due
+    async with store.read() as conn:
+        left = (await conn.execute(text("SELECT count(*) FROM interactions WHERE queue = 'q' AND finished_at IS NULL"))).scalar_one()
+    return bool(left == 0)
+
+
+async def test_a_worker_on_the_store_plans_its_statements_generically(database_url: str, engine: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    if engine != "postgres":
+        pytest.skip("plan_cache_mode is PostgreSQL's")
+    store = Store(database_url, generic_plans=True)
+    try:
+        async with store.read() as conn:
+            assert (await conn.execute(text("SHOW plan_cache_mode"))).scalar_one() == "force_generic_plan"
+    finally:
+        await store.close()
+    made: list[dict[str, Any]] = []
+    real = worker_runtime.Store
+
+    def spy(*args: Any, **kwargs: Any) -> Store:
+        made.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(worker_runtime, "Store", spy)
+    stop, ready = asyncio.Event(), asyncio.Event()
+    app = App()
+    app.queue("q")(lambda item: None)
+    settings = load_settings(None, server={"database": database_url})
+    running = asyncio.create_task(worker_runtime.run(settings, app, stop=stop, started=ready))
+    try:
+        await asyncio.wait_for(ready.wait(), 20)
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, 20)
+    assert made and made[0].get("generic_plans") is True

@@ -23,7 +23,7 @@ from mainspring.store import Transaction
 from mainspring.store import counts as kept_counts
 from mainspring.store.dialect import Executor
 from mainspring.store.postgres import lock_key
-from mainspring.store.schema import Millis
+from mainspring.store.schema import Millis, constant
 
 LIVE_TASK_STATUSES = ("pending", "packed", "claimed")
 FINISHED_PACKAGE_STATUSES = ("done", "failed")
@@ -999,14 +999,13 @@ async def count_live_tasks(conn: Executor) -> list[tuple[str, str, int]]:
 
 
 async def count_forming_tasks(conn: Executor) -> list[tuple[str, int]]:
-    """(batcher, count) of pending tasks in a batch whose linger timer runs."""
-    query = (
-        select(batch_tasks.c.batcher, func.count())
-        .join(batchers, batchers.c.name == batch_tasks.c.batcher)
-        .where(batch_tasks.c.status == "pending", batchers.c.linger_ends_at.is_not(None))
-        .group_by(batch_tasks.c.batcher)
-    )
-    return [(str(b), int(n)) for b, n in (await conn.execute(query)).all()]
+    """(batcher, count) of pending tasks in a batch whose linger timer runs: the kept count of the pending
+    tasks of each batcher whose timer runs (a count of the tasks read 20,000 index entries at 1M tasks)."""
+    lingering = set((await conn.execute(select(batchers.c.name).where(batchers.c.linger_ends_at.is_not(None)))).scalars())
+    if not lingering:
+        return []
+    counted = await kept_counts.read_counts(conn, batching_counts, "tasks", status="pending")
+    return [(batcher, n) for (batcher, _status), n in counted.items() if batcher in lingering]
 
 
 async def count_packages(conn: Executor) -> list[tuple[str, str, int]]:
@@ -1053,8 +1052,10 @@ async def count_by_status(conn: Executor) -> dict[str, dict[str, int]]:
             for kind in ("tasks", "packages")}
 
 
-async def mean_package_time_by_bucket(conn: Executor, since: int, until: int, bucket_ms: int) -> dict[int, float]:
-    """Mean time from created to done (ms) of the packages done in each ``bucket_ms`` after ``since``."""
+async def mean_package_time_by_bucket(conn: Executor, since: int, until: int, bucket_ms: int, *, postgres: bool = False) -> dict[int, float]:
+    """Mean time from created to done (ms) of the packages done in each ``bucket_ms`` after ``since`` (of a sample:
+    ``core.data.mean_duration_by_bucket``, on ``ix_batch_packages_status_updated_at``)."""
     return await core_data.mean_duration_by_bucket(
-        conn, batch_packages.c.created_at, batch_packages.c.updated_at, batch_packages.c.status == "done", since, until, bucket_ms
+        conn, batch_packages.c.created_at, batch_packages.c.updated_at, batch_packages.c.status == constant("done"), since, until,
+        bucket_ms, postgres=postgres,
     )

@@ -448,4 +448,4 @@ async def count_by_status(store: Store) -> dict[str, dict[str, int]]:
 async def mean_package_time_by_bucket(store: Store, since: int, until: int, bucket_ms: int) -> dict[int, float]:
     """Mean time from created to done (ms) of the packages done in each ``bucket_ms`` after ``since``."""
     async with store.read() as conn:
-        return await data.mean_package_time_by_bucket(conn, since, until, bucket_ms)
+        return await data.mean_package_time_by_bucket(conn, since, until, bucket_ms, postgres=store.is_postgres)

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, bindparam, func, or_, select, text
+from sqlalchemy import BigInteger, ColumnElement, bindparam, column, func, or_, select, text, true
 
 from mainspring.core import leases
 from mainspring.core.tables import (
@@ -337,14 +337,38 @@ async def cursor_position(conn: Executor, name: str) -> int | None:
 # --- dashboard views over any face's table --------------------------------------------------------------
 
 
+DURATION_SAMPLE = 100
+"""Rows per bucket a dashboard's latency chart averages: the latest finished of each bucket."""
+
+
 async def mean_duration_by_bucket(
     conn: Executor, start: ColumnElement[Any], end: ColumnElement[Any], finished: ColumnElement[bool],
-    since: int, until: int, bucket_ms: int,
+    since: int, until: int, bucket_ms: int, *, postgres: bool = False, sample: int = DURATION_SAMPLE,
 ) -> dict[int, float]:
-    """Mean ``end - start`` (ms) of the ``finished`` rows whose ``end`` falls in each ``bucket_ms`` after ``since``."""
-    bucket = ((end - since) // bucket_ms).label("bucket")
-    query = select(bucket, func.avg(end - start)).where(finished, end > since, end <= until).group_by(bucket)
-    return {int(index): float(mean or 0) for index, mean in (await conn.execute(query)).all()}
+    """Mean ``end - start`` (ms) of the ``finished`` rows whose ``end`` falls in each ``bucket_ms`` after
+    ``since`` (bucket ``(end - since) // bucket_ms``, ``since < end <= until``). Of a sample: the latest
+    ``sample`` of each bucket, each a bounded range of an index on (``finished``'s column, ``end``) read
+    backwards, so a chart costs the same at 10 or 100,000 rows finished a minute (averaging them all read
+    every row of the hour: the overview at ten million rows)."""
+    buckets = (until - since) // bucket_ms
+    if postgres:  # one statement: a LATERAL range per bucket
+        b = func.generate_series(0, buckets).table_valued(column("i", BigInteger)).render_derived(name="b")
+        low = since + b.c.i * bucket_ms
+        latest = (select((end - start).label("d")).where(finished, end >= low, end < low + bucket_ms, end > since, end <= until)
+                  .order_by(end.desc()).limit(sample).lateral("s"))
+        query = select(b.c.i, func.avg(latest.c.d)).select_from(b.join(latest, true())).group_by(b.c.i)
+        return {int(index): float(mean or 0) for index, mean in (await conn.execute(query)).all()}
+    # SQLite has no LATERAL: one statement per bucket costs microseconds there (no network between).
+    latest = (select((end - start).label("d")).where(finished, end >= bindparam("b_low"), end < bindparam("b_high"))
+              .order_by(end.desc()).limit(sample).subquery())
+    statement = select(func.avg(latest.c.d), func.count())
+    found: dict[int, float] = {}
+    for i in range(buckets + 1):
+        bounds = {"b_low": max(since + 1, since + i * bucket_ms), "b_high": min(until + 1, since + (i + 1) * bucket_ms)}
+        mean, n = (await conn.execute(statement, bounds)).one()
+        if n:
+            found[i] = float(mean)
+    return found
 
 
 async def events_per_minute(conn: Executor, since_ms: int) -> dict[tuple[int, str], int]:

@@ -18,6 +18,7 @@ from typing import Any
 
 from mainspring.core import data
 from mainspring.core.data import Event, StoredEvent
+from mainspring.core.tables import EVENT_COUNTS_KEPT_MS
 from mainspring.store import Store, Transaction, format_time
 
 EVENTS_CHANNEL = "events"
@@ -101,11 +102,18 @@ async def read_events(
 
 async def delete_events_before(store: Store, before_ms: int, batch: int = 1000, publishers: Sequence[str] = ()) -> int:
     """Retention: drop up to ``batch`` events older than ``before_ms`` that every one of ``publishers`` has
-    already published."""
+    already published. The per-minute counts go at that cutoff too, or sooner (``prune_event_counts``)."""
     async with store.transaction() as tx:
         up_to = await data.lowest_cursor(tx, publishers) if publishers else None
-        await data.prune_events_per_minute(tx, before_ms)
+        await data.prune_events_per_minute(tx, max(before_ms, store.now_ms() - EVENT_COUNTS_KEPT_MS))
         return await data.delete_events_before(tx, before_ms, batch, up_to)
+
+
+async def prune_event_counts(store: Store) -> int:
+    """Forget the per-minute counts older than any reader needs (``EVENT_COUNTS_KEPT_MS``): they are pruned
+    even when the events themselves are kept for ever (``server.events_retention_ms`` unset)."""
+    async with store.transaction() as tx:
+        return await data.prune_events_per_minute(tx, store.now_ms() - EVENT_COUNTS_KEPT_MS)
 
 
 __all__ = [
@@ -116,5 +124,6 @@ __all__ = [
     "delete_events_before",
     "emit",
     "emit_many",
+    "prune_event_counts",
     "read_events",
 ]

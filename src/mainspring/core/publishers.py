@@ -194,13 +194,15 @@ async def run_publisher(ctx: Context, sink: Sink, types: Sequence[str] | None = 
 
 async def prune_published_events(ctx: Context, more_publishers: Sequence[str] = ()) -> None:
     """Delete events past ``server.events_retention_ms`` that every configured publisher has passed (a
-    background loop); a full batch comes back at once. ``more_publishers``: the faces' own publishers."""
+    background loop); a full batch comes back at once. Without a retention only the per-minute counts go. ``more_publishers``: the faces' own publishers."""
     retention = ctx.settings.server.events_retention_ms
-    if retention is None:
-        return
     names = [sink.name for sink in sinks_from_settings(ctx.settings.events)] + list(more_publishers)
 
     async def step() -> int | None:
+        if retention is None:
+            # Events kept for ever; their per-minute counts are not (one row per minute and type would pile up).
+            await outbox.prune_event_counts(ctx.store)
+            return None
         deleted = await outbox.delete_events_before(ctx.store, ctx.now_ms() - retention, PRUNE_BATCH, names)
         return ctx.now_ms() if deleted >= PRUNE_BATCH else None
 

@@ -24,6 +24,9 @@ event_counts = counts_table("event_counts", metadata)
 MINUTE_MS = 60_000
 EVENTS_PER_MINUTE = KeptCount("event_counts", "events", "minutes", status="type", group="at", bucket_ms=MINUTE_MS,
                               deletes_count_down=False)
+EVENT_COUNTS_KEPT_MS = 2 * 60 * MINUTE_MS
+"""How long the per-minute counts are kept, whatever the events' own retention (even none): their one reader,
+the dashboard's throughput chart, shows the last hour; the second hour is margin, never read."""
 
 alerts = Table(
     "alerts",

@@ -318,15 +318,16 @@ _STORED_COUNTS = (
 )
 
 # Per queue: how many queued items are due later, looking at no more than the cap (PostgreSQL: the due index's
-# range after now, one queue at a time; a LATERAL join does all the queues in one statement).
-_SCHEDULED_CAPPED_PG = text(
-    "SELECT q.queue, s.n FROM unnest(CAST(:queues AS text[])) AS q(queue) CROSS JOIN LATERAL ("
+# range after now, one queue at a time; a LATERAL join does all the queues in one statement) — and, for the
+# queues that reach the cap, how many are due now, capped the same way (the range before now; NULL for the
+# others, whose ready items are not looked at).
+_SPLIT_CAPPED_PG = text(
+    "SELECT q.queue, s.n AS scheduled, CASE WHEN s.n >= :cap THEN r.n END AS ready "
+    "FROM unnest(CAST(:queues AS text[])) AS q(queue) CROSS JOIN LATERAL ("
     "SELECT count(*) AS n FROM (SELECT 1 FROM interactions i WHERE i.queue = q.queue AND i.state = 'queued' "
-    "AND i.next_processing > :now LIMIT :cap) AS x) AS s"
-)
-_READY_CAPPED_PG = text(
-    "SELECT count(*) FROM (SELECT 1 FROM interactions WHERE queue = :queue AND state = 'queued' "
-    "AND next_processing <= :now LIMIT :cap) AS x"
+    "AND i.next_processing > :now LIMIT :cap) AS x) AS s CROSS JOIN LATERAL ("
+    "SELECT count(*) AS n FROM (SELECT 1 FROM interactions i WHERE s.n >= :cap AND i.queue = q.queue "
+    "AND i.state = 'queued' AND i.next_processing <= :now LIMIT :cap) AS y) AS r"
 )
 _SCHEDULED_ESTIMATE_PG = text(
     "EXPLAIN (FORMAT JSON) SELECT 1 FROM interactions WHERE queue = :queue AND state = 'queued' AND next_processing > :now"
@@ -344,12 +345,12 @@ async def _scheduled(conn: Executor, now: int, queued: dict[str, int], postgres:
                  .group_by(items.c.queue))
         return {str(q): int(n) for q, n in (await conn.execute(query)).all()}, set()
     params = {"queues": list(queued), "now": now, "cap": SCHEDULED_CAP}
-    scheduled = {str(q): int(n) for q, n in (await conn.execute(_SCHEDULED_CAPPED_PG, params)).all()}
+    split = {str(q): (int(later), ready) for q, later, ready in (await conn.execute(_SPLIT_CAPPED_PG, params)).all()}
+    scheduled = {q: later for q, (later, _) in split.items()}
     estimated: set[str] = set()
-    for queue, n in scheduled.items():
+    for queue, (n, ready) in split.items():
         if n < SCHEDULED_CAP:
             continue
-        ready = int((await conn.execute(_READY_CAPPED_PG, {"queue": queue, "now": now, "cap": SCHEDULED_CAP})).scalar_one())
         if ready < SCHEDULED_CAP:
             scheduled[queue] = queued[queue] - ready
             continue

@@ -154,6 +154,7 @@ class Store:
         clock: Clock | None = None,
         pool_size: int = 10,
         sqlite_synchronous: str = "FULL",
+        generic_plans: bool = False,
     ) -> None:
         from mainspring.store import postgres, sqlite
 
@@ -170,7 +171,7 @@ class Store:
             if parsed.database and parsed.database != ":memory:":
                 self._wakeups = UnixWakeups(parsed.database, self.notifier)
         else:
-            self.backend = postgres.PostgresBackend(self.url, pool_size)
+            self.backend = postgres.PostgresBackend(self.url, pool_size, generic_plans)
         self.group_commit = GroupCommit(self, parallel=GROUP_COMMITS_PARALLEL if self.is_postgres else 1)
         # Writes joined into one statement batch best in one transaction at a time; on SQLite (one writer)
         # every group shares one lane.

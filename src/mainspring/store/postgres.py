@@ -208,7 +208,10 @@ PREPARED_STATEMENTS = 2000
 class PostgresBackend:
     name = "postgresql"
 
-    def __init__(self, url: str, pool_size: int) -> None:
+    def __init__(self, url: str, pool_size: int, generic_plans: bool = False) -> None:
+        server_settings = {"application_name": "mainspring"}
+        if generic_plans:
+            server_settings["plan_cache_mode"] = "force_generic_plan"
         self.engine = create_async_engine(
             url,
             pool_size=pool_size,
@@ -219,7 +222,7 @@ class PostgresBackend:
             # Every face's background loops together use well over SQLAlchemy's default 100 statements per
             # connection; evicted hot statements were prepared again on every request, each time with asyncpg's
             # type introspection (several ms: a create cost 6.5 ms instead of under 1).
-            connect_args={"server_settings": {"application_name": "mainspring"}, "timeout": 10,
+            connect_args={"server_settings": server_settings, "timeout": 10,
                           "prepared_statement_cache_size": PREPARED_STATEMENTS},
         )
 
