@@ -745,7 +745,7 @@ def _claim_many_sql(with_events: bool) -> Any:
         "'batcher', picked.batcher, 'worker', picked.worker, 'attempt', picked.attempts,"
         " 'retaken_after_expiry', picked.was = 'claimed') FROM picked ORDER BY picked.claimer), "
         "wake AS (SELECT pg_notify(:pg_channel, :sequencer_channel) FROM picked) "
-    ) if with_events else ""
+    )
     return text(
         "WITH claimers AS (SELECT * FROM unnest(CAST(:claim_workers AS text[]), CAST(:claim_tokens AS text[]),"
         " CAST(:claim_lease_ms AS bigint[])) WITH ORDINALITY AS c(worker, token, lease_ms, n)), "
@@ -760,8 +760,8 @@ def _claim_many_sql(with_events: bool) -> Any:
         " FROM waiting JOIN claimers AS c ON c.n = waiting.n WHERE p.seq = waiting.seq RETURNING "
         + ", ".join(f'p."{c.name}"' for c in batch_packages.c) + ", waiting.was, c.n AS claimer), "
         "tasks AS (UPDATE batch_tasks AS t SET status = 'claimed', updated_at = :claim_now FROM picked"
-        " WHERE t.package_id = picked.id RETURNING " + ", ".join(f't."{c.name}"' for c in _TASK_COLUMNS) + "), "
-        + events
+        " WHERE t.package_id = picked.id RETURNING " + ", ".join(f't."{c.name}"' for c in _TASK_COLUMNS) + ")"
+        + (", " + events if with_events else " ")
         + "SELECT " + ", ".join(f'picked."{c.name}"' for c in batch_packages.c) + ", picked.was, "
         + ("(SELECT count(*) FROM wake)" if with_events else "0") + " AS woke, picked.claimer, "
         + ", ".join(f'tasks."{c.name}"' for c in _TASK_COLUMNS)
