@@ -244,20 +244,26 @@ async def lock_queue(tx: Transaction, name: str, *, shared: bool = False) -> Que
     return _queue((await tx.execute(statement, {"name": name})).one())
 
 
-def _has_expired_lease(now: int) -> ColumnElement[bool]:
-    return (
-        select(items.c.id)
-        .where(items.c.queue == queues.c.name, items.c.state == constant("processing"), items.c.lease_expires_at <= now)
-        .exists()
-    )
+# Built once (building it and its cache key cost ~140 µs, per lease: 14 µs per item at the worker's defaults).
+_QUEUE_FOR_LEASE = select(
+    queues,
+    select(items.c.id).where(
+        items.c.queue == queues.c.name, items.c.state == constant("processing"),
+        items.c.lease_expires_at <= bindparam("expired_by", type_=Millis()),
+    ).exists().label("has_expired"),
+).where(queues.c.name == bindparam("name"))
+_QUEUE_FOR_LEASE_LOCKED: dict[tuple[type, bool], Any] = {}
 
 
 async def lock_queue_for_lease(tx: Transaction, name: str, now: int, *, shared: bool) -> tuple[QueueRow, bool]:
     """``lock_queue``, and in the same statement whether any of the queue's leases has expired at ``now``
     (a lease then reads the expired rows; most leases need not)."""
-    query = select(queues, _has_expired_lease(now).label("has_expired")).where(queues.c.name == name)
     dialect = tx.store.dialect
-    row = (await tx.execute(dialect.for_share(query) if shared else dialect.for_update(query))).one()
+    statement = _QUEUE_FOR_LEASE_LOCKED.get((type(dialect), shared))
+    if statement is None:
+        statement = dialect.for_share(_QUEUE_FOR_LEASE) if shared else dialect.for_update(_QUEUE_FOR_LEASE)
+        _QUEUE_FOR_LEASE_LOCKED[type(dialect), shared] = statement
+    row = (await tx.execute(statement, {"name": name, "expired_by": now})).one()
     return _queue(row[: len(queues.c)]), bool(row.has_expired)
 
 
