@@ -179,6 +179,18 @@ async def drop_database(engine: str, tmp: Path, pg_name: str) -> None:
         await conn.close()
 
 
+async def row_updates(database: str) -> dict[str, tuple[int, int]]:
+    """(updates, of them HOT) of the tasks' and packages' rows so far: a HOT update wrote no index entry. PostgreSQL's statistics arrive up to a second after the backends' last transaction."""
+    await asyncio.sleep(1.5)
+    conn = await asyncpg.connect(database)
+    try:
+        rows = await conn.fetch("SELECT relname, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables"
+                                " WHERE relname IN ('batch_tasks', 'batch_packages') ORDER BY relname DESC")
+        return {r["relname"]: (r["n_tup_upd"], r["n_tup_hot_upd"]) for r in rows}
+    finally:
+        await conn.close()
+
+
 async def bench_library(engine: str, tasks: int, concurrency: int) -> dict[str, Any]:
     """The engine through the library, no server: submit in bulk, then time the dispatcher packing what is
     stored, then claim + complete every package as the in-process worker does."""
@@ -233,6 +245,7 @@ async def bench_library(engine: str, tasks: int, concurrency: int) -> dict[str, 
                                             {t["id"]: {"ok": True} for t in package["tasks"]})
                 done += 1
 
+        packing_updates = await row_updates(database) if engine == "postgres" else {}
         pg_cpu = DatabaseCpu(database) if engine == "postgres" else None
         if pg_cpu is not None:
             await pg_cpu.start()
@@ -243,7 +256,9 @@ async def bench_library(engine: str, tasks: int, concurrency: int) -> dict[str, 
         work_cpu_s = time.process_time() - cpu_before
         work_pg_s = await pg_cpu.stop() if pg_cpu is not None else 0.0
         assert done == packages, (done, packages)
-        return {"tasks": len(bodies), "submitted_per_s": len(bodies) / submit_s, "packed_per_s": len(bodies) / packed_s,
+        updates = {table: (n - packing_updates[table][0], hot - packing_updates[table][1])
+                   for table, (n, hot) in (await row_updates(database) if engine == "postgres" else {}).items()}
+        return {"updates": updates, "tasks": len(bodies), "submitted_per_s": len(bodies) / submit_s, "packed_per_s": len(bodies) / packed_s,
                 "rounds": rounds, "packages": packages, "packages_per_s": packages / work_s,
                 "cpu_us_per_package": work_cpu_s * 1e6 / packages, "pg_cpu_us_per_package": work_pg_s * 1e6 / packages}
     finally:
@@ -311,6 +326,9 @@ def main() -> None:
                   " cafe.claim → cafe.complete_package)")
             print(f"  CPU per package claimed+completed: {e['cpu_us_per_package']:.0f} µs this process,"
                   f" {e['pg_cpu_us_per_package']:.0f} µs PostgreSQL's backends of its database")
+            for table, (updated, hot) in e["updates"].items():
+                print(f"  {table}: {updated} row updates by the claims and completions, {hot} of them HOT"
+                      f" ({100 * hot / max(updated, 1):.0f} %: no index entry written)")
         if "http" not in steps:
             continue
         r = asyncio.run(bench_engine(engine, args.tasks, args.concurrency, args.linger, args.rounds))

@@ -138,6 +138,25 @@ async def test_claims_arriving_together_share_one_commit_and_each_claimer_gets_i
         (p["id"], p["worker"]) for p in (first, second, third))
 
 
+async def test_claims_and_completions_arriving_together_share_one_commit(store: Store) -> None:
+    # The claims then share their transaction with the completions (not alone in it): their statement is the
+    # one without the events, which are written last with the completions' events.
+    await _stored_pairs(store, "books", 12)  # four packages
+    await dispatch_batcher(store, "books")
+    held = [await cafe.claim_once(store, "books", f"w{i}", None) for i in range(2)]
+    commits = _count_commits(store)
+    answers = await asyncio.gather(
+        *(cafe.complete_package(store, p["id"], p["lease"]["token"], None) for p in held if p is not None),
+        *(cafe.claim_once(store, "books", f"v{i}", None) for i in range(2)),
+    )
+    assert commits[0] == 1, commits  # one commit for all four: none was run again alone
+    assert [a["status"] for a in answers] == ["done", "done", "claimed", "claimed"]
+    assert all(t["status"] == "claimed" for a in answers[2:] for t in a["tasks"])
+    await outbox.wait_numbered(store)
+    claims, _ = await outbox.read_events(store, 0, 100, ["batch.package.claimed"])
+    assert sorted(e["subject"]["id"] for e in claims) == sorted(p["id"] for p in [*held, *answers[2:]] if p)
+
+
 async def test_completions_arriving_together_share_one_commit_and_a_refused_one_sinks_none(store: Store) -> None:
     await _stored_pairs(store, "books", 18)  # six packages
     await dispatch_batcher(store, "books")

@@ -36,6 +36,20 @@ async def test_2_1_next_leases_due_unfinished_items_in_due_order(client: httpx.A
     assert (await get(client, future["id"]))["status"] == "scheduled"
 
 
+async def test_2_1_small_leases_take_the_highest_priority_first_then_due_order(client: httpx.AsyncClient, clock: ManualClock) -> None:
+    # SQLite reads the due items level by level of priority: the order across levels, due times and ids, and a
+    # level whose items are all scheduled later, must come out as one ORDER BY would.
+    made = []
+    for priority, delay in [(0, 5), (5, 9), (0, 0), (-3, 0), (5, 1), (9, 60_000), (0, 2), (5, 1)]:
+        item = await create(client, priority=priority, process_in_ms=delay or None)
+        made.append((priority, delay, item["id"]))
+    clock.advance(10)
+    due = sorted((m for m in made if m[1] <= 10), key=lambda m: (-m[0], m[1], m[2]))
+    taken = [i["id"] for _ in range(4) for i in await lease(client, max=2)]
+    assert taken == [m[2] for m in due][:8]
+    assert await lease(client, max=2) == []  # the priority 9 item is scheduled an hour later
+
+
 async def test_2_2_outcomes_complete_fail_repeat_wait_retry(client: httpx.AsyncClient, clock: ManualClock) -> None:
     await put_queue(client, error_delay_ms=5000, max_attempts=3)
     ids = [(await create(client, data=i))["id"] for i in range(5)]

@@ -17,7 +17,15 @@ from typing import Any
 from sqlalchemy import Integer, String, and_, bindparam, case, column, func, or_, select, text
 
 from mainspring.batching.planner import GroupLog, LogLine, PendingTask, TimerState
-from mainspring.batching.tables import batch_packages, batch_tasks, batch_versions, batchers, batching_counts
+from mainspring.batching.tables import (
+    PENDING_TASK,
+    REJECTED_TASK,
+    batch_packages,
+    batch_tasks,
+    batch_versions,
+    batchers,
+    batching_counts,
+)
 from mainspring.core import data as core_data
 from mainspring.store import Transaction
 from mainspring.store import counts as kept_counts
@@ -191,6 +199,11 @@ async def insert_task(tx: Executor, task: NewTask) -> None:
     await tx.execute(_INSERT_TASK, {name: getattr(task, name) for name in _NEW_TASK_FIELDS})
 
 
+# Pending tasks, as ``ix_batch_tasks_pending`` finds them (its predicate spelled out, so both engines' planners
+# use it), then by their status.
+_PENDING = and_(text(PENDING_TASK), batch_tasks.c.status == "pending")
+
+
 async def pending_tasks(conn: Executor, batcher: str, limit: int | None = None) -> list[PendingTask]:
     """The tasks really pending in the batcher (the batch being formed), oldest first."""
     query = (
@@ -198,7 +211,7 @@ async def pending_tasks(conn: Executor, batcher: str, limit: int | None = None) 
             batch_tasks.c.seq, batch_tasks.c.id, batch_tasks.c.group, batch_tasks.c.member,
             batch_tasks.c.version, batch_tasks.c.created_at,
         )
-        .where(batch_tasks.c.batcher == batcher, batch_tasks.c.status == "pending")
+        .where(batch_tasks.c.batcher == batcher, _PENDING)
         .order_by(batch_tasks.c.seq)
     )
     if limit is not None:
@@ -207,7 +220,7 @@ async def pending_tasks(conn: Executor, batcher: str, limit: int | None = None) 
 
 
 async def batchers_with_pending_tasks(conn: Executor) -> list[str]:
-    query = select(batch_tasks.c.batcher).where(batch_tasks.c.status == "pending").distinct()
+    query = select(batch_tasks.c.batcher).where(_PENDING).distinct()
     return [row[0] for row in (await conn.execute(query)).all()]
 
 
@@ -745,7 +758,7 @@ def _claim_many_sql(with_events: bool) -> Any:
         "'batcher', picked.batcher, 'worker', picked.worker, 'attempt', picked.attempts,"
         " 'retaken_after_expiry', picked.was = 'claimed') FROM picked ORDER BY picked.claimer), "
         "wake AS (SELECT pg_notify(:pg_channel, :sequencer_channel) FROM picked) "
-    ) if with_events else ""
+    )
     return text(
         "WITH claimers AS (SELECT * FROM unnest(CAST(:claim_workers AS text[]), CAST(:claim_tokens AS text[]),"
         " CAST(:claim_lease_ms AS bigint[])) WITH ORDINALITY AS c(worker, token, lease_ms, n)), "
@@ -760,8 +773,8 @@ def _claim_many_sql(with_events: bool) -> Any:
         " FROM waiting JOIN claimers AS c ON c.n = waiting.n WHERE p.seq = waiting.seq RETURNING "
         + ", ".join(f'p."{c.name}"' for c in batch_packages.c) + ", waiting.was, c.n AS claimer), "
         "tasks AS (UPDATE batch_tasks AS t SET status = 'claimed', updated_at = :claim_now FROM picked"
-        " WHERE t.package_id = picked.id RETURNING " + ", ".join(f't."{c.name}"' for c in _TASK_COLUMNS) + "), "
-        + events
+        " WHERE t.package_id = picked.id RETURNING " + ", ".join(f't."{c.name}"' for c in _TASK_COLUMNS) + ")"
+        + (", " + events if with_events else " ")
         + "SELECT " + ", ".join(f'picked."{c.name}"' for c in batch_packages.c) + ", picked.was, "
         + ("(SELECT count(*) FROM wake)" if with_events else "0") + " AS woke, picked.claimer, "
         + ", ".join(f'tasks."{c.name}"' for c in _TASK_COLUMNS)
@@ -974,7 +987,7 @@ async def rejected_tasks_before(conn: Executor, before: int, limit: int) -> list
     """Seqs of tasks rejected before ``before`` (duplicates and incomplete groups: they never had a package)."""
     query = (
         select(batch_tasks.c.seq)
-        .where(batch_tasks.c.status == "rejected", batch_tasks.c.updated_at < before)
+        .where(text(REJECTED_TASK), batch_tasks.c.status == "rejected", batch_tasks.c.updated_at < before)
         .order_by(batch_tasks.c.seq)
         .limit(limit)
     )

@@ -1,6 +1,6 @@
 """The batching face's tables (migration batching_0001)."""
 
-from sqlalchemy import Boolean, Column, Index, Integer, String, Table, Text, UniqueConstraint, false
+from sqlalchemy import Boolean, Column, Index, Integer, String, Table, Text, UniqueConstraint, false, text
 
 from mainspring.core.leases import lease_columns
 from mainspring.store.counts import counts_table
@@ -27,6 +27,12 @@ batchers = Table(
     Column("updated_at", Millis, nullable=False),
 )
 
+# The only tasks with neither a package (packing sets it) nor a reason (every rejection sets it) are pending;
+# the only ones with a reason are rejected (batching_0005's partial indexes).
+PENDING_TASK = "package_id IS NULL AND reason IS NULL"
+REJECTED_TASK = "reason IS NOT NULL"
+PACKED_TASK = "package_id IS NOT NULL"
+
 batch_tasks = Table(
     "batch_tasks",
     metadata,
@@ -49,9 +55,12 @@ batch_tasks = Table(
     # Made by the dispatcher to complete a group whose other members did not change (batching_0002).
     Column("reissued", Boolean, nullable=False, server_default=false()),
     UniqueConstraint("batcher", "id"),
-    Index("ix_batch_tasks_status_batcher", "status", "batcher"),
-    Index("ix_batch_tasks_batcher_status_seq", "batcher", "status", "seq"),
-    Index("ix_batch_tasks_package_id", "package_id"),
+    Index("ix_batch_tasks_packed", "package_id", postgresql_where=text(PACKED_TASK), sqlite_where=text(PACKED_TASK)),
+    # No index holds ``status`` (batching_0005): a claim or a completion changes no indexed column, so
+    # PostgreSQL updates the row in place (HOT). The pending and the rejected tasks are told apart without it.
+    Index("ix_batch_tasks_pending", "batcher", "seq", postgresql_where=text(PENDING_TASK), sqlite_where=text(PENDING_TASK)),
+    Index("ix_batch_tasks_rejected", "seq", postgresql_where=text(REJECTED_TASK), sqlite_where=text(REJECTED_TASK)),
+    postgresql_with={"fillfactor": 30},  # room on each page for the new versions of its rows (batching_0005)
 )
 
 batch_versions = Table(
