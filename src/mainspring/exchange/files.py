@@ -150,6 +150,9 @@ class Disk:
         while not current.exists():
             missing.append(current)
             current = current.parent
+        if not missing:
+            # The usual case (a mailbox's folder): no mkdir, which would fail with EEXIST and stat again.
+            return
         folder.mkdir(parents=True, exist_ok=True)
         for created in reversed(missing):
             self._fsync_dir(created.parent)
@@ -246,7 +249,8 @@ class Disk:
 
     def remove(self, candidates: Iterable[str | None]) -> None:
         """Delete the file wherever it may be; deleting what is already gone succeeds."""
-        for relative in candidates:
+        # A place named twice (a file's last path is often its mailbox path too) is tried once.
+        for relative in dict.fromkeys(candidates):
             if relative is None:
                 continue
             path = self.full(relative)
