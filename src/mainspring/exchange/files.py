@@ -157,6 +157,17 @@ class Disk:
         for created in reversed(missing):
             self._fsync_dir(created.parent)
 
+    def _make_missing_dir(self, folder: Path) -> None:
+        """``_make_dirs`` for a folder that is likely missing: one mkdir when its parent is there."""
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            return
+        except FileNotFoundError:
+            self._make_dirs(folder)
+            return
+        self._fsync_dir(folder.parent)
+
     def write_atomic(self, relative: str, data: bytes) -> None:
         """Write ``data`` to ``relative`` so that after a crash it is either whole or absent."""
         target = self.full(relative)
@@ -225,16 +236,22 @@ class Disk:
             if relative is None or relative == target:
                 continue
             source = self.full(relative)
-            if not source.exists():
-                continue
-            self._make_dirs(destination.parent)
+            # The rename is tried first: it fails only when the source is not there or the target's folder
+            # is not made yet (a new unknown/<process_id>/). Each file call here is also a wait for the GIL
+            # when the event loop is busy (start-up recovery records batches meanwhile): fewer calls, shorter.
             try:
                 _replace(source, destination)
             except FileNotFoundError:
-                # Another server moved it first.
-                if destination.exists():
-                    return True
-                continue
+                if not source.exists():
+                    continue
+                self._make_missing_dir(destination.parent)
+                try:
+                    _replace(source, destination)
+                except FileNotFoundError:
+                    # Another server moved it first.
+                    if destination.exists():
+                        return True
+                    continue
             self._fsync_dir(destination.parent)
             if source.parent != destination.parent:
                 self._fsync_dir(source.parent)
