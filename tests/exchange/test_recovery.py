@@ -254,7 +254,7 @@ async def test_a_server_killed_after_committing_before_its_files_went_loses_noth
         reply = {"replies": [{"addressee": "mobile-b", "database": "db-1", "body": "receipt"}]}
         assert (await client.post(f"{PR}/{pid}/ready", json=reply)).status_code == 200
         with monkeypatch.context() as patched:
-            patched.setattr(exchange_service.sync, "sync_process_files", killed)
+            patched.setattr(exchange_service.sync, "clean_up_committed", killed)
             try:
                 await exchange_service.committed(app.state.context, pid)
             except Killed:

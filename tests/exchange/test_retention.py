@@ -207,13 +207,19 @@ async def test_api_4_and_api_5_answer_the_finished_process_when_retention_remove
     removing right after the call's own file moves; the loop itself also runs and may win it first."""
     from mainspring.exchange import sync
 
-    own_moves = sync.sync_process_files
+    own_moves, own_cleanup = sync.sync_process_files, sync.clean_up_committed
 
     async def then_retention(ctx, process_id):
         await own_moves(ctx, process_id)
         await remove_all(ctx)
 
+    async def cleanup_then_retention(ctx, process_id, rows):
+        done = await own_cleanup(ctx, process_id, rows)
+        await remove_all(ctx)
+        return done
+
     monkeypatch.setattr(sync, "sync_process_files", then_retention)
+    monkeypatch.setattr(sync, "clean_up_committed", cleanup_then_retention)
     for cycle in range(3):
         _, pid = await started(client, f"failed-{cycle}")
         await ready(client, pid, reply_to="receipts")

@@ -54,3 +54,34 @@ async def test_a_put_whose_message_id_races_another_answers_the_winner(store: St
     ])
     assert sorted(a.status_code for a in answers) == [200, 200, 200, 201]
     assert len({a.json()["id"] for a in answers}) == 1
+
+
+async def _cycle(client: httpx.AsyncClient, store: Store, n: int) -> tuple[int, int]:
+    """One full cycle of ``n`` messages; answers the round trips of the whole cycle and of its API_4."""
+    before = store.backend.round_trips
+    ids = []
+    for i in range(n):
+        answer = await client.post(f"{MAILBOX}/messages", content=b"cycle %d" % i)
+        assert answer.status_code == 201
+        ids.append(answer.json()["id"])
+    started = await client.post(f"{MAILBOX}/processes", json={"client_id": "g", "message_ids": ids})
+    assert started.status_code == 201, started.text
+    pid = started.json()["id"]
+    assert (await client.post(f"/v1/exchange/processes/{pid}/ready")).status_code == 200
+    at_commit = store.backend.round_trips
+    done = await client.post(f"/v1/exchange/processes/{pid}/committed")
+    assert done.status_code == 200 and done.json()["state"] == "DONE", done.text
+    return store.backend.round_trips - before, store.backend.round_trips - at_commit
+
+
+async def test_a_full_cycles_commit_deletes_its_files_in_few_round_trips_on_postgresql(
+    store: Store, quiet_client: httpx.AsyncClient
+) -> None:
+    # API_4: lock, commit the messages (their file moves come back from that UPDATE), publish the replies,
+    # the process to CLEANUP and its event, commit; after the deletes: mark the files done, CLEANUP -> DONE
+    # (answered from that UPDATE), its event, commit. Nothing is read again.
+    await _cycle(quiet_client, store, PUTS)  # warm: prepared statements
+    whole, commit = await _cycle(quiet_client, store, PUTS)
+    print(f"round trips ({store.dialect.name}): cycle {whole}, API_4 {commit}")
+    if store.is_postgres:
+        assert commit <= 12, commit

@@ -21,6 +21,7 @@ from sqlalchemy import (
     bindparam,
     case,
     delete,
+    exists,
     func,
     literal,
     or_,
@@ -384,24 +385,35 @@ async def mark_process_ready(tx: Executor, process_id: str, deadline: int, now: 
     )
 
 
-async def commit_process_messages(tx: Executor, process_id: str, backup: bool, now: int) -> list[PublishedReply]:
+async def commit_process_messages(
+    tx: Executor, process_id: str, backup: bool, now: int
+) -> tuple[list[PublishedReply], list[MessageRow]]:
     """The process's taken (or quarantined) messages are COMMITTED, their files to go to ``backup/`` (or be
-    deleted), and its PENDING replies become AVAILABLE; answers those replies."""
+    deleted), and its PENDING replies become AVAILABLE; answers those replies, and the committed messages as
+    just written (the file moves API_4 does next: not read again)."""
     target = (literal("backup/") + M.c.addressee + "/" + M.c.database + "/" + M.c.id) if backup else None
-    await tx.execute(
-        update(M)
-        .where(M.c.process_id == process_id, M.c.state.in_(("TAKEN", "QUARANTINED")))
-        .values(state="COMMITTED", prev_path=M.c.path, path=target, file_version=M.c.file_version + 1,
-                synced=False, next_sync_at=now, sync_attempts=0)
-    )
-    replies = (
-        await tx.execute(select(M.c.id, M.c.addressee, M.c.database, M.c.size, M.c.sha256)
-                         .where(M.c.origin_process_id == process_id, M.c.state == "PENDING"))
+    committed = (
+        await tx.execute(
+            update(M)
+            .where(M.c.process_id == process_id, M.c.state.in_(("TAKEN", "QUARANTINED")))
+            .values(state="COMMITTED", prev_path=M.c.path, path=target, file_version=M.c.file_version + 1,
+                    synced=False, next_sync_at=now, sync_attempts=0)
+            .returning(*M.c)
+        )
     ).all()
-    await tx.execute(
-        update(M).where(M.c.origin_process_id == process_id, M.c.state == "PENDING").values(state="AVAILABLE")
-    )
-    return [PublishedReply(r.id, r.addressee, r.database, r.size, r.sha256) for r in replies]
+    # Published in the statement that reads them (one statement, not a SELECT and an UPDATE).
+    replies = (
+        await tx.execute(
+            update(M).where(M.c.origin_process_id == process_id, M.c.state == "PENDING").values(state="AVAILABLE")
+            .returning(M.c.id, M.c.addressee, M.c.database, M.c.size, M.c.sha256)
+        )
+    ).all()
+    return ([PublishedReply(r.id, r.addressee, r.database, r.size, r.sha256) for r in sorted(replies, key=_id_of)],
+            [_message(r) for r in committed])
+
+
+def _id_of(row: Any) -> str:
+    return str(row.id)
 
 
 async def mark_process_committed(tx: Executor, process_id: str, now: int) -> None:
@@ -572,26 +584,18 @@ async def postpone_cleanup(tx: Executor, process_id: str, attempts: int, next_at
 
 async def mark_cleanups_done(tx: Transaction, process_ids: Sequence[str]) -> list[ProcessRow]:
     """CLEANUP → DONE for those of ``process_ids`` none of whose messages is still COMMITTED (their files are
-    gone or in ``backup/``); answers them as they were before."""
-    any_of = tx.store.dialect.any_of
-    pending = {
-        r.process_id
-        for r in (
-            await tx.execute(
-                select(M.c.process_id).where(any_of(M.c.process_id, process_ids), M.c.state == "COMMITTED").distinct()
-            )
-        ).all()
-    }
+    gone or in ``backup/``); answers them as they now are (DONE), in id order. One statement: the check and
+    the change together."""
+    still_committed = exists().where(M.c.process_id == P.c.id, M.c.state == "COMMITTED")
     rows = (
-        await tx.execute(select(P).where(any_of(P.c.id, [p for p in process_ids if p not in pending]),
-                                         P.c.state == "CLEANUP"))
+        await tx.execute(
+            update(P)
+            .where(tx.store.dialect.any_of(P.c.id, list(process_ids)), P.c.state == "CLEANUP", ~still_committed)
+            .values(state="DONE", updated_at=tx.store.now_ms(), next_attempt_at=None)
+            .returning(*P.c)
+        )
     ).all()
-    if not rows:
-        return []
-    now = tx.store.now_ms()
-    await tx.execute(update(P).where(any_of(P.c.id, [r.id for r in rows]), P.c.state == "CLEANUP")
-                     .values(state="DONE", updated_at=now, next_attempt_at=None))
-    return [_process(r) for r in rows]
+    return sorted((_process(r) for r in rows), key=_id_of)
 
 
 # --- alerts that fix themselves -----------------------------------------------------------------------

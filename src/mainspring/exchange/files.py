@@ -150,9 +150,23 @@ class Disk:
         while not current.exists():
             missing.append(current)
             current = current.parent
+        if not missing:
+            # The usual case (a mailbox's folder): no mkdir, which would fail with EEXIST and stat again.
+            return
         folder.mkdir(parents=True, exist_ok=True)
         for created in reversed(missing):
             self._fsync_dir(created.parent)
+
+    def _make_missing_dir(self, folder: Path) -> None:
+        """``_make_dirs`` for a folder that is likely missing: one mkdir when its parent is there."""
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            return
+        except FileNotFoundError:
+            self._make_dirs(folder)
+            return
+        self._fsync_dir(folder.parent)
 
     def write_atomic(self, relative: str, data: bytes) -> None:
         """Write ``data`` to ``relative`` so that after a crash it is either whole or absent."""
@@ -222,16 +236,22 @@ class Disk:
             if relative is None or relative == target:
                 continue
             source = self.full(relative)
-            if not source.exists():
-                continue
-            self._make_dirs(destination.parent)
+            # The rename is tried first: it fails only when the source is not there or the target's folder
+            # is not made yet (a new unknown/<process_id>/). Each file call here is also a wait for the GIL
+            # when the event loop is busy (start-up recovery records batches meanwhile): fewer calls, shorter.
             try:
                 _replace(source, destination)
             except FileNotFoundError:
-                # Another server moved it first.
-                if destination.exists():
-                    return True
-                continue
+                if not source.exists():
+                    continue
+                self._make_missing_dir(destination.parent)
+                try:
+                    _replace(source, destination)
+                except FileNotFoundError:
+                    # Another server moved it first.
+                    if destination.exists():
+                        return True
+                    continue
             self._fsync_dir(destination.parent)
             if source.parent != destination.parent:
                 self._fsync_dir(source.parent)
@@ -246,7 +266,8 @@ class Disk:
 
     def remove(self, candidates: Iterable[str | None]) -> None:
         """Delete the file wherever it may be; deleting what is already gone succeeds."""
-        for relative in candidates:
+        # A place named twice (a file's last path is often its mailbox path too) is tried once.
+        for relative in dict.fromkeys(candidates):
             if relative is None:
                 continue
             path = self.full(relative)

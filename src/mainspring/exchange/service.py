@@ -244,6 +244,7 @@ async def committed(
     store = ctx.store
     backup = ctx.settings.exchange.backup
     outcome: MainspringError | None = None
+    to_clean: list[data.MessageRow] | None = None
     async with store.transaction() as tx:
         row = await data.lock_process(tx, process_id)
         if row is None:
@@ -257,7 +258,7 @@ async def committed(
             if resolving and row.state != "IN_DOUBT":
                 raise NotInDoubt(f"process {process_id} is {row.state}", state=row.state)
             if row.state in ("READY_TO_COMMIT", "IN_DOUBT"):
-                await _commit(tx, row, backup, resolving)
+                to_clean = await _commit(tx, row, backup, resolving)
             elif row.state not in ("CLEANUP", "DONE"):
                 await _alert(tx, "exchange_commit_not_allowed", process_id,
                              f"client {row.client_id} committed process {process_id} while it was {row.state}; "
@@ -267,7 +268,15 @@ async def committed(
     if outcome is not None:
         raise outcome
     assert row is not None  # a process that is gone set ``outcome``
-    await sync.sync_process_files(ctx, process_id)
+    if to_clean is not None:
+        # This call committed: its files are the rows it just wrote (not read again), and the transaction
+        # that records their deletion answers the process DONE (not read again either).
+        done = await sync.clean_up_committed(ctx, process_id, to_clean)
+        if done is not None:
+            return process_to_api(done)
+    else:
+        # A repeat (CLEANUP or DONE already): finish what is left, as the first call would have.
+        await sync.sync_process_files(ctx, process_id)
     async with store.read() as conn:
         now_row = await data.get_process(conn, process_id)
     if now_row is None:
@@ -278,10 +287,10 @@ async def committed(
     return process_to_api(now_row)
 
 
-async def _commit(tx: Transaction, row: ProcessRow, backup: bool, resolving: bool) -> None:
-    """READY_TO_COMMIT or IN_DOUBT → CLEANUP."""
+async def _commit(tx: Transaction, row: ProcessRow, backup: bool, resolving: bool) -> list[data.MessageRow]:
+    """READY_TO_COMMIT or IN_DOUBT → CLEANUP; answers the committed messages, their file moves due."""
     now = tx.store.now_ms()
-    replies = await data.commit_process_messages(tx, row.id, backup, now)
+    replies, committed_rows = await data.commit_process_messages(tx, row.id, backup, now)
     await data.mark_process_committed(tx, row.id, now)
     await _event(tx, "committed", row, state="CLEANUP", previous=row.state)
     tx.after_commit(lambda: log.info("process %s of %s/%s committed (was %s); cleaning up",
@@ -295,6 +304,7 @@ async def _commit(tx: Transaction, row: ProcessRow, backup: bool, resolving: boo
         for r in replies
     ])
     tx.notify(CHANNEL)
+    return committed_rows
 
 
 async def commit_failed(

@@ -131,9 +131,12 @@ async def _record(ctx: Context, outcomes: list[Outcome], attempted_at: int) -> N
         await record_file_moves(ctx, tx, outcomes, attempted_at)
 
 
-async def record_file_moves(ctx: Context, tx: Transaction, outcomes: list[Outcome], attempted_at: int) -> None:
+async def record_file_moves(
+    ctx: Context, tx: Transaction, outcomes: list[Outcome], attempted_at: int
+) -> list[data.ProcessRow]:
     """Record a batch of moves tried at ``attempted_at``: a failed one is retried a delay after that attempt
-    (not after this record, which may come much later: the disk may have healed meanwhile)."""
+    (not after this record, which may come much later: the disk may have healed meanwhile). Answers the
+    processes whose cleanup this ended (now DONE)."""
     # Rows are locked in id order, then processes in id order, whoever records: recovery, the watchdog and
     # a process's own cleanup (on any server) may record overlapping rows at once and must not deadlock.
     outcomes = sorted(outcomes, key=lambda o: o.row.id)
@@ -175,7 +178,7 @@ async def record_file_moves(ctx: Context, tx: Transaction, outcomes: list[Outcom
         if attempts >= alert_after:
             await raise_alert(tx, "exchange_cleanup_failing", "exchange.process", pid,
                               f"cleanup of process {pid} has failed {attempts} times: {error}")
-    await finish_cleanups(tx, sorted(cleanup_pids - set(failed_pids)))
+    return await _finish(tx, sorted(cleanup_pids - set(failed_pids)))
 
 
 async def _decision_stands(tx: Transaction, row: MessageRow) -> bool:
@@ -185,19 +188,24 @@ async def _decision_stands(tx: Transaction, row: MessageRow) -> bool:
 
 
 async def finish_cleanups(tx: Transaction, process_ids: list[str]) -> int:
-    """CLEANUP → DONE for those of ``process_ids`` whose committed message files are all gone."""
+    """CLEANUP → DONE for those of ``process_ids`` whose committed message files are all gone; answers how
+    many."""
+    return len(await _finish(tx, process_ids))
+
+
+async def _finish(tx: Transaction, process_ids: list[str]) -> list[data.ProcessRow]:
     if not process_ids:
-        return 0
+        return []
     rows = await data.mark_cleanups_done(tx, process_ids)
     if not rows:
-        return 0
+        return []
     await outbox.emit_many(tx, [
         outbox.Event("exchange.process.done", "exchange.process", r.id,
                      {"addressee": r.addressee, "database": r.database, "state": "DONE"})
         for r in rows
     ])
     tx.notify(FINISHED_CHANNEL)
-    return len(rows)
+    return rows
 
 
 async def sync_process_files(ctx: Context, process_id: str) -> None:
@@ -207,3 +215,21 @@ async def sync_process_files(ctx: Context, process_id: str) -> None:
             pass
     except Exception as exc:
         log_failure(log, exc, "file moves of process %s failed; the watchdog retries them", process_id)
+
+
+async def clean_up_committed(ctx: Context, process_id: str, rows: list[MessageRow]) -> data.ProcessRow | None:
+    """Right after API_4's commit: delete (or back up) the files of ``rows``, the messages that commit just
+    wrote, without reading them again; answers the process if this ended its cleanup (DONE). A failure, or a
+    file left to move, is left to the watchdog (the rows stay due) and answers None."""
+    try:
+        attempted_at = ctx.store.now_ms()
+        outcomes = await asyncio.to_thread(_apply_all, disk_of(ctx), rows)
+        async with ctx.store.transaction() as tx:
+            if not outcomes:
+                finished = await _finish(tx, [process_id])
+            else:
+                finished = await record_file_moves(ctx, tx, outcomes, attempted_at)
+    except Exception as exc:
+        log_failure(log, exc, "file moves of process %s failed; the watchdog retries them", process_id)
+        return None
+    return next((row for row in finished if row.id == process_id), None)
