@@ -355,7 +355,8 @@ async def _lease_alone(store: Store, queue: str, worker: str, max_items: int, le
 
 def _fair_here(store: Store) -> dict[str, bool]:
     """Per queue, whether its last lease here found it fair and owned without aging (the one-call lease's case)."""
-    return store.extras.setdefault("interactions:fair", {})  # type: ignore[no-any-return]
+    fair: dict[str, bool] = store.extras.setdefault("interactions:fair", {})
+    return fair
 
 
 def _known_fair(store: Store, queue: str) -> bool:
