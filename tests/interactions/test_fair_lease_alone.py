@@ -89,3 +89,25 @@ async def test_a_fair_lease_is_no_earlier_than_a_finish_it_did_not_count(store: 
         rows = dict((await conn.execute(text("SELECT id, coalesce(finished_at, leased_at) FROM interactions WHERE id IN (:a, :b)"),
                                         {"a": int(first["id"]), "b": int(second["id"])})).all())
     assert rows[int(second["id"])] >= rows[int(first["id"])], "leased before the finish it did not count as processing"
+
+
+async def test_a_fair_lease_with_rate_limits_is_no_earlier_than_the_lease_before_it(
+    store: Store, settings: Settings, clock: ManualClock, engine: str
+) -> None:
+    """Its caller read the clock before waiting for the queue's row: a lease that held the row meanwhile may have read
+    a later one. Each lease's time must be in the rate window it was counted in, so it is never before that one's."""
+    if engine != "postgres":
+        pytest.skip("the one-call fair lease reads its time in the store; the transaction reads its clock after the lock")
+    cfg = settings.interactions
+    clock.set(1_000_000)
+    await service.put_queue(store, cfg, "q", {**FAIR, "per_owner": {"rate_limit": {"count": 10, "per_ms": 1000}}})
+    await service.create_many(store, cfg, "q", [{"user": "alice"} for _ in range(3)])
+    [first] = await taken(store, cfg, 1)
+    clock.advance(600)
+    [second] = await taken(store, cfg, 1)  # the one-call lease
+    clock.advance(-200)  # a caller whose clock was read earlier: 1,000,400
+    [third] = await taken(store, cfg, 1)
+    async with store.read() as conn:
+        leased = dict((await conn.execute(text("SELECT id, leased_at FROM interactions WHERE queue = 'q'"))).all())
+    assert leased[int(first["id"])] == 1_000_000 and leased[int(second["id"])] == 1_000_600
+    assert leased[int(third["id"])] >= 1_000_600, "a lease before the one it waited for"

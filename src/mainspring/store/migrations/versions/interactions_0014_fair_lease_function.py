@@ -14,7 +14,9 @@ found with nothing more due.
 
 The lease's time: the caller's clock, read before the call, or later when an item of the queue finished later
 (``max(finished_at)``, one probe of ``ix_interactions_finished``): a release that committed before the count saw
-it was finished at or before the lease (the transaction read its clock after the count for that).
+it was finished at or before the lease (the transaction read its clock after the count for that). With a rate
+limit, nor earlier than the latest lease still processing: the caller read its clock before waiting for the
+queue's row, and each lease's time must fall in the rate window it was counted in.
 
 Revision ID: interactions_0014
 """
@@ -106,6 +108,11 @@ BEGIN
     -- The latest finish, read from the end of ix_interactions_finished whatever the statistics say.
     v_now := greatest(p_now, (SELECT finished_at FROM interactions WHERE queue = p_queue AND finished_at IS NOT NULL
                               ORDER BY finished_at DESC LIMIT 1));
+    IF q.rate_limit_count IS NOT NULL OR q.per_owner_rate_count IS NOT NULL THEN
+        -- Nor earlier than the leases before it (the caller read its clock before waiting for the queue's row, which
+        -- they held): each lease's time is in the rate window it was counted in.
+        v_now := greatest(v_now, (SELECT max(leased_at) FROM interactions WHERE queue = p_queue AND state = 'processing'));
+    END IF;
 
     v_room := p_max;
     IF q.concurrency IS NOT NULL THEN
@@ -185,6 +192,7 @@ BEGIN
                 CONTINUE;
             END IF;
             -- The heads the owners' shares still need.
+            -- Counts the owners found with fewer heads than their share: only then do the shares change.
             v_n := 0;
             FOR r IN SELECT w.i, w.off, w.lim, ARRAY(SELECT d.id FROM interactions AS d WHERE d.queue = p_queue AND d.owner = w.owner
                                                     AND d.state = 'queued' AND d.next_processing <= p_now
@@ -192,7 +200,6 @@ BEGIN
                      FROM (SELECT c.i, o_owner[c.i] AS owner, o_got[c.i] AS off, o_share[c.i] - o_got[c.i] AS lim
                            FROM generate_subscripts(o_owner, 1) AS c(i)
                            WHERE o_share[c.i] > o_got[c.i] AND NOT o_exh[c.i]) AS w LOOP
-                v_n := v_n + 1;
                 FOR v_i IN 1 .. coalesce(cardinality(r.ids), 0) LOOP
                     h_i := h_i || r.i::integer;
                     h_k := h_k || (r.off + v_i - 1)::integer;
@@ -200,6 +207,7 @@ BEGIN
                 END LOOP;
                 o_got[r.i] := r.off + coalesce(cardinality(r.ids), 0);
                 IF coalesce(cardinality(r.ids), 0) < r.lim THEN
+                    v_n := v_n + 1;
                     o_exh[r.i] := true;
                     o_cap[r.i] := o_got[r.i];
                 END IF;
