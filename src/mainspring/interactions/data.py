@@ -1341,6 +1341,51 @@ async def take_ids_with_events(
     return Taken(rows, due, expiry)
 
 
+# PostgreSQL, a queue with ``owner_by`` + ``fair`` (no aging): the whole lease in one round trip, a function that
+# runs the transaction's statements in its order (migration interactions_0014), each with its own snapshot.
+_FAIR_LEASE_META = ("status", "q_lease_ms", "q_processing_timeout_ms", "upcoming_due", "upcoming_expiry", "slots", "limited_until")
+_FAIR_LEASE = text(
+    "SELECT " + ", ".join(f"f.{c}" for c in _FAIR_LEASE_META) + ", (f.item).* FROM mainspring_interactions_fair_lease("
+    ":queue, :now, :room, :token, :lease_ms, :worker, :pg_channel, :sequencer, :stride, :settle_read) AS f"
+).columns(
+    column("status"), column("q_lease_ms", Millis), column("q_processing_timeout_ms", Millis), column("upcoming_due", Millis),
+    column("upcoming_expiry", Millis), column("slots"), column("limited_until", Millis), *items.c,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class FairLeased:
+    """What the one-call fair lease did: ``status`` ok | paused | expired (leases to sweep first) | other (the queue
+    is no longer fair, or ages priorities) | missing (no row yet); with ok, what was taken and when to look again."""
+
+    status: str
+    lease_ms: int | None
+    processing_timeout_ms: int | None
+    taken: Taken | None
+    slots: int | None
+    limited_until: int | None
+
+
+async def fair_lease_alone(
+    tx: Transaction, queue: str, now: int, room: int, token: str, lease_ms: int | None, worker: str, stride: int
+) -> FairLeased:
+    """Lease up to ``room`` items of a fair owned queue as the whole of ``tx`` (PostgreSQL, ``tx.may_run_alone``)."""
+    params = {
+        "queue": queue, "now": now, "room": room, "token": token, "lease_ms": lease_ms, "worker": worker,
+        "pg_channel": PG_CHANNEL, "sequencer": SEQUENCER_CHANNEL, "stride": stride, "settle_read": SETTLE_READ,
+    }
+    result = (await tx.fetch_alone(_FAIR_LEASE, params)).all()
+    first = result[0]
+    width = len(_FAIR_LEASE_META)
+    if first.status != "ok":
+        return FairLeased(first.status, first.q_lease_ms, first.q_processing_timeout_ms, None, None, None)
+    rows = [_item(r[width:]) for r in result if r.id is not None]
+    if rows:
+        tx.notify(SEQUENCER_CHANNEL)
+    taken = Taken(rows, first.upcoming_due, first.upcoming_expiry)
+    return FairLeased("ok", first.q_lease_ms, first.q_processing_timeout_ms, taken, first.slots, first.limited_until)
+
+
 _NEXT_DUE_AND_EXPIRY = select(
     select(func.min(items.c.next_processing)).where(items.c.queue == bindparam("queue"), items.c.state == constant("queued")).scalar_subquery(),
     select(func.min(items.c.lease_expires_at)).where(items.c.queue == bindparam("queue"), items.c.state == constant("processing")).scalar_subquery(),

@@ -128,12 +128,17 @@ async def _lease_once(store: Store, cfg: InteractionsSettings, queue: str, worke
         leased = await _lease_alone(store, queue, worker, max_items, lease_ms)
         if leased is not None:
             return leased
+    if store.is_postgres and _known_fair(store, queue):
+        leased = await _fair_lease_alone(store, queue, worker, max_items, lease_ms)
+        if leased is not None:
+            return leased
     async with store.transaction() as tx:
         now = store.now_ms()
         locked = await _queue_for_lease(tx, cfg, queue, now)
         if locked is None:
             return None
         q, has_expired = locked
+        _fair_here(store)[queue] = q.owned and q.fair and q.priority_aging_ms is None
         now = max(now, store.now_ms())
         if has_expired:
             await expire_leases(tx, q, now)
@@ -346,6 +351,39 @@ async def _lease_alone(store: Store, queue: str, worker: str, max_items: int, le
     rows = got.taken.rows
     next_due = _next_look(got.taken.next_due, got.taken.next_expiry, False, None) if len(rows) < max_items else None
     return Leased([to_api(r, now, with_lease=True) for r in rows], next_due, q.processing_timeout_ms, lease_ms or q.lease_ms)
+
+
+def _fair_here(store: Store) -> dict[str, bool]:
+    """Per queue, whether its last lease here found it fair and owned without aging (the one-call lease's case)."""
+    fair: dict[str, bool] = store.extras.setdefault("interactions:fair", {})
+    return fair
+
+
+def _known_fair(store: Store, queue: str) -> bool:
+    return _fair_here(store).get(queue, False)
+
+
+async def _fair_lease_alone(store: Store, queue: str, worker: str, max_items: int, lease_ms: int | None) -> Leased | None:
+    """The lease of a fair owned queue in one round trip (PostgreSQL: the function of migration interactions_0014 runs
+    ``_lease_once``'s statements, ``_fair_shares`` included, in the same order and under the same locks). None when the
+    queue needs the transaction instead: expired leases to sweep first, or its settings changed since its last lease."""
+    async with store.transaction(alone=True) as tx:
+        now = store.now_ms()
+        got = await data.fair_lease_alone(tx, queue, now, max_items, new_token(), lease_ms, worker, TURN_STRIDE)
+    if got.status == "other":
+        _fair_here(store)[queue] = False
+    if got.status == "paused":
+        return Leased([], None, got.processing_timeout_ms, lease_ms or got.lease_ms)
+    if got.taken is None:
+        return None
+    rows = got.taken.rows
+    slots = got.slots
+    next_due = None
+    if len(rows) < max_items:
+        next_due = _next_look(got.taken.next_due, got.taken.next_expiry, len(rows) >= slots if slots is not None else False, got.limited_until)
+    # The lease's time may be later than ``now`` (an item that finished later): its items show as of then.
+    taken = [to_api(r, max(now, r.leased_at or now), with_lease=True) for r in rows]
+    return Leased(taken, next_due, got.processing_timeout_ms, lease_ms or got.lease_ms)
 
 
 def _next_look(due: int | None, expiry: int | None, every_slot_taken: bool, limited_until: int | None) -> int | None:
