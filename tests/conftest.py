@@ -25,7 +25,7 @@ import asyncpg
 import httpx
 import pytest
 from alembic import command
-from sqlalchemy import Connection
+from sqlalchemy import Connection, event
 
 from mainspring.api import create_app
 from mainspring.app import App
@@ -311,6 +311,23 @@ def _literal(value: Any) -> str:
     if isinstance(value, list | tuple):
         return "ARRAY[" + ", ".join(_literal(v) for v in value) + "]"
     return "'" + str(value).replace("'", "''") + "'"
+
+
+@contextlib.contextmanager
+def statements_sent(store: Store) -> Iterator[list[tuple[str, tuple[Any, ...]]]]:
+    """The statements (and their parameters) SQLAlchemy sends to ``store`` while the block runs — not those
+    sent straight on asyncpg (``Transaction.fetch``), which a test reads another way."""
+    sent: list[tuple[str, tuple[Any, ...]]] = []
+
+    def keep(_conn: Any, _cursor: Any, statement: str, parameters: Any, _context: Any, _many: bool) -> None:
+        sent.append((statement, tuple(parameters or ())))
+
+    sync_engine = store.backend.engine.sync_engine  # type: ignore[attr-defined]
+    event.listen(sync_engine, "before_cursor_execute", keep)
+    try:
+        yield sent
+    finally:
+        event.remove(sync_engine, "before_cursor_execute", keep)
 
 
 async def generic_plan(database_url: str, statement: str, parameters: tuple[Any, ...]) -> str:

@@ -12,7 +12,7 @@ from typing import Any
 
 import asyncpg
 import pytest
-from sqlalchemy import event, text
+from sqlalchemy import text
 
 from mainspring import worker as worker_runtime
 from mainspring.app import App
@@ -22,7 +22,7 @@ from mainspring.interactions.outcomes import Fail
 from mainspring.interactions.settings import InteractionsSettings
 from mainspring.interactions.worker import Worker
 from mainspring.store import ManualClock, Store
-from tests.conftest import eventually, generic_plan
+from tests.conftest import eventually, generic_plan, statements_sent
 
 CFG = InteractionsSettings()
 
@@ -38,17 +38,8 @@ async def test_a_lease_of_a_flooded_owned_queue_scans_no_items_in_a_generic_plan
             "SELECT 'q', 'flood', 'flood', 0, 'queued', 0, 0, 0, 0 FROM generate_series(1, 20000)"
         ))
         await tx.execute(text("ANALYZE interactions"))
-    sent: list[tuple[str, tuple[Any, ...]]] = []
-
-    def keep(_conn: Any, _cursor: Any, statement: str, parameters: Any, _context: Any, _many: bool) -> None:
-        sent.append((statement, tuple(parameters or ())))
-
-    sync_engine = store.backend.engine.sync_engine  # type: ignore[attr-defined]
-    event.listen(sync_engine, "before_cursor_execute", keep)
-    try:
+    with statements_sent(store) as sent:
         taken = (await leasing.lease(store, CFG, "q", "w", 3)).items
-    finally:
-        event.remove(sync_engine, "before_cursor_execute", keep)
     assert taken
     reads = [(s, p) for s, p in sent if "interactions" in s and s.lstrip().upper().startswith(("SELECT", "WITH", "UPDATE"))]
     assert reads
@@ -84,20 +75,13 @@ async def test_every_statement_of_a_workers_rounds_keeps_its_indexes_in_a_generi
             await asyncio.sleep(0.8)  # long enough for a heartbeat
         return Fail("no") if item.data == 2 else {"ok": item.data}
 
-    sent: list[tuple[str, tuple[Any, ...]]] = []
-
-    def keep(_conn: Any, _cursor: Any, statement: str, parameters: Any, _context: Any, _many: bool) -> None:
-        sent.append((statement, tuple(parameters or ())))
-
-    sync_engine = store.backend.engine.sync_engine  # type: ignore[attr-defined]
-    event.listen(sync_engine, "before_cursor_execute", keep)
-    worker = Worker(store, app, CFG, poll_ms=100)
-    await worker.start()
-    try:
-        await eventually(lambda: _all_finished(store, clock), what="every item finished")
-    finally:
-        await worker.stop()
-        event.remove(sync_engine, "before_cursor_execute", keep)
+    with statements_sent(store) as sent:
+        worker = Worker(store, app, CFG, poll_ms=100)
+        await worker.start()
+        try:
+            await eventually(lambda: _all_finished(store, clock), what="every item finished")
+        finally:
+            await worker.stop()
     reads = {s: p for s, p in sent if "interactions" in s and s.lstrip().upper().startswith(("SELECT", "WITH", "UPDATE", "DELETE"))}
     assert len(reads) >= 3
     for statement, parameters in reads.items():

@@ -3,14 +3,12 @@ statement's plan from its sixth run: ``store.schema.constant``)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
-from sqlalchemy import event, text
+from sqlalchemy import text
 
 from mainspring.machines import data
 from mainspring.store import Store
-from tests.conftest import generic_plan
+from tests.conftest import generic_plan, statements_sent
 
 
 async def test_the_due_timers_of_metrics_read_the_timers_index_in_a_generic_plan(store: Store, database_url: str, engine: str) -> None:
@@ -23,18 +21,9 @@ async def test_the_due_timers_of_metrics_read_the_timers_index_in_a_generic_plan
             "FROM generate_series(1, 20000) AS n"
         ))
         await tx.execute(text("ANALYZE machines"))
-    sent: list[tuple[str, tuple[Any, ...]]] = []
-
-    def keep(_conn: Any, _cursor: Any, statement: str, parameters: Any, _context: Any, _many: bool) -> None:
-        sent.append((statement, tuple(parameters or ())))
-
-    sync_engine = store.backend.engine.sync_engine  # type: ignore[attr-defined]
-    event.listen(sync_engine, "before_cursor_execute", keep)
-    try:
+    with statements_sent(store) as sent:
         async with store.read() as conn:
             due = await data.due_timers_by_namespace(conn, 1_000_000)
-    finally:
-        event.remove(sync_engine, "before_cursor_execute", keep)
     assert due == [("orders", 20, 1000)]
     (statement, parameters), = sent
     plan = await generic_plan(database_url, statement, parameters)
