@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import scale  # noqa: E402
+import scale
 
 
 def serve(database: str, src: str | None) -> tuple[subprocess.Popen[bytes], str]:
