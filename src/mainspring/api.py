@@ -18,32 +18,33 @@ from mainspring import __version__
 from mainspring.app import App
 from mainspring.batching.face import face as batching_face
 from mainspring.config import Settings
-from mainspring.core import alerts, openapi, tracing
+from mainspring.core import alerts, tracing
 from mainspring.core.auth import Authenticator
-from mainspring.core.docs_page import docs_routes, root_routes
 from mainspring.core.errors import Unavailable
-from mainspring.core.http import Api, send_problem
 from mainspring.core.logs import configure_logging
 from mainspring.core.metrics import Gauges, read_alert_gauges, read_outbox_gauges
 from mainspring.core.publishers import prune_published_events, run_publishers
-from mainspring.core.routes import routes as core_routes
-from mainspring.core.routing import Call, Operation, Reply, Routes
 from mainspring.core.runtime import (
     SHARED_PORTS,
     Context,
-    Face,
     fold_kept_counts,
     log_failure,
     retry_while_unavailable,
     run_loop,
 )
 from mainspring.core.tables import event_counts
+from mainspring.events_and_alerts import routes as core_routes
 from mainspring.exchange.face import face as exchange_face
+from mainspring.face import Face
 from mainspring.interactions.face import face as interactions_face
 from mainspring.machines.face import face as machines_face
 from mainspring.store import Clock, Store
 from mainspring.store.replication import why_not_synchronous
 from mainspring.ui.routes import dashboard, http_error
+from mainspring.web import openapi
+from mainspring.web.docs_page import docs_routes, root_routes
+from mainspring.web.http import Api, send_problem
+from mainspring.web.routing import Call, Operation, Reply, Routes
 
 log = logging.getLogger("mainspring.server")
 

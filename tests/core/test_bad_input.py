@@ -12,9 +12,9 @@ import httpx
 from sqlalchemy import func, select
 
 from mainspring.core import outbox
-from mainspring.core.routing import Operation, RawBody
 from mainspring.core.tables import events
 from mainspring.store import Store
+from mainspring.web.routing import Operation, RawBody
 
 BAD_NAMES = ["bad name", "a" * 200, "-leading-dash", "x%00y", "%2e%2e%2fetc", "ünïcode"]
 # Machines take Machinegun's ids: any text up to 1 KiB (spaces, slashes, non-ASCII) but NUL.

@@ -1,4 +1,4 @@
-"""The request path every operation shares (core.routing, core.http, core.openapi): how a request finds its
+"""The request path every operation shares (web.routing, web.http, web.openapi): how a request finds its
 operation, what it is refused with, and what the API description says."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import pytest
 from pydantic import BaseModel
 
 from mainspring.core.auth import Authenticator
-from mainspring.core.http import Api
-from mainspring.core.routing import Call, Operation, PathParamError, Reply, Routes, RouteTable
 from mainspring.core.runtime import Context
 from mainspring.core.types import Name
+from mainspring.web.http import Api
+from mainspring.web.routing import Call, Operation, PathParamError, Reply, Routes, RouteTable
 
 
 async def _noop(call: Call[Any]) -> Any:

@@ -6,7 +6,8 @@ from mainspring.batching.dispatcher import dispatcher_loop
 from mainspring.batching.routes import routes
 from mainspring.batching.tables import batching_counts
 from mainspring.batching.worker import recover, workers_loop
-from mainspring.core.runtime import Context, Face, run_loop
+from mainspring.core.runtime import Context, run_loop
+from mainspring.face import Face
 
 
 async def retention_loop(ctx: Context) -> None:

@@ -23,8 +23,8 @@ from mainspring.batching.models import (
     VersionsQuery,
 )
 from mainspring.core.auth import Principal
-from mainspring.core.routing import Call, Reply, Routes
 from mainspring.core.types import Name
+from mainspring.web.routing import Call, Reply, Routes
 
 routes = Routes("/v1", tag="batching",
                 params={"name": Name, "task_id": Name, "package_id": Name, "group": Name, "member": Name})

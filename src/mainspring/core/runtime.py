@@ -1,24 +1,20 @@
-"""What a face hands the server, and what the server hands a face."""
+"""What the server hands a face: its context, and the loops and retries every face runs on."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
 
 from mainspring.core import tracing
-from mainspring.core.alerts import FixedAlerts
 from mainspring.store import Store
 from mainspring.store import counts as kept_counts
 from mainspring.store.counts import CountsTable
 from mainspring.store.errors import is_unavailable
-
-if TYPE_CHECKING:
-    from mainspring.core.routing import Routes
 
 log = logging.getLogger("mainspring.runtime")
 T = TypeVar("T")
@@ -44,31 +40,6 @@ class Context:
     def wait_s(self, wait_ms: int) -> float:
         """A client's long-poll wait in seconds, capped by ``server.max_wait_ms``."""
         return min(wait_ms, self.settings.server.max_wait_ms) / 1000
-
-
-@dataclass
-class Face:
-    """One face of Mainspring as the server mounts it."""
-
-    name: str
-    routes: Routes
-    """The face's HTTP operations (its ``routes.py``)."""
-    recover: Callable[[Context], Awaitable[None]] | None = None
-    """Start-up recovery; the same code as normal running, run once before the loops start."""
-    loops: Sequence[Callable[[Context], Awaitable[None]]] = ()
-    """Background loops; each returns when ``ctx.stopping`` is set."""
-    cli: Any = None
-    """An optional typer app mounted as ``mainspring <name>``."""
-    read_gauges: Callable[[Context], Awaitable[None]] | None = None
-    """Sets the face's Prometheus gauges from the store (called when ``/metrics`` is scraped, rate-limited)."""
-    fixed_alerts: Mapping[str, FixedAlerts] = field(default_factory=dict)
-    """Per alert code the face raises, the check that tells which open ones are fixed (``core.alerts``)."""
-    routes_for: Callable[[Any], Sequence[Routes]] | None = None
-    """Operations whose paths come from the settings (given the server's ``Settings``), served beside ``routes``."""
-    publishers_for: Callable[[Any], Sequence[str]] | None = None
-    """Names of the face's own outbox publishers (given ``Settings``): retention keeps what they have not read."""
-    kept_counts: Sequence[CountsTable] = ()
-    """The face's counts tables kept by triggers (``store.counts``), whose gone backends' rows the server folds."""
 
 
 def log_failure(logger: logging.Logger, exc: BaseException, message: str, *args: object) -> None:

@@ -1,6 +1,5 @@
 """The exchange face as the server mounts it."""
 
-from mainspring.core.runtime import Face
 from mainspring.exchange import metrics
 from mainspring.exchange.alerts import FIXED_ALERTS
 from mainspring.exchange.cli import cli
@@ -9,6 +8,7 @@ from mainspring.exchange.retention import retention_loop
 from mainspring.exchange.routes import routes
 from mainspring.exchange.tables import exchange_counts
 from mainspring.exchange.watchdog import recover, watchdog
+from mainspring.face import Face
 
 face = Face(
     name="exchange", routes=routes, recover=recover, loops=[watchdog, orphan_sweeper, retention_loop], cli=cli,

@@ -7,7 +7,6 @@ from typing import Any
 
 from mainspring.core.auth import Principal
 from mainspring.core.errors import InvalidRequest
-from mainspring.core.routing import Call, RawBody, Reply, Routes
 from mainspring.core.types import NAME_PATTERN, Name, Page
 from mainspring.exchange import messages, service
 from mainspring.exchange.models import (
@@ -23,6 +22,7 @@ from mainspring.exchange.models import (
     ResolveRequest,
     StartRequest,
 )
+from mainspring.web.routing import Call, RawBody, Reply, Routes
 
 routes = Routes("/v1/exchange", tag="exchange",
                 params={"addressee": Name, "database": Name, "message_id": Name, "process_id": Name})

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from mainspring.core.runtime import Context, Face, run_loop
+from mainspring.core.runtime import Context, run_loop
+from mainspring.face import Face
 from mainspring.interactions import leasing, metrics, periodic, service
 from mainspring.interactions.cli import cli
 from mainspring.interactions.routes import routes

@@ -6,7 +6,6 @@ from typing import Any
 
 from mainspring.core.auth import Principal
 from mainspring.core.errors import InvalidRequest
-from mainspring.core.routing import Call, Reply, Routes
 from mainspring.core.runtime import Context
 from mainspring.core.types import Name
 from mainspring.interactions import leasing, periodic, service
@@ -40,6 +39,7 @@ from mainspring.interactions.models import (
     ScheduleIn,
 )
 from mainspring.store import format_time
+from mainspring.web.routing import Call, Reply, Routes
 
 routes = Routes("/v1", tag="interactions", params={"queue": Name, "name": Name})
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from mainspring.core.routing import Routes
-from mainspring.core.runtime import Context, Face
+from mainspring.core.runtime import Context
+from mainspring.face import Face
 from mainspring.machines import metrics
 from mainspring.machines.background import machines_loop
 from mainspring.machines.cli import cli
@@ -14,6 +14,7 @@ from mainspring.machines.namespaces import close_processors, save_namespace
 from mainspring.machines.routes import routes
 from mainspring.machines.service import fixed_alerts
 from mainspring.machines.tables import machine_counts
+from mainspring.web.routing import Routes
 
 log = logging.getLogger("mainspring.machines")
 

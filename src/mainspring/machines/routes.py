@@ -8,8 +8,6 @@ from typing import Annotated, Any
 from pydantic import StringConstraints
 
 from mainspring.core.errors import InvalidRequest
-from mainspring.core.http import PROBLEM
-from mainspring.core.routing import Call, Reply, Routes
 from mainspring.machines import namespaces as ns_service
 from mainspring.machines import service
 from mainspring.machines.models import (
@@ -29,6 +27,8 @@ from mainspring.machines.models import (
     StartIn,
 )
 from mainspring.machines.settings import HistoryRange, NamespaceConfig
+from mainspring.web.http import PROBLEM
+from mainspring.web.routing import Call, Reply, Routes
 
 OperationKey = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 routes = Routes("/v1", tag="machines", params={"ns": MachineName, "id": MachineName, "key": OperationKey})

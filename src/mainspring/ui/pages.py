@@ -17,8 +17,8 @@ from mainspring.batching.errors import PackageNotFound
 from mainspring.core import alerts, outbox
 from mainspring.core.auth import Principal
 from mainspring.core.errors import MainspringError
-from mainspring.core.routes import event_position, event_stream, event_types
 from mainspring.core.types import Name
+from mainspring.events_and_alerts import event_position, event_stream, event_types
 from mainspring.exchange import messages as exchange_messages
 from mainspring.exchange import service as exchange
 from mainspring.exchange.errors import MessageNotFound

@@ -10,10 +10,10 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route, Router
 
 from mainspring.core.errors import NotFound
-from mainspring.core.http import PROBLEM
 from mainspring.ui.actions import actions
 from mainspring.ui.pages import pages
 from mainspring.ui.web import HERE
+from mainspring.web.http import PROBLEM
 
 # Only these files are served: nothing else under the package is reachable, and nothing is fetched
 # from the internet by the browser.

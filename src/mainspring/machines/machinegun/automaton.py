@@ -26,7 +26,6 @@ from thriftpy2.transport.memory import TMemoryBuffer
 
 from mainspring.core.auth import Principal
 from mainspring.core.errors import Forbidden, MainspringError
-from mainspring.core.routing import Call, RawBody, Routes
 from mainspring.core.runtime import Context
 from mainspring.machines import errors, namespaces, service
 from mainspring.machines.machinegun import codec, woody
@@ -37,6 +36,7 @@ from mainspring.machines.models import check_machine_name
 from mainspring.machines.processor import UNSET, Origin, ProcessorError
 from mainspring.machines.settings import HistoryRange
 from mainspring.store.errors import is_unavailable
+from mainspring.web.routing import Call, RawBody, Routes
 
 log = logging.getLogger("mainspring.machines.machinegun")
 

@@ -19,9 +19,9 @@ from typing import Any
 import uvicorn
 
 from mainspring.core.auth import Authenticator
-from mainspring.core.http import Api, send_problem
 from mainspring.core.runtime import SHARED_PORTS, Context
 from mainspring.machines.machinegun.automaton import woody_routes
+from mainspring.web.http import Api, send_problem
 
 log = logging.getLogger("mainspring.machines.machinegun")
 

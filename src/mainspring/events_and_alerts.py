@@ -1,4 +1,5 @@
-"""The core's routes: the event log (list, long-poll, SSE) and alerts."""
+"""The core's own HTTP operations: the event log (list, long-poll, SSE) and alerts. They stand on the HTTP
+toolkit like a face's ``routes.py`` (the toolkit stands on ``core``, so they cannot live inside it)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from mainspring.core import alerts, outbox
 from mainspring.core.errors import InvalidRequest
-from mainspring.core.routing import Call, Routes
 from mainspring.core.types import Limit, Name, Page, Query
 from mainspring.store.errors import is_unavailable
+from mainspring.web.routing import Call, Routes
 
 log = logging.getLogger("mainspring.events")
 routes = Routes("/v1", tag="events and alerts", params={"alert_id": Name})

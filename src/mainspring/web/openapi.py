@@ -9,8 +9,8 @@ from typing import Any
 from pydantic import BaseModel, TypeAdapter
 from pydantic.json_schema import JsonSchemaMode
 
-from mainspring.core.http import PROBLEM, Problem
-from mainspring.core.routing import AnySegment, Operation, RawBody
+from mainspring.web.http import PROBLEM, Problem
+from mainspring.web.routing import AnySegment, Operation, RawBody
 
 REF = "#/components/schemas/{model}"
 # What any authenticated operation may answer, whatever else it documents.

@@ -7,7 +7,7 @@ comes from the ``swagger-ui-bundle-v2`` package, which tracks Swagger UI 5 (the 
 
 ```python
 from starlette.applications import Starlette
-from mainspring.core.docs_page import docs_routes
+from mainspring.web.docs_page import docs_routes
 
 app = Starlette(routes=[*docs_routes(openapi_url="/openapi.json"), *root_routes()])
 ```

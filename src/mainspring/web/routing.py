@@ -9,8 +9,8 @@ A face lists its operations in its ``routes.py``::
     async def create_interaction(call: Call[CreateIn]) -> Any:
         ...
 
-From those declarations the server builds its route table (``RouteTable``), the request path (``core.http``)
-and ``/openapi.json`` (``core.openapi``): there is no other place where a route exists.
+From those declarations the server builds its route table (``RouteTable``), the request path (``web.http``)
+and ``/openapi.json`` (``web.openapi``): there is no other place where a route exists.
 """
 
 from __future__ import annotations

@@ -30,9 +30,9 @@ from mainspring.core.errors import (
     Unavailable,
 )
 from mainspring.core.logs import bind_request
-from mainspring.core.routing import Call, Operation, PathParamError, RawBody, Reply, RouteTable
 from mainspring.core.runtime import Context
 from mainspring.store.errors import is_unavailable
+from mainspring.web.routing import Call, Operation, PathParamError, RawBody, Reply, RouteTable
 
 log = logging.getLogger("mainspring.http")
 
