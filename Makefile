@@ -41,7 +41,7 @@ STRICT := src/mainspring/client src/mainspring/__init__.py src/mainspring/app.py
 
 lint: setup
 	$(BIN)/lint-imports
-	$(BIN)/ruff check src tests scripts
+	$(BIN)/ruff check src tests scripts bench
 	$(BIN)/mypy --strict --follow-imports=silent $(STRICT)
 	$(BIN)/python scripts/sync_clients.py --check
 	$(BIN)/python scripts/config_docs.py --check

@@ -15,8 +15,8 @@ And the engine (step ``engine``, in this process, on a database of its own with 
 - packages/s claimed and completed through the library, as the in-process worker does
   (``cafe.claim`` → ``cafe.complete_package``, C concurrent workers).
 
-    .venv/bin/python bench/batching.py --engine both --tasks 2000 --concurrency 16
-    .venv/bin/python bench/batching.py --engine postgres --steps engine --engine-tasks 10000
+    .venv/bin/python -m bench.batching --engine both --tasks 2000 --concurrency 16
+    .venv/bin/python -m bench.batching --engine postgres --steps engine --engine-tasks 10000
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from typing import Any
 
 import asyncpg
 import httpx
-from pgcpu import DatabaseCpu
 
+from bench.pgcpu import DatabaseCpu
 from mainspring.store import parse_time
 
 PG_ADMIN = os.environ.get("MAINSPRING_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres")

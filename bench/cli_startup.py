@@ -1,6 +1,6 @@
 """How long a ``mainspring`` command takes to start and finish, wall clock, two source trees alternated.
 
-    .venv/bin/python bench/cli_startup.py [--runs 7] [--before /work/main/src] [--after src]
+    .venv/bin/python -m bench.cli_startup [--runs 7] [--before /work/main/src] [--after src]
 
 Runs each command with ``PYTHONPATH`` set to one tree, then the other (A, B, A, B…), so both see the same
 load; prints the median and the spread per command and tree. The commands: ``mainspring --version``, and

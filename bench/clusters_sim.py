@@ -1,7 +1,7 @@
 """Past one PostgreSQL, in simulation: names (queues, namespaces, mailboxes, batchers) spread over K clusters by a
 routing table, each cluster as fast as ``bench/servers.py`` measured one to be (docs/scaling.md).
 
-    .venv/bin/python bench/clusters_sim.py [--results bench/servers-results.json] [--clusters 1,4,16]
+    .venv/bin/python -m bench.clusters_sim [--results bench/servers-results.json] [--clusters 1,4,16]
 
 The model: every operation belongs to one name and runs on the cluster the routing table gives that name (a
 name never spans clusters: that is what keeps every guarantee inside one PostgreSQL). A cluster's capacity

@@ -2,7 +2,7 @@
 event and its wake-up, and what each part of that costs (the variants change one thing in a scratch
 database of their own).
 
-    .venv/bin/python bench/create_statement.py [--pg URL] [--creates 3000] [--group 4]
+    .venv/bin/python -m bench.create_statement [--pg URL] [--creates 3000] [--group 4]
 
 Each variant creates ``--creates`` items, ``--group`` per statement (what group commit makes of 8 concurrent
 requests here: ~4), through the server's own code (``interactions.data.insert_queued_with_events`` as the

@@ -5,10 +5,10 @@ cycles:   full protocol cycles per second against a real ``mainspring serve`` ov
           mailbox across N mailboxes.
 recovery: start-up recovery time with N processes in the store (the same ``recover`` the server runs).
 
-    .venv/bin/python bench/exchange.py cycles --engine sqlite --mailboxes 100 --seconds 20
-    .venv/bin/python bench/exchange.py cycles --engine postgres --mailboxes 100 --seconds 20
-    .venv/bin/python bench/exchange.py recovery --engine sqlite --processes 100000
-    .venv/bin/python bench/exchange.py recovery --engine postgres --processes 100000
+    .venv/bin/python -m bench.exchange cycles --engine sqlite --mailboxes 100 --seconds 20
+    .venv/bin/python -m bench.exchange cycles --engine postgres --mailboxes 100 --seconds 20
+    .venv/bin/python -m bench.exchange recovery --engine sqlite --processes 100000
+    .venv/bin/python -m bench.exchange recovery --engine postgres --processes 100000
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ floor: the contract's minimum per put as bare os calls — write a temp file, fs
 disk:  the same cycle's file work through ``mainspring.exchange.files.Disk`` (10 puts into one of 100
        mailbox folders, then the commit's 10 deletes with their folder fsync), as the server does it.
 
-    .venv/bin/python bench/exchange_floor.py floor --puts 1000
-    .venv/bin/python bench/exchange_floor.py disk --cycles 300
+    .venv/bin/python -m bench.exchange_floor floor --puts 1000
+    .venv/bin/python -m bench.exchange_floor disk --cycles 300
 """
 
 from __future__ import annotations

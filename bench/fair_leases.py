@@ -1,6 +1,6 @@
 """Benchmark of priorities, per-owner limits and fair shares (issue 27's aims), on PostgreSQL.
 
-    .venv/bin/python bench/fair_leases.py --pg postgresql://postgres@127.0.0.1:5432/postgres [--due 1000000]
+    .venv/bin/python -m bench.fair_leases --pg postgresql://postgres@127.0.0.1:5432/postgres [--due 1000000]
 
 Each part runs in a fresh database, through the library (``leasing.lease``, ``leasing.release_many``): the
 lease's own cost, not HTTP's. Prints JSON with ``uptime``'s load beside every number; CPU is this process's
@@ -25,19 +25,15 @@ import json
 import os
 import resource
 import statistics
-import sys
 import time
 import uuid
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import asyncpg
 from sqlalchemy import text
 
-sys.path.insert(0, str(Path(__file__).parent))
-from pgcpu import postgres_cpu_s
-
+from bench.pgcpu import postgres_cpu_s
 from mainspring.interactions import leasing, outcomes, service
 from mainspring.interactions.settings import InteractionsSettings
 from mainspring.store import Store

@@ -1,7 +1,7 @@
 """The framework's own floor for a write: a FastAPI route that validates a JSON body into a model and answers
 201 with a JSON body, doing nothing else — what any create costs before Mainspring does anything.
 
-    .venv/bin/python bench/framework_floor.py [--seconds 5]
+    .venv/bin/python -m bench.framework_floor [--seconds 5]
 
 Starts this app under uvicorn (uvloop, httptools, as ``mainspring serve``), runs ``wrk`` with the shared
 create probe (``../shared/bench/http/ia_create.lua``) from 1 and 8 connections, and prints
@@ -22,6 +22,8 @@ from typing import Any
 
 from fastapi import FastAPI
 from pydantic import BaseModel
+
+from bench import ROOT
 
 PROBES = Path(__file__).resolve().parents[2] / "shared" / "bench" / "http"
 
@@ -48,9 +50,9 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=18990)
     args = parser.parse_args()
     url = f"http://127.0.0.1:{args.port}"
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     server = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "framework_floor:app", "--port", str(args.port), "--log-level", "warning",
+        [sys.executable, "-m", "uvicorn", "bench.framework_floor:app", "--port", str(args.port), "--log-level", "warning",
          "--no-access-log"], env=env,
     )
     try:

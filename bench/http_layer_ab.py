@@ -1,6 +1,6 @@
 """Issue 23's layer decision: the same create (real service, real store) behind each candidate HTTP layer.
 
-    .venv/bin/python bench/http_layer_ab.py [--engine postgres|sqlite] [--seconds 5] [--rounds 2] [--only a,b]
+    .venv/bin/python -m bench.http_layer_ab [--engine postgres|sqlite] [--seconds 5] [--rounds 2] [--only a,b]
 
 Every variant serves all of the server's /v1 paths (the others answer a stub, so route matching costs what it
 costs in the real app), authenticates the caller from the token cache, checks the queue scope, validates the
@@ -46,6 +46,8 @@ try:
     from litestar import Response as LitestarResponse
 except ImportError:  # the litestar variant needs `pip install litestar msgspec`
     pass
+
+from bench import ROOT
 
 PROBES = Path(__file__).resolve().parents[2] / "shared" / "bench" / "http"
 VARIANTS = ("floor", "fastapi", "fastapi-lean", "litestar", "starlette", "own")
@@ -359,12 +361,12 @@ def run_variant(variant: str, engine: str, seconds: int, port: int, server: str,
     (tmp / variant).mkdir(exist_ok=True)
     database = fresh_database(engine, tmp, variant)
     env = {**os.environ, "AB_VARIANT": variant, "AB_DATABASE": database, "AB_DATA": str(tmp / variant),
-           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), str(PROBES)])}
+           "PYTHONPATH": os.pathsep.join([str(ROOT), str(PROBES)])}
     if variant == "floor":
         target = "floor_app:app"
         env.pop("AB_VARIANT")
     else:
-        target = "http_layer_ab:APP"
+        target = "bench.http_layer_ab:APP"
     if server == "granian":
         command = [sys.executable, "-m", "granian", "--interface", "asgi", "--port", str(port), "--loop", "uvloop",
                    "--log-level", "warning", "--no-ws", target]

@@ -1,6 +1,6 @@
 """Benchmark of the interactions face, beside Procrastinate and PgQueuer when they are installed.
 
-    .venv/bin/python bench/interactions.py --pg postgresql://postgres@127.0.0.1:5432/postgres [--jobs 5000]
+    .venv/bin/python -m bench.interactions --pg postgresql://postgres@127.0.0.1:5432/postgres [--jobs 5000]
         [--peers-python bench/.peers-venv/bin/python]
 
 Measures, on PostgreSQL and on SQLite (a fresh database each):
@@ -33,8 +33,9 @@ from typing import Any
 
 import asyncpg
 import httpx
-from pgcpu import DatabaseCpu
 
+from bench import ROOT
+from bench.pgcpu import DatabaseCpu
 from mainspring.app import App
 from mainspring.interactions import service
 from mainspring.interactions.settings import InteractionsSettings
@@ -241,7 +242,7 @@ async def bench_worker_latency(url: str, samples: int, tmp: Path) -> dict[str, f
     udp_port = transport.get_extra_info("sockname")[1]
     port = free_port()
     env = {**os.environ, "MAINSPRING_SERVER__LOG_LEVEL": "WARNING", "MS_LATENCY_PORT": str(udp_port),
-           "PYTHONPATH": os.pathsep.join(p for p in (str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")) if p)}
+           "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
     common = ["--database", url, "--data-dir", str(tmp / "data")]
     logs = (tmp / f"latency-{port}.log").open("wb")
     server = subprocess.Popen([sys.executable, "-m", "mainspring.cli", "serve", "--port", str(port), *common],  # noqa: ASYNC220
@@ -256,7 +257,7 @@ async def bench_worker_latency(url: str, samples: int, tmp: Path) -> dict[str, f
                 except httpx.HTTPError:
                     pass
                 await asyncio.sleep(0.1)
-        worker = subprocess.Popen([sys.executable, "-m", "mainspring.cli", "worker", "latency_app:app", *common],  # noqa: ASYNC220
+        worker = subprocess.Popen([sys.executable, "-m", "mainspring.cli", "worker", "bench.latency_app:app", *common],  # noqa: ASYNC220
                                   env=env, stdout=logs, stderr=subprocess.STDOUT)
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         latencies, answers = [], []
@@ -287,9 +288,8 @@ async def bench_worker_latency(url: str, samples: int, tmp: Path) -> dict[str, f
 
 def run_peers(peers_python: str | None, pg_admin: str, jobs: int, settings: str) -> dict[str, Any]:
     if not peers_python or not Path(peers_python).exists():
-        return {"skipped": "no peers venv (see bench/interactions.md)"}
-    script = Path(__file__).with_name("interactions_peers.py")
-    out = subprocess.run([peers_python, str(script), "--pg", pg_admin, "--jobs", str(jobs), "--settings", settings], capture_output=True, text=True, timeout=1200)
+        return {"skipped": "no peers venv (see bench/README.md)"}
+    out = subprocess.run([peers_python, "-m", "bench.interactions_peers", "--pg", pg_admin, "--jobs", str(jobs), "--settings", settings], capture_output=True, text=True, timeout=1200, cwd=ROOT)
     if out.returncode != 0:
         return {"failed": out.stderr[-2000:]}
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))

@@ -1,7 +1,7 @@
 """Procrastinate and PgQueuer on the same PostgreSQL, the same way bench/interactions.py measures us.
 
 Run with the peers' own venv (they are not Mainspring dependencies):
-    bench/.peers-venv/bin/python bench/interactions_peers.py --pg postgresql://postgres@127.0.0.1:5432/postgres
+    bench/.peers-venv/bin/python -m bench.interactions_peers --pg postgresql://postgres@127.0.0.1:5432/postgres
 Prints one JSON line: enqueue rate (one call each, sequential), bulk enqueue rate, processed/s (no-op jobs).
 """
 
@@ -16,7 +16,8 @@ from datetime import timedelta
 from typing import Any
 
 import asyncpg
-from pgcpu import DatabaseCpu
+
+from bench.pgcpu import DatabaseCpu
 
 
 async def fresh(pg_admin: str) -> tuple[str, str]:

@@ -1,7 +1,7 @@
 """Benchmark of the machines face: steps/s, Start latency, timer firings/s and timer lateness.
 
-    .venv/bin/python bench/machines.py [--engines sqlite,postgres] [--machines 1000] [--calls 5] [--timers 10000]
-    .venv/bin/python bench/machines.py --only http     # Calls through an HTTP (JSON) and a Thrift (woody) processor
+    .venv/bin/python -m bench.machines [--engines sqlite,postgres] [--machines 1000] [--calls 5] [--timers 10000]
+    .venv/bin/python -m bench.machines --only http     # Calls through an HTTP (JSON) and a Thrift (woody) processor
 
 Rows: ``in_process`` (an async no-op class in this process), ``http`` (the same no-op served by
 ``mainspring.machines.host`` in a process of its own: bench/machines_processors.py), ``thrift`` (a no-op
@@ -32,9 +32,10 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
-from pgcpu import backends_cpu_s
 from sqlalchemy import func, select
 
+from bench import ROOT
+from bench.pgcpu import backends_cpu_s
 from mainspring.app import App, Registration
 from mainspring.config import load_settings
 from mainspring.core.runtime import Context
@@ -243,8 +244,7 @@ def free_port() -> int:
 
 def serve_processor(kind: str, port: int) -> subprocess.Popen[bytes]:
     """A no-op processor (``json`` or ``thrift``) in a process of its own, once it answers."""
-    script = Path(__file__).parent / "machines_processors.py"
-    proc = subprocess.Popen([sys.executable, str(script), kind, str(port)])
+    proc = subprocess.Popen([sys.executable, "-m", "bench.machines_processors", kind, str(port)], cwd=ROOT)
     for _ in range(100):
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=1):

@@ -1,7 +1,7 @@
 """No-op processors served over HTTP in a process of their own, for bench/machines.py's `http` and `thrift` rows.
 
-    .venv/bin/python bench/machines_processors.py json PORT     # the JSON protocol (mainspring.machines.host)
-    .venv/bin/python bench/machines_processors.py thrift PORT   # Machinegun's Processor service over woody
+    .venv/bin/python -m bench.machines_processors json PORT     # the JSON protocol (mainspring.machines.host)
+    .venv/bin/python -m bench.machines_processors thrift PORT   # Machinegun's Processor service over woody
 
 Each appends one event per step and answers a call with its argument, as a Machinegun user's processor
 would at its simplest: what is measured is Mainspring's side of the step, not the business logic.
@@ -9,7 +9,7 @@ would at its simplest: what is measured is Mainspring's side of the step, not th
 
 from __future__ import annotations
 
-import sys
+import argparse
 from typing import Any
 
 
@@ -60,7 +60,11 @@ def thrift_app() -> Any:
 
 
 def main() -> None:
-    kind, port = sys.argv[1], int(sys.argv[2])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("kind", choices=("json", "thrift"))
+    parser.add_argument("port", type=int)
+    args = parser.parse_args()
+    kind, port = args.kind, args.port
     if kind == "json":
         from mainspring.machines.host import serve_processor
 

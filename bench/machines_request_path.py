@@ -1,6 +1,6 @@
 """Start and Call on the request path, in-process (no HTTP): what one server spends per durable step.
 
-    .venv/bin/python bench/machines_request_path.py [--engines sqlite,postgres] [--seconds 5] [--machines 1000]
+    .venv/bin/python -m bench.machines_request_path [--engines sqlite,postgres] [--seconds 5] [--machines 1000]
 
 The processor is the counter of ../shared/bench/http/counter_app.py (plain ``def`` methods, so each step
 also pays the hop to a thread that a sync processor costs). For each engine: Start of new machines and Call

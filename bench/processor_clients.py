@@ -1,6 +1,6 @@
 """The outbound HTTP client of processors, A/B: httpx vs httpcore vs aiohttp under 64 concurrent calls.
 
-    .venv/bin/python bench/processor_clients.py [--requests 5000] [--concurrency 64] [--rounds 3] [--port P]
+    .venv/bin/python -m bench.processor_clients [--requests 5000] [--concurrency 64] [--rounds 3] [--port P]
 
 Each client POSTs the JSON processor request of a `call` step (a machine with a short history) to the no-op
 processor of bench/machines_processors.py (its own process, one uvicorn worker) and reads the JSON answer, with
@@ -22,7 +22,7 @@ import aiohttp
 import httpcore
 import httpx
 
-from machines import free_port, percentile, process_cpu_s, serve_processor
+from bench.machines import free_port, percentile, process_cpu_s, serve_processor
 
 BODY = {
     "kind": "call",

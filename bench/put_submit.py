@@ -3,8 +3,8 @@ process's CPU per operation (utime+stime) and the statements (round trips on Pos
 caller at a time or ``--concurrency`` at once (sharing group commits). Compare versions of the code in the
 same minute with ``PYTHONPATH=<a git archive of the other version>/src``.
 
-    .venv/bin/python bench/put_submit.py --engine postgres --operations 600 --concurrency 1
-    .venv/bin/python bench/put_submit.py --engine sqlite --operations 600 --concurrency 8
+    .venv/bin/python -m bench.put_submit --engine postgres --operations 600 --concurrency 1
+    .venv/bin/python -m bench.put_submit --engine sqlite --operations 600 --concurrency 8
 """
 
 from __future__ import annotations
@@ -13,16 +13,13 @@ import argparse
 import asyncio
 import os
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import SimpleNamespace
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from exchange import drop_database, fresh_database
+from bench.exchange import drop_database, fresh_database
 from mainspring.batching import service
 from mainspring.batching.models import BatcherSettingsIn, TaskIn
 from mainspring.core.runtime import Context

@@ -1,7 +1,7 @@
 """The request path, measured the way the issue measured it: the shared ``wrk`` probes against a real
 ``mainspring serve``, each figure also as a fraction of the same run's ``GET /healthz`` floor.
 
-    .venv/bin/python bench/request_path.py [--engines sqlite,postgres] [--seconds 5] [--workers 1] [--pg URL]
+    .venv/bin/python -m bench.request_path [--engines sqlite,postgres] [--seconds 5] [--workers 1] [--pg URL]
 
 Needs ``wrk`` (Debian package) and the probes in ``../shared/bench/http/`` (the ``*.lua`` scripts and
 ``counter_app.py``; this runs them the way ``run.sh`` and ``machines.sh`` do, one ``wrk`` per row, so it can
@@ -25,8 +25,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pgcpu import backends_cpu_s
+from bench.pgcpu import backends_cpu_s
 
 PROBES = Path(__file__).resolve().parents[2] / "shared" / "bench" / "http"
 UNIT_MS = {"us": 0.001, "ms": 1.0, "s": 1000.0}

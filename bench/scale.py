@@ -1,12 +1,12 @@
 """Issue 26: a big store — do pages, counts and starts stay fast? Run by hand, never in CI.
 
     # fill (once; SQL, not HTTP: generate_series on PostgreSQL, executemany on SQLite), then measure:
-    .venv/bin/python bench/scale.py fill --database postgresql://postgres@127.0.0.1:5432/ms_scale --interactions 1000000
-    .venv/bin/python bench/scale.py measure --database postgresql://postgres@127.0.0.1:5432/ms_scale
-    .venv/bin/python bench/scale.py service --database postgresql://postgres@127.0.0.1:5432/ms_scale
-    .venv/bin/python bench/scale.py explain --database postgresql://postgres@127.0.0.1:5432/ms_scale
-    .venv/bin/python bench/scale.py ab --database postgresql://postgres@127.0.0.1:5432/ms_scale_ab
-    .venv/bin/python bench/scale.py soak --database postgresql://postgres@127.0.0.1:5432/ms_scale_soak --minutes 30
+    .venv/bin/python -m bench.scale fill --database postgresql://postgres@127.0.0.1:5432/ms_scale --interactions 1000000
+    .venv/bin/python -m bench.scale measure --database postgresql://postgres@127.0.0.1:5432/ms_scale
+    .venv/bin/python -m bench.scale service --database postgresql://postgres@127.0.0.1:5432/ms_scale
+    .venv/bin/python -m bench.scale explain --database postgresql://postgres@127.0.0.1:5432/ms_scale
+    .venv/bin/python -m bench.scale ab --database postgresql://postgres@127.0.0.1:5432/ms_scale_ab
+    .venv/bin/python -m bench.scale soak --database postgresql://postgres@127.0.0.1:5432/ms_scale_soak --minutes 30
 
 The fill creates the database (PostgreSQL) or file (SQLite), migrates it with ``mainspring migrate`` and
 writes ``--interactions`` items over ``--queues`` queues, by id: per thousand, 900 completed, 20 failed,
@@ -49,9 +49,9 @@ from typing import Any
 
 import httpx
 
+from bench import ROOT
+from bench.pgcpu import backends_cpu_s
 from mainspring.core.metrics import REFRESH_S
-
-ROOT = Path(__file__).resolve().parent.parent
 
 # (state, next_processing relative to now or None, lease) per thousand, in id order.
 MIX = [("completed", 900), ("failed", 20), ("cancelled", 10), ("ready", 50), ("scheduled", 10), ("waiting", 5),
@@ -567,9 +567,6 @@ async def write_path(url: str, creates: int, jobs: int, statements: bool = False
     (``pg_stat_statements``, which the server must preload; reset before the worker starts). The worker has a
     store of its own, as ``mainspring worker`` does (``generic_plans``: as it does, its plans generic)."""
     import asyncpg
-
-    sys.path.insert(0, str(ROOT / "bench"))
-    from pgcpu import backends_cpu_s
 
     from mainspring.app import App
     from mainspring.interactions import service

@@ -2,7 +2,7 @@
 checkout, alternating, on one filled store (``bench/scale.py fill``, ``fill-faces``). Run by hand:
 
     git archive <commit> src | (mkdir -p /tmp/before && tar -x -C /tmp/before)
-    .venv/bin/python bench/scale_http_ab.py --database postgresql://postgres@127.0.0.1:5499/ms_scale --before-src /tmp/before/src
+    .venv/bin/python -m bench.scale_http_ab --database postgresql://postgres@127.0.0.1:5499/ms_scale --before-src /tmp/before/src
 
 Each round starts ``mainspring serve`` on the store with each code (PYTHONPATH first), then times
 ``/healthz`` (the floor), ``/metrics`` and ``/ui/`` as ``scale.py measure`` does (median of 5 after one).
@@ -16,12 +16,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import scale
+from bench import scale
 
 
 def serve(database: str, src: str | None) -> tuple[subprocess.Popen[bytes], str]:

@@ -1,7 +1,7 @@
 """Many servers on one PostgreSQL, measured: 1, 2, 3 … ``mainspring serve`` processes on one database.
 
     .venv/bin/pip install -e '.[bench]'   # matplotlib for the plot, py-spy for --profile
-    flock /tmp/mainspring-heavy.lock .venv/bin/python bench/servers.py \\
+    flock /tmp/mainspring-heavy.lock .venv/bin/python -m bench.servers \\
         --pg postgresql://postgres@127.0.0.1:5432/postgres [--servers 1,2,3] [--seconds 10] [--profile]
 
 For each count of servers (a fresh database each time, every server running ``bench/servers_app.py``):
@@ -39,6 +39,7 @@ from typing import Any
 import asyncpg
 import httpx
 
+from bench import ROOT
 from mainspring.interactions import service
 from mainspring.interactions.settings import InteractionsSettings
 from mainspring.store import Store
@@ -101,12 +102,12 @@ class Server:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         args = [sys.executable, "-m", "mainspring.cli", "serve", "--port", str(self.port), "--database", database_url,
-                "--data-dir", str(data_dir), "--app", "servers_app:app"]
+                "--data-dir", str(data_dir), "--app", "bench.servers_app:app"]
         # --workers: the request-path issue adds `mainspring serve --workers N` (several processes per server);
         # the run is refused before it starts when this serve does not have it (see main()).
         if workers is not None:
             args += ["--workers", str(workers)]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")])),
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
                "MAINSPRING_SERVER__LOG_LEVEL": "WARNING"}
         self.log = (data_dir.parent / f"server-{self.port}.log").open("wb")
         self.proc = subprocess.Popen(args, env=env, stdout=self.log, stderr=subprocess.STDOUT)

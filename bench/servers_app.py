@@ -1,6 +1,6 @@
 """What every server of ``bench/servers.py`` runs in-process: a no-op handler for the processing queue and
-the counter processor for machine steps (``mainspring serve --app servers_app:app``, this folder on
-PYTHONPATH)."""
+the counter processor for machine steps (``mainspring serve --app bench.servers_app:app``, the
+repository root on PYTHONPATH)."""
 
 from __future__ import annotations
 

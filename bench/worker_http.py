@@ -1,7 +1,7 @@
 """A worker through the HTTP API (``mainspring worker APP --url``) beside a worker on the store (``mainspring
 worker APP``): processed/s and CPU per item, on PostgreSQL and SQLite, runs alternated in the same minutes.
 
-    .venv/bin/python bench/worker_http.py [--pg postgresql://postgres@127.0.0.1:5432/postgres] [--jobs 3000]
+    .venv/bin/python -m bench.worker_http [--pg postgresql://postgres@127.0.0.1:5432/postgres] [--jobs 3000]
         [--rounds 2] [--engines postgres,sqlite] [--port 19650]
 
 Each engine gets a fresh database and one ``mainspring serve`` process (the HTTP worker needs it; the
@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from pgcpu import postgres_cpu_s
 
-from interactions import drop_database, fresh_database
+from bench.interactions import drop_database, fresh_database
+from bench.pgcpu import postgres_cpu_s
 from mainspring.app import App
 from mainspring.config import load_settings
 from mainspring.interactions import service

@@ -3,7 +3,7 @@ at a time from ``../shared/bench/http/`` (8 connections), and the server process
 requests it answered. ``GET /healthz`` and an interaction create run in the same minute as the peers to read
 the exchange put and the batching submit against.
 
-    .venv/bin/python bench/write_cpu.py [--engines postgres,sqlite] [--seconds 5] [--paths healthz,ia_create,ex_put,bt_submit]
+    .venv/bin/python -m bench.write_cpu [--engines postgres,sqlite] [--seconds 5] [--paths healthz,ia_create,ex_put,bt_submit]
 
 Prints the machine's load average with every row: on a shared machine read the CPU per operation and the
 ratios, not the rates.
@@ -20,9 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from request_path import PROBES, free_port, fresh_pg, wait_ready
+from bench.request_path import PROBES, free_port, fresh_pg, wait_ready
 
 RPS = re.compile(r"Requests/sec:\s+([\d.]+)")
 TOTAL = re.compile(r"(\d+) requests in")

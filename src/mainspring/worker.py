@@ -126,7 +126,7 @@ async def run(settings: Settings, app: App, *, http_host: str = "127.0.0.1", htt
             # Generic plans only: a worker sends a few statements thousands of times, each written to keep its
             # index without its parameters (tests/interactions/test_generic_plans.py). Left to choose, PostgreSQL
             # re-plans the lease at every call on a big store (~0.5 ms each: its generic plan, costed for an
-            # average queue, looks costlier than a custom one for a small queue) — bench/README, scale4.
+            # average queue, looks costlier than a custom one for a small queue) — bench/history/2026-11-27-scale4.md.
             store = Store(server.database_url(), pool_size=server.pool_size, sqlite_synchronous=server.sqlite_synchronous,
                           generic_plans=True)
             await store.start()

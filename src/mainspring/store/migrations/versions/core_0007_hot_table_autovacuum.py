@@ -3,7 +3,7 @@
 PostgreSQL's defaults vacuum a table after 20 % of it is dead: at 10M items that is 2M dead rows before the
 first vacuum, bloat that the indexes keep. An item is inserted, updated at least twice (leased, finished) and
 deleted by retention, and an event is inserted and deleted by retention: at 500 creates/s the items table
-makes ~1,500 dead rows a second (bench/README "soak"). Vacuumed after 2 % (and 1,000 rows) with ten times
+makes ~1,500 dead rows a second (bench/history/2026-11-27-scale2.md, the soak). Vacuumed after 2 % (and 1,000 rows) with ten times
 PostgreSQL's default work per round, both stay flat; inserts alone also trigger a vacuum after 2 %, which
 keeps the visibility map current for the index-only scans of the counts' ready/scheduled split. SQLite has
 no autovacuum to set: nothing there.
