@@ -72,8 +72,8 @@ class QueueOptions(BaseModel):
     every exception is retried."""
     fail_for: tuple[type[Exception], ...] | None = None
     """These exceptions fail the item at once, even when ``retry_for`` names a base class of theirs."""
-    # The queue's own settings, used when the queue is first created (stored settings win afterwards, as
-    # `PUT /v1/queues/{queue}` sets them).
+    # The queue's own settings, stored by every worker when it starts: the code wins for those it names; the
+    # others keep what `PUT /v1/queues/{queue}` stored.
     error_delay_ms: int | None = Field(None, ge=0)
     backoff: Literal["fixed", "exponential"] | None = None
     max_delay_ms: int | None = Field(None, ge=0)
@@ -161,8 +161,8 @@ class App:
         and returns an outcome (``Complete``, ``Fail``, ``Repeat``, ``Wait``, ``Retry``) or a plain value,
         which completes the item with that result. Raising means ``Retry`` — unless ``retry_for`` is given
         and does not name the exception, or ``fail_for`` does: then ``Fail``. ``error_delay_ms``,
-        ``backoff``, ``max_delay_ms``, ``jitter`` and ``max_attempts`` set the queue's retry policy when the
-        queue is first created, and so do ``priority_aging_ms``, ``owner_by``, ``per_owner``
+        ``backoff``, ``max_delay_ms``, ``jitter`` and ``max_attempts`` set the queue's retry policy when a
+        worker starts (the code wins over stored settings for those it names), and so do ``priority_aging_ms``, ``owner_by``, ``per_owner``
         (``{"concurrency": n, "rate_limit": {"count": n, "per_ms": ms}}``), ``fair`` and ``weights``: limits per
         owner and fair shares between owners, held across all servers. See ``QueueOptions``.
         """

@@ -94,7 +94,7 @@ def next_processing_in(item: dict[str, Any], clock: ManualClock) -> int:
 # --- @app.queue ----------------------------------------------------------------------------------------
 
 
-async def test_app_queue_sets_the_retry_policy_of_a_queue_it_creates_and_stored_settings_win_afterwards(
+async def test_app_queue_sets_the_retry_policy_it_names_on_a_new_queue_and_an_existing_one_keeps_the_rest(
     store: Store, settings: Settings
 ) -> None:
     cfg = settings.interactions
@@ -109,7 +109,7 @@ async def test_app_queue_sets_the_retry_policy_of_a_queue_it_creates_and_stored_
         assert {k: new[k] for k in ("error_delay_ms", "backoff", "max_delay_ms", "jitter", "max_attempts")} == {
             "error_delay_ms": 250, "backoff": "exponential", "max_delay_ms": 4000, "jitter": True, "max_attempts": 7}
         tuned = await service.get_queue(store, cfg, "tuned")
-        assert (tuned["backoff"], tuned["error_delay_ms"]) == ("fixed", 100)
+        assert (tuned["backoff"], tuned["error_delay_ms"]) == ("exponential", 100), "the code's backoff, the stored delay"
     finally:
         await worker.stop()
 

@@ -77,6 +77,10 @@ class InteractionRow:
         return self.state == "processing" and leases.is_held(self.lease_token, self.lease_expires_at, token, now)
 
 
+Starts = list[list[int]]
+"""A rate log: the lease starts still in the window, ``[[at, n], …]`` oldest first (``n`` started at ``at``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class QueueRow:
     name: str
@@ -88,8 +92,6 @@ class QueueRow:
     max_attempts: int
     processing_timeout_ms: int | None
     retention_ms: int | None
-    window_start: int
-    window_count: int
     created_at: int
     updated_at: int
     paused: bool
@@ -104,6 +106,7 @@ class QueueRow:
     fair: bool
     weights: dict[str, int] | None
     fair_clock: int
+    rate_starts: Starts | None
 
     @property
     def owned(self) -> bool:
@@ -272,8 +275,8 @@ async def queues_by_name(conn: Executor, names: Iterable[str]) -> dict[str, Queu
     return {r.name: _queue(r) for r in rows}
 
 
-async def set_rate_window(tx: Executor, name: str, start: int, count: int) -> None:
-    await tx.execute(queues.update().where(queues.c.name == name).values(window_start=start, window_count=count))
+async def set_rate_starts(tx: Executor, name: str, starts: Starts) -> None:
+    await tx.execute(queues.update().where(queues.c.name == name).values(rate_starts=starts))
 
 
 async def queue_names(conn: Executor) -> list[str]:
@@ -1125,24 +1128,29 @@ async def processing_by_owner(tx: Transaction, queue: str) -> dict[str, int]:
 
 @dataclass(slots=True)
 class OwnerState:
-    """An owner's rate window and turn (``interaction_owners``), as a lease changes them."""
+    """An owner's recent lease starts (its rate log, ``leasing.rate_left``) and turn (``interaction_owners``), as a
+    lease changes them."""
 
-    window_start: int = 0
-    window_count: int = 0
+    rate_starts: Starts | None = None
     turn: int = 0
+
+
+def _starts(value: Any) -> Starts | None:
+    """A rate log as a statement read it: decoded already, or JSON text (a textual statement's column)."""
+    return json.loads(value) if isinstance(value, str | bytes) else value
 
 
 async def owner_states(tx: Transaction, queue: str, owners: Sequence[str]) -> dict[str, OwnerState]:
     if not owners:
         return {}
-    query = select(owners_table.c.owner, owners_table.c.window_start, owners_table.c.window_count, owners_table.c.turn).where(
+    query = select(owners_table.c.owner, owners_table.c.rate_starts, owners_table.c.turn).where(
         owners_table.c.queue == queue, tx.store.dialect.any_of(owners_table.c.owner, sorted(owners))
     )
-    return {r.owner: OwnerState(int(r.window_start), int(r.window_count), int(r.turn)) for r in (await tx.execute(query)).all()}
+    return {r.owner: OwnerState(_starts(r.rate_starts), int(r.turn)) for r in (await tx.execute(query)).all()}
 
 
 _OWNERS_IN_TURN = (
-    "SELECT owner, window_start, window_count, turn FROM interaction_owners WHERE queue = :queue AND next_due IS NOT NULL "
+    "SELECT owner, rate_starts, turn FROM interaction_owners WHERE queue = :queue AND next_due IS NOT NULL "
     "AND next_due <= :now {after}ORDER BY turn, owner LIMIT :n"
 )
 _OWNERS_IN_TURN_AFTER = "AND (turn > :turn OR (turn = :turn AND owner > :owner)) "
@@ -1156,7 +1164,7 @@ async def owners_in_turn(tx: Transaction, queue: str, now: int, after: tuple[int
     if after is not None:
         params.update(turn=after[0], owner=after[1])
     rows = (await tx.fetch(_OWNERS_IN_TURN_STATEMENTS[after is not None], params)).all()
-    return [(r.owner, OwnerState(int(r.window_start), int(r.window_count), int(r.turn))) for r in rows]
+    return [(r.owner, OwnerState(_starts(r.rate_starts), int(r.turn))) for r in rows]
 
 
 SETTLE_READ = 1000
@@ -1191,34 +1199,40 @@ async def settle_owner_dues(tx: Transaction, queue: str, owners: Iterable[str], 
 
 
 _LOCK_IDLE_OWNERS = (
-    "SELECT o.owner FROM interaction_owners AS o JOIN interaction_queues AS q ON q.name = o.queue WHERE o.queue = :queue AND o.owner > :after "
-    "AND (o.next_due IS NULL OR o.next_due <= :now) AND o.turn <= q.fair_clock AND (o.window_start + coalesce(q.per_owner_rate_per_ms, 0) <= :window_end "
-    "OR q.per_owner_rate_per_ms IS NULL) ORDER BY o.owner LIMIT :n"
+    "SELECT o.owner, o.rate_starts, q.per_owner_rate_per_ms FROM interaction_owners AS o JOIN interaction_queues AS q ON q.name = o.queue "
+    "WHERE o.queue = :queue AND o.owner > :after AND (o.next_due IS NULL OR o.next_due <= :now) AND o.turn <= q.fair_clock "
+    "ORDER BY o.owner LIMIT :n"
 )
 _DELETE_IDLE_OWNERS = text(
     "DELETE FROM interaction_owners WHERE queue = :queue AND owner = :owner AND next_due IS NULL"
 )
 OWNER_WINDOW_MARGIN_MS = 60_000
-"""How long after its end an owner's rate window is still kept (for a server whose clock runs behind)."""
+"""How long after it leaves the rate window an owner's latest start is still kept (for a server whose clock runs behind)."""
 
 
 async def prune_idle_owners(tx: Transaction, queue: str, now: int, after: str, batch: int) -> tuple[str | None, int]:
     """Delete owner rows of ``queue`` that say nothing a missing row would not: nothing queued, a turn the queue's
     clock has passed (a missing row starts at the clock), no rate window in effect. Looks at up to ``batch`` rows
-    after the owner ``after``; answers the last owner looked at (None: none was left) and how many were deleted.
+    after the owner ``after``; answers the owner to look after next (None: from the first) and how many were deleted.
     Runs under the queue's row lock, like the leases that write these rows."""
     sql = _LOCK_IDLE_OWNERS + (" FOR UPDATE OF o" if tx.store.is_postgres else "")
-    params = {"queue": queue, "now": now, "after": after, "n": batch, "window_end": now - OWNER_WINDOW_MARGIN_MS}
-    owners = [r[0] for r in (await tx.execute(text(sql), params)).all()]
-    if not owners:
+    looked = (await tx.execute(text(sql), {"queue": queue, "now": now, "after": after, "n": batch})).all()
+    if not looked:
         return None, 0
+    # A start still in its window (with the margin) keeps the row: a missing row would let the owner start again.
+    owners = [r.owner for r in looked
+              if r.per_owner_rate_per_ms is None or not (starts := _starts(r.rate_starts)) or starts[-1][0] + r.per_owner_rate_per_ms <= now - OWNER_WINDOW_MARGIN_MS]
+    # The next call begins after the last one looked at, or from the first again once this reached the end.
+    last = looked[-1].owner if len(looked) == batch else None
+    if not owners:
+        return last, 0
     # Held now (FOR UPDATE waited for the writers in flight): one queuing an item for them later waits for this
     # commit, then inserts the row again.
     await tx.execute(_SETTLE_DUE, [{"queue": queue, "owner": o, "now": now, "most": SETTLE_READ} for o in owners])
     deleted = 0
     for owner in owners:
         deleted += (await tx.execute(_DELETE_IDLE_OWNERS, {"queue": queue, "owner": owner})).rowcount
-    return owners[-1], deleted
+    return last, deleted
 
 
 async def queues_with_owner_rows(conn: Executor) -> list[str]:
@@ -1239,23 +1253,22 @@ _FILL_OWNER_DUES = text(
 # In owner order, as every writer of these rows locks them.
 _SAVED_OWNERS_CTES = (
     "clock AS (UPDATE interaction_queues SET fair_clock = CAST(:clock AS bigint) WHERE name = :queue AND CAST(:clock AS bigint) IS NOT NULL), "
-    "saved AS (INSERT INTO interaction_owners (queue, owner, window_start, window_count, turn) "
-    "SELECT :queue, s.owner, s.window_start, s.window_count, s.turn FROM unnest(CAST(:owners AS text[]), "
-    "CAST(:starts AS bigint[]), CAST(:counts AS integer[]), CAST(:turns AS bigint[])) AS s(owner, window_start, window_count, turn) "
-    "ORDER BY s.owner ON CONFLICT (queue, owner) DO UPDATE SET window_start = excluded.window_start, "
-    "window_count = excluded.window_count, turn = excluded.turn) "
+    "saved AS (INSERT INTO interaction_owners (queue, owner, rate_starts, turn) "
+    "SELECT :queue, s.owner, CAST(s.rate_starts AS jsonb), s.turn FROM unnest(CAST(:owners AS text[]), "
+    "CAST(:starts AS text[]), CAST(:turns AS bigint[])) AS s(owner, rate_starts, turn) "
+    "ORDER BY s.owner ON CONFLICT (queue, owner) DO UPDATE SET rate_starts = excluded.rate_starts, turn = excluded.turn) "
 )
 _SAVE_OWNER_STATES = text("WITH " + _SAVED_OWNERS_CTES + "SELECT 1")
 
 
 def _owner_state_params(queue: str, states: dict[str, OwnerState], fair_clock: int | None) -> dict[str, Any]:
     ordered = sorted(states.items())
-    return {"queue": queue, "clock": fair_clock, "owners": [o for o, _ in ordered], "starts": [st.window_start for _, st in ordered],
-            "counts": [st.window_count for _, st in ordered], "turns": [st.turn for _, st in ordered]}
+    return {"queue": queue, "clock": fair_clock, "owners": [o for o, _ in ordered],
+            "starts": [None if st.rate_starts is None else json.dumps(st.rate_starts) for _, st in ordered], "turns": [st.turn for _, st in ordered]}
 
 
 async def save_owner_states(tx: Transaction, queue: str, states: dict[str, OwnerState], fair_clock: int | None = None) -> None:
-    """Write the owners' rate windows and turns, and the queue's ``fair_clock`` when it moves (not None)."""
+    """Write the owners' rate logs and turns, and the queue's ``fair_clock`` when it moves (not None)."""
     ordered = sorted(states.items())
     if tx.store.is_postgres and ordered:
         await tx.fetch(_SAVE_OWNER_STATES, _owner_state_params(queue, states, fair_clock))
@@ -1264,12 +1277,9 @@ async def save_owner_states(tx: Transaction, queue: str, states: dict[str, Owner
         stmt = tx.store.dialect.insert(owners_table)
         stmt = stmt.on_conflict_do_update(
             index_elements=["queue", "owner"],
-            set_={"window_start": stmt.excluded.window_start, "window_count": stmt.excluded.window_count, "turn": stmt.excluded.turn},
+            set_={"rate_starts": stmt.excluded.rate_starts, "turn": stmt.excluded.turn},
         )
-        await tx.execute(stmt, [
-            {"queue": queue, "owner": o, "window_start": st.window_start, "window_count": st.window_count, "turn": st.turn}
-            for o, st in ordered
-        ])
+        await tx.execute(stmt, [{"queue": queue, "owner": o, "rate_starts": st.rate_starts, "turn": st.turn} for o, st in ordered])
     if fair_clock is not None:
         await tx.execute(queues.update().where(queues.c.name == queue).values(fair_clock=fair_clock))
 

@@ -2,8 +2,8 @@
 
 Limits hold across all servers because they are decided in the store: a lease locks the queue's row (so
 leases of one queue are serialized, on any server), counts the queue's leased items for ``concurrency``
-and keeps the current rate window (start, count) in that row for ``rate_limit``. Every write that ends
-a lease is fenced by its token: a late worker gets ``409 lease_lost`` and changes nothing.
+and keeps the recent lease starts in that row for ``rate_limit`` (a sliding window: ``rate_left``). Every write
+that ends a lease is fenced by its token: a late worker gets ``409 lease_lost`` and changes nothing.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import heapq
 import json
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +20,7 @@ from mainspring.core import outbox
 from mainspring.core.errors import LeaseLost
 from mainspring.core.leases import new_token
 from mainspring.interactions import data, metrics, outcomes
-from mainspring.interactions.data import InteractionRow, QueueRow
+from mainspring.interactions.data import InteractionRow, QueueRow, Starts
 from mainspring.interactions.retry import retry_delay_ms
 from mainspring.interactions.service import (
     KIND,
@@ -101,10 +102,47 @@ async def expire_leases(tx: Transaction, q: QueueRow, now: int) -> int:
     return len(rows)
 
 
-def _window(now: int, per_ms: int, started: int) -> int:
-    """The rate window ``now`` falls in; never one before the window in force (``started``), which a server
-    whose clock runs ahead may have opened: going back would count a window twice."""
-    return max(now - now % per_ms, started)
+RATE_STARTS_KEPT = 64
+"""At most this many entries in a rate log: past it the oldest becomes part of the next, at the next one's time.
+Its starts are then counted a little longer than they were made, never less: the limit still holds, and only a
+queue whose leases start items one by one at a high rate may get a little less than its rate. (The store's
+function ``mainspring_rate_started``, migration interactions_0015, keeps as many.)"""
+
+
+def _rate_time(starts: Starts | None, now: int) -> int:
+    """The time the log is read at: ``now``, never before its latest start (one written by a server whose clock
+    runs ahead), so the times in the log only grow and every window is counted from one of them."""
+    return max(now, starts[-1][0]) if starts else now
+
+
+def rate_left(starts: Starts | None, now: int, per_ms: int, count: int) -> int:
+    """How many more leases may start at ``now`` under a limit of ``count`` per ``per_ms``, given the log of the
+    starts so far (``[[at, n], …]``, oldest first: ``n`` started at ``at``): a sliding window, so no span of
+    ``per_ms`` ever holds more than ``count`` starts, wherever the wall clock's seconds begin. (A fixed window
+    let ``count`` start at its end and ``count`` more at the next one's beginning; a token bucket or GCRA with a
+    burst of ``count`` lets a burst and its refill into one span.)"""
+    at = _rate_time(starts, now)
+    return count - sum(n for t, n in starts or () if t > at - per_ms)
+
+
+def rate_free_at(starts: Starts | None, now: int, per_ms: int) -> int:
+    """When the oldest start counted at ``now`` leaves the window (a lease limited now may take more then)."""
+    at = _rate_time(starts, now)
+    return min((t for t, _ in starts or () if t > at - per_ms), default=at) + per_ms
+
+
+def rate_started(starts: Starts | None, now: int, n: int, per_ms: int) -> Starts:
+    """The log after ``n`` more starts at ``now``: what has left the window dropped, at most RATE_STARTS_KEPT entries."""
+    at = _rate_time(starts, now)
+    kept = [[t, k] for t, k in starts or () if t > at - per_ms]
+    if kept and kept[-1][0] == at:
+        kept[-1][1] += n
+    else:
+        kept.append([at, n])
+    while len(kept) > RATE_STARTS_KEPT:
+        oldest = kept.pop(0)
+        kept[0][1] += oldest[1]
+    return kept
 
 
 def _lease_end(q: QueueRow, leased_at: int, now: int, lease_ms: int) -> int:
@@ -157,14 +195,10 @@ async def _lease_once(store: Store, cfg: InteractionsSettings, queue: str, worke
         if q.concurrency is not None:
             slots = q.concurrency - leased_now
             room = min(room, slots)
-        window_start, window_count = q.window_start, q.window_count
-        if q.rate_limit_count is not None:
-            current = _window(now, q.rate_limit_per_ms, window_start)
-            if window_start != current:
-                window_start, window_count = current, 0
-            left = q.rate_limit_count - window_count
+        if q.rate_limit_count is not None and q.rate_limit_per_ms is not None:
+            left = rate_left(q.rate_starts, now, q.rate_limit_per_ms, q.rate_limit_count)
             if left < room:
-                limited_until = current + q.rate_limit_per_ms
+                limited_until = rate_free_at(q.rate_starts, now, q.rate_limit_per_ms)
             room = min(room, left)
         rows: list[InteractionRow] = []
         upcoming: tuple[int | None, int | None] | None = None
@@ -181,9 +215,8 @@ async def _lease_once(store: Store, cfg: InteractionsSettings, queue: str, worke
             rows, upcoming = took.rows, (took.next_due, took.next_expiry)
         taken: list[dict[str, Any]] = []
         if rows:
-            if q.rate_limit_count is not None:
-                window_count += len(rows)
-                await data.set_rate_window(tx, queue, window_start, window_count)
+            if q.rate_limit_count is not None and q.rate_limit_per_ms is not None:
+                await data.set_rate_starts(tx, queue, rate_started(q.rate_starts, now, len(rows), q.rate_limit_per_ms))
             taken = [to_api(r, now, with_lease=True) for r in rows]
         next_due = None
         if len(rows) < max_items:
@@ -219,23 +252,19 @@ async def _pick(
         heads = await data.owners_heads(tx, tx.store, q.name, now, {o: (0, n) for o, n in left.items()}, q.priority_aging_ms)
         order = data.aged_order(q.priority_aging_ms) if q.priority_aging_ms is not None else (lambda c: (-c.priority, c.next_processing, c.id))
         taken = sorted((c for found in heads.values() for c in found), key=order)[:room]
-    served: dict[str, data.OwnerState] = {}
-    for c in taken:
-        state = served[c.owner] = states[c.owner]
-        state.window_count += 1
+    served = {c.owner: states[c.owner] for c in taken}
+    if q.per_owner_rate_count is not None and q.per_owner_rate_per_ms is not None:
+        for owner, n in Counter(c.owner for c in taken).items():
+            served[owner].rate_starts = rate_started(served[owner].rate_starts, now, n, q.per_owner_rate_per_ms)
     return [c.id for c in taken], exhausted, served if q.per_owner_rate_count is not None or q.fair else None, clock
 
 
 def _owner_room(q: QueueRow, now: int, state: data.OwnerState, room: int, processing: int) -> int:
-    """How many items the owner may take now, within ``room`` and its limits (its rate window in ``state`` moves
-    to the current one)."""
+    """How many items the owner may take now, within ``room`` and its limits."""
     if q.per_owner_concurrency is not None:
         room = min(room, q.per_owner_concurrency - processing)
     if q.per_owner_rate_count is not None and q.per_owner_rate_per_ms is not None:
-        current = _window(now, q.per_owner_rate_per_ms, state.window_start)
-        if state.window_start != current:
-            state.window_start, state.window_count = current, 0
-        room = min(room, q.per_owner_rate_count - state.window_count)
+        room = min(room, rate_left(state.rate_starts, now, q.per_owner_rate_per_ms, q.per_owner_rate_count))
     return room
 
 

@@ -167,8 +167,8 @@ def _settings_of(row: QueueRow) -> dict[str, Any]:
     return {k: getattr(row, k) for k in data.QUEUE_SETTINGS}
 
 
-async def put_queue(store: Store, cfg: InteractionsSettings, queue: str, values: dict[str, Any]) -> dict[str, Any]:
-    """Replace a queue's settings; every server applies them at its next lease."""
+def _stored_settings(cfg: InteractionsSettings, values: dict[str, Any]) -> dict[str, Any]:
+    """The stored columns of a queue's settings as the API gives them (absent ones: the defaults)."""
     settings = queue_defaults(cfg)
     for key in ("concurrency", "lease_ms", "error_delay_ms", "max_attempts", "processing_timeout_ms", "retention_ms", *data.RETRY_SETTINGS):
         if values.get(key) is not None:
@@ -177,19 +177,47 @@ async def put_queue(store: Store, cfg: InteractionsSettings, queue: str, values:
     settings["rate_limit_count"] = rate["count"] if rate else None
     settings["rate_limit_per_ms"] = rate["per_ms"] if rate else None
     settings.update(owner_settings_from_api(values))
+    return settings
+
+
+async def put_queue(store: Store, cfg: InteractionsSettings, queue: str, values: dict[str, Any]) -> dict[str, Any]:
+    """Replace a queue's settings; every server applies them at its next lease."""
     async with store.transaction() as tx:
-        await data.put_queue(tx, queue, settings)
+        await data.put_queue(tx, queue, _stored_settings(cfg, values))
         # A looser limit may let waiting workers lease at once.
         tx.notify(queue_channel(queue))
     return await get_queue(store, cfg, queue)
 
 
-async def create_queues(store: Store, cfg: InteractionsSettings, settings: dict[str, dict[str, Any]]) -> None:
-    """Create each queue of ``settings`` that does not exist yet with those settings over the defaults
-    (``@app.queue``'s retry policy); existing queues keep what they have."""
+Changes = dict[str, tuple[Any, Any]]
+"""Settings a worker's ``@app.queue`` changed: name → (stored before, now)."""
+
+
+def merge_queue_settings(current: dict[str, Any], given: dict[str, Any]) -> tuple[dict[str, Any], Changes]:
+    """The settings ``given`` (API-shaped, as ``@app.queue`` names them) over ``current`` (as ``GET
+    /v1/queues/{queue}`` answers them), and what that changes. ``per_owner`` is given whole."""
+    given = dict(given)
+    if "per_owner" in given:
+        given["per_owner"] = {"concurrency": given["per_owner"].get("concurrency"), "rate_limit": given["per_owner"].get("rate_limit")}
+    changes = {k: (current.get(k), v) for k, v in given.items() if current.get(k) != v}
+    return {**current, **given}, changes
+
+
+async def apply_queue_settings(store: Store, cfg: InteractionsSettings, settings: dict[str, dict[str, Any]]) -> dict[str, Changes]:
+    """Store the settings a worker's ``@app.queue`` names (``settings``: per queue, API-shaped) over what each queue
+    has, creating it if new: the code wins for the options it names, every other setting stays. Answers, per queue,
+    what changed."""
+    changed: dict[str, Changes] = {}
     async with store.transaction() as tx:
         for queue, given in settings.items():
-            await data.ensure_queue(tx, queue, {**queue_defaults(cfg), **given})
+            await ensure_queue(tx, cfg, queue)
+            row = await data.lock_queue(tx, queue)
+            merged, changes = merge_queue_settings(queue_to_api(_settings_of(row), queue), given)
+            if changes:
+                await data.put_queue(tx, queue, _stored_settings(cfg, merged))
+                tx.notify(queue_channel(queue))
+                changed[queue] = changes
+    return changed
 
 
 async def get_queue(store: Store, cfg: InteractionsSettings, queue: str) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from mainspring.client.errors import InvalidRequest, LeaseLost, ServiceUnavailab
 from mainspring.core.runtime import log_failure
 from mainspring.interactions import data, leasing, outcomes, service
 from mainspring.interactions.leasing import Leased
+from mainspring.interactions.models import QueueSettingsIn
 from mainspring.interactions.settings import InteractionsSettings
 from mainspring.store import Store, format_time
 from mainspring.store.notify import Waiter
@@ -61,8 +62,8 @@ class QueueSource(Protocol):
 
     async def children(self, item_id: str, name: str | None) -> list[dict[str, Any]]: ...
 
-    async def create_queues(self, settings: dict[str, dict[str, Any]]) -> None:
-        """Create the queues of ``settings`` that do not exist yet with those settings."""
+    async def apply_queue_settings(self, settings: dict[str, dict[str, Any]]) -> dict[str, service.Changes]:
+        """Store the settings of ``settings`` (per queue, as the API gives them) over each queue's; answers what changed."""
 
 
 class StoreQueues:
@@ -102,8 +103,8 @@ class StoreQueues:
         found, _ = await service.children(self.store, item_id, name, 1000, None)
         return found
 
-    async def create_queues(self, settings: dict[str, dict[str, Any]]) -> None:
-        await service.create_queues(self.store, self.cfg, settings)
+    async def apply_queue_settings(self, settings: dict[str, dict[str, Any]]) -> dict[str, service.Changes]:
+        return await service.apply_queue_settings(self.store, self.cfg, settings)
 
 
 class _Nap:
@@ -252,11 +253,15 @@ class HttpQueues:
         page = await self.client.children(item_id, name, limit=1000)
         return [dict(i) for i in page["interactions"]]
 
-    async def create_queues(self, settings: dict[str, dict[str, Any]]) -> None:
-        # Over HTTP a worker cannot tell a new queue from one with the defaults: it changes no settings.
-        log.warning("the retry policy of @app.queue for %s is set when a worker with the store, or the server "
-                    "(mainspring serve --app), creates the queue; over HTTP, set it with PUT /v1/queues/{queue}",
-                    ", ".join(sorted(settings)))
+    async def apply_queue_settings(self, settings: dict[str, dict[str, Any]]) -> dict[str, service.Changes]:
+        changed: dict[str, service.Changes] = {}
+        for queue, given in settings.items():
+            current = {k: v for k, v in (await self.client.get_queue(queue)).items() if k in QueueSettingsIn.model_fields}
+            merged, changes = service.merge_queue_settings(current, given)
+            if changes:
+                await self.client.put_queue(queue, **merged)
+                changed[queue] = changes
+        return changed
 
 
 def _storable_body(outcome: outcomes.Outcome) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from sqlalchemy import (
 from mainspring.core.leases import lease_columns
 from mainspring.store.schema import BigId, Json, Millis, metadata
 
-# One row per queue: its settings, read by every server at each lease, and the current rate window.
+# One row per queue: its settings, read by every server at each lease, and its recent lease starts.
 # Leasing locks this row, so the concurrency and rate limits hold across all servers.
 interaction_queues = Table(
     "interaction_queues",
@@ -30,8 +30,6 @@ interaction_queues = Table(
     Column("max_attempts", Integer, nullable=False),
     Column("processing_timeout_ms", Millis, nullable=True),
     Column("retention_ms", Millis, nullable=True),
-    Column("window_start", Millis, nullable=False, server_default=text("0")),
-    Column("window_count", Integer, nullable=False, server_default=text("0")),
     Column("created_at", Millis, nullable=False),
     Column("updated_at", Millis, nullable=False),
     # A paused queue leases nothing (migration interactions_0006); what is leased already runs on.
@@ -51,6 +49,10 @@ interaction_queues = Table(
     # The fair scheduler's clock: where an owner that had nothing due starts again (the least ``turn``
     # of the owners served by the last lease), so coming back gives it its share, not a burst.
     Column("fair_clock", BigInteger, nullable=False, server_default=text("0")),
+    # The rate limit's sliding window (migration interactions_0015): the lease starts of the last ``per_ms``,
+    # ``[[at, n], …]`` oldest first (``leasing.rate_left``). The fixed window's ``window_start`` and
+    # ``window_count`` stay in the table, unused, for servers of the previous release during a rolling upgrade.
+    Column("rate_starts", Json, nullable=True),
 )
 
 # ``state`` is what is stored: queued | processing | completed | failed | cancelled. The API's status
@@ -115,7 +117,7 @@ interaction_counts = Table(
     Column("n", BigInteger, nullable=False),
 )
 
-# Per owner of a queue with ``owner_by``: its rate window, its place in the fair rotation, and when it next has
+# Per owner of a queue with ``owner_by``: its recent lease starts (``per_owner.rate_limit``, as the queue's), its place in the fair rotation, and when it next has
 # something due. Leases write it under the queue's row lock (every lease that counts limits or takes turns holds it)
 # and lock the rows they read; the writers that queue an item lower ``next_due`` by trigger (migration
 # interactions_0012), locking the owner's row until they commit.
@@ -124,8 +126,7 @@ interaction_owners = Table(
     metadata,
     Column("queue", String(128), primary_key=True),
     Column("owner", String(128), primary_key=True),
-    Column("window_start", Millis, nullable=False, server_default=text("0")),
-    Column("window_count", Integer, nullable=False, server_default=text("0")),
+    Column("rate_starts", Json, nullable=True),
     # Stride scheduling: each item leased adds TURN_STRIDE / weight; the owner with the least turn goes next.
     Column("turn", BigInteger, nullable=False, server_default=text("0")),
     # Never later than the earliest due time of the owner's queued items; NULL when none is queued (as the last

@@ -38,7 +38,7 @@ from mainspring.client import models as answers
 from mainspring.core import tracing
 from mainspring.core.logs import bind
 from mainspring.core.runtime import log_failure
-from mainspring.interactions import data, outcomes, service
+from mainspring.interactions import data, outcomes
 from mainspring.interactions.models import Interaction
 from mainspring.interactions.service import cancelled_channel, queue_channel
 from mainspring.interactions.settings import InteractionsSettings
@@ -48,9 +48,8 @@ from mainspring.store import Store
 log = logging.getLogger("mainspring.interactions.worker")
 
 RELEASE_BATCH = 500
-QUEUE_SETTINGS = ("error_delay_ms", *data.RETRY_SETTINGS, "max_attempts")
-OWNER_OPTIONS = ("priority_aging_ms", "owner_by", "per_owner", "fair", "weights")
-"""The options of ``@app.queue`` that are the queue's settings (used when a worker creates it), not its own."""
+QUEUE_SETTINGS = ("error_delay_ms", *data.RETRY_SETTINGS, "max_attempts", "priority_aging_ms", "owner_by", "per_owner", "fair", "weights")
+"""The options of ``@app.queue`` that are the queue's settings (stored when a worker starts), not the worker's own."""
 
 
 @dataclass
@@ -81,12 +80,8 @@ class QueueOptions:
     weights: dict[str, int] | None = None
 
     def queue_settings(self) -> dict[str, Any]:
-        """The queue's settings these options give, for a queue created by this worker."""
-        given = {k: v for k, v in ((k, getattr(self, k)) for k in QUEUE_SETTINGS) if v is not None}
-        owners = {k: getattr(self, k) for k in OWNER_OPTIONS if getattr(self, k) is not None}
-        if owners:
-            given.update(service.owner_settings_from_api(owners))
-        return given
+        """The queue's settings these options name (as the API gives them), stored when this worker starts."""
+        return {k: v for k, v in ((k, getattr(self, k)) for k in QUEUE_SETTINGS) if v is not None}
 
     def outcome_of(self, exc: Exception) -> outcomes.Retry | outcomes.Fail:
         """What a handler's exception means for its item: retried, unless ``fail_for`` names it or
@@ -441,7 +436,11 @@ class Worker:
         options = {queue: QueueOptions.of(r.options) for queue, r in self.registry.queues.items()}
         configured = {queue: o.queue_settings() for queue, o in options.items() if o.queue_settings()}
         if configured:
-            await self.source.create_queues(configured)
+            # The code is where a queue's handler and its retry policy are written: what @app.queue names wins over
+            # what is stored (a queue a producer created first has the defaults), and the change is said.
+            for queue, changes in (await self.source.apply_queue_settings(configured)).items():
+                log.info("queue %s takes the settings of @app.queue: %s (the code wins for the settings it names; "
+                         "PUT /v1/queues/%s sets the others)", queue, ", ".join(f"{k} {old!r} → {new!r}" for k, (old, new) in changes.items()), queue)
         for queue, registration in self.registry.queues.items():
             runner = QueueRunner(self, queue, registration.target, options[queue])
             self.runners[queue] = runner
