@@ -44,10 +44,11 @@ from mainspring.machines.face import face as machines_face
 from mainspring.store import Clock, Store
 from mainspring.store.replication import why_not_synchronous
 from mainspring.ui.routes import dashboard, http_error
+from mainspring.workflows.face import face as workflows_face
 
 log = logging.getLogger("mainspring.server")
 
-FACES: list[Face] = [exchange_face, machines_face, interactions_face, batching_face]
+FACES: list[Face] = [exchange_face, machines_face, interactions_face, batching_face, workflows_face]
 
 
 async def close_fixed_alerts(ctx: Context) -> None:

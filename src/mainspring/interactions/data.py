@@ -604,6 +604,8 @@ class Fence:
     state: str
     lease_token: str | None
     lease_expires_at: int | None
+    message_id: str | None
+    """A watched one (``core.finishes``) is finished on the path that reports it."""
 
     def held_by(self, token: str, now: int) -> bool:
         return self.state == "processing" and leases.is_held(self.lease_token, self.lease_expires_at, token, now)
@@ -655,7 +657,7 @@ _COMPLETE_HELD_ALONE = text(
     "lease_token = NULL, lease_expires_at = NULL, finished_at = :now, updated_at = :now FROM fence "
     "WHERE i.id = ANY(CAST(:ids AS bigint[])) AND i.id = fence.id AND i.state = 'processing' AND i.lease_token = fence.token "
     "AND i.lease_expires_at > :now "
-    "AND i.parent_id IS NULL "
+    "AND i.parent_id IS NULL AND (i.message_id IS NULL OR NOT (i.message_id LIKE ANY(CAST(:watched AS text[])))) "
     "AND NOT EXISTS (SELECT 1 FROM interactions AS c WHERE c.parent_id = i.id AND c.state IN ('queued', 'processing')) "
     "RETURNING i.id, i.queue), "
     "ev AS (INSERT INTO events (type, at, subject_kind, subject_id, data) "
@@ -673,7 +675,7 @@ async def complete_held_alone(tx: Transaction, held: Sequence[tuple[int, str, st
     ids completed. ``channels`` are woken if any was."""
     params = {
         "ids": [i for i, _, _ in held], "tokens": [t for _, t, _ in held], "results": [r for _, _, r in held], "now": now,
-        "pg_channel": PG_CHANNEL, "channels": [SEQUENCER_CHANNEL, *channels],
+        "pg_channel": PG_CHANNEL, "channels": [SEQUENCER_CHANNEL, *channels], "watched": finishes.like_patterns(),
     }
     done = {int(r.id) for r in (await tx.fetch_alone(_COMPLETE_HELD_ALONE, params)).all()}
     if done:
