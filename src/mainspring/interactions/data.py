@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, and_, bindparam, case, column, func, literal, or_, select, text
 
 from mainspring.core import data as core_data
-from mainspring.core import leases, outbox
+from mainspring.core import finishes, leases, outbox
 from mainspring.core.outbox import SEQUENCER_CHANNEL
 from mainspring.interactions.tables import interaction_counts as counts
 from mainspring.interactions.tables import interaction_owners as owners_table

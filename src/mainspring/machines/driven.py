@@ -19,7 +19,15 @@ from mainspring.core import outbox
 from mainspring.core.alerts import raise_alert
 from mainspring.machines import data
 from mainspring.machines.data import Applied, HistoryRow, MachineRow, NotificationRow, StepRows, StepWrite
-from mainspring.machines.steps import CHANNEL, SUBJECT, PendingStep, applied_once, event_of_each, journal, write_steps
+from mainspring.machines.steps import (
+    CHANNEL,
+    SUBJECT,
+    PendingStep,
+    applied_once,
+    event_of_each,
+    journal,
+    write_steps,
+)
 from mainspring.store import Store, Transaction
 
 __all__ = [

@@ -203,6 +203,10 @@ class Run:
         self.written_at = 0
         self.parked_at: int | None = None
         self.writing = False
+        self.lock = asyncio.Lock()
+        """Held while the run writes or reads its notifications."""
+        self.redriven: Any = None
+        """The machine as the machines loop handed it over while this server still advanced the run."""
         self.workflow = Workflow(self)
 
     # --- what the runner asks ---------------------------------------------------------------------------------
@@ -536,7 +540,7 @@ class Run:
         for kind in ("task", "child"):
             if kind in args:
                 call = self.calls.get(args[kind])
-                if self.outcome is not None or call is not None and (call.kind != kind or call.done):
+                if self.outcome is not None or (call is not None and (call.kind != kind or call.done)):
                     return True  # the run ended, or a repeat: nothing to do
                 if call is None or not call.waiting:
                     return False  # its call is not recorded yet: kept for later

@@ -7,7 +7,18 @@ from typing import Any
 
 from mainspring.core.routing import Call, Reply, Routes
 from mainspring.workflows import service
-from mainspring.workflows.models import ReadQuery, Run, RunId, RunList, RunsQuery, SignalIn, SignalName, StartIn, WorkflowList, WorkflowName
+from mainspring.workflows.models import (
+    ReadQuery,
+    Run,
+    RunId,
+    RunList,
+    RunsQuery,
+    SignalIn,
+    SignalName,
+    StartIn,
+    WorkflowList,
+    WorkflowName,
+)
 
 routes = Routes("/v1", tag="workflows", params={"name": WorkflowName, "id": RunId, "signal": SignalName})
 

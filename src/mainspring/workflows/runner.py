@@ -70,7 +70,7 @@ class Runner:
     async def call_step(fn: Callable[[], Any]) -> Any:
         """A step's function: awaited when async, in a thread when it is a plain function."""
         target = getattr(fn, "func", fn)
-        if inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(getattr(type(target), "__call__", None)):
+        if inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(type(target).__call__):
             return await fn()
         value = await asyncio.to_thread(fn)
         return await value if inspect.isawaitable(value) else value
@@ -147,6 +147,7 @@ class Runner:
         if fn is None:
             return
         run = Run(self, machine.namespace, machine.id, fn, args, machine, machine.aux_state or {})
+        run.written_at = self.now_ms()
         self.active[machine.uid] = run
         run.start()
         self._advance(run)
@@ -154,8 +155,13 @@ class Runner:
     async def drive(self, machine: MachineRow) -> None:
         """A due run leased by the machines loop for this server."""
         uid = machine.uid
-        if uid in self.active:
-            return  # this server advances it already (its lease had lapsed and the loop took it): go on
+        active = self.active.get(uid)
+        if active is not None:
+            # This server advances it already: it was just given back (its inputs came meanwhile) or its lease had
+            # lapsed. The run goes on under the loop's lease.
+            active.redriven = machine
+            active.wake.set()
+            return
         run = self.parked.pop(uid, None)
         if run is not None and (run.machine.version != machine.version or run.evicted):
             run.evict()
@@ -169,6 +175,7 @@ class Runner:
                 if run is None:
                     return
             self.active[uid] = run
+            run.written_at = self.now_ms()
             await self._take_inputs(run)
             run.fire_timers(self.now_ms())
         except Exception as exc:
@@ -212,13 +219,15 @@ class Runner:
             await service.tell_watcher(self.ctx, watcher, {"status": aux.get("status"), "result": aux.get("result"), "error": aux.get("error")})
 
     async def _take_inputs(self, run: Run) -> None:
-        """Read the run's pending notifications and record what they bring."""
-        taken = {*run.delivered}
-        for notification in await driven.notifications(self.store, run.machine.uid):
-            if notification.seq in taken:
-                continue
-            if run.accept(notification.args):
-                run.delivered.append(notification.seq)
+        """Read the run's pending notifications and record what they bring (never while the run writes: a
+        notification read before a write deleted it would be taken twice)."""
+        async with run.lock:
+            taken = {*run.delivered}
+            for notification in await driven.notifications(self.store, run.machine.uid):
+                if notification.seq in taken:
+                    continue
+                if run.accept(notification.args):
+                    run.delivered.append(notification.seq)
 
     # --- advancing a run --------------------------------------------------------------------------------------------
 
@@ -296,16 +305,18 @@ class Runner:
         change = driven.Change(written, aux, timer, lease, status="failed" if failed else "working",
                                error={"type": aux["error"]["type"], "message": aux["error"]["message"]} if failed else None,
                                delivered=delivered, then=records.announce(run, aux) if finished else None)
-        run.writing = True
-        try:
-            outcome, machine = await driven.apply(self.store, run.machine, change)
-        finally:
-            run.writing = False
+        async with run.lock:
+            run.writing = True
+            try:
+                outcome, machine = await driven.apply(self.store, run.machine, change)
+            finally:
+                run.writing = False
+            if outcome is driven.Applied.APPLIED:
+                del run.buffer[:taken]
+                run.delivered = [seq for seq in run.delivered if seq not in delivered]
+                run.machine = machine
         if outcome is not driven.Applied.APPLIED:
             return not await self._rebase(run)
-        del run.buffer[:taken]
-        run.delivered = [seq for seq in run.delivered if seq not in delivered]
-        run.machine = machine
         run.aux = aux
         run.written_at = now
         for record in written:
@@ -318,6 +329,13 @@ class Runner:
                 await self.notify_watchers(machine, aux)
                 await driven.apply(self.store, machine, driven.Change((), aux, None, None, status=machine.status, error=machine.error))
             return True
+        handed, run.redriven = run.redriven, None
+        if handed is not None and handed.version == run.machine.version:
+            # Leased by the loop after this write (a notification came meanwhile): go on under its lease. One
+            # leased before this write lost its lease to it, and the loop leases the run again if it is due.
+            run.machine = handed
+            await self._take_inputs(run)
+            return False
         if blocked and not run.buffer and run.blocked():
             self._park(run)
             return True
@@ -372,14 +390,15 @@ class Runner:
     async def step(self) -> int | None:
         now = self.now_ms()
         lease_ms = self.settings.lease_ms
-        stale = [(uid, run) for uid, run in self.active.items() if now - run.written_at > lease_ms // 3 and run.machine.lease_token]
+        stale = [(uid, run, run.machine.lease_token, run.machine.version) for uid, run in self.active.items()
+                 if now - run.written_at > lease_ms // 3 and run.machine.lease_token and not run.writing]
         if stale:
-            kept = await driven.extend_leases(self.store, [(uid, run.machine.lease_token, now + lease_ms) for uid, run in stale])  # type: ignore[misc]
-            for uid, run in stale:
+            kept = await driven.extend_leases(self.store, [(uid, token, now + lease_ms) for uid, _run, token, _version in stale])  # type: ignore[misc]
+            for uid, run, token, version in stale:
                 if uid in kept:
                     run.written_at = now
-                else:
-                    self._forget(run)
+                elif self.active.get(uid) is run and run.machine.lease_token == token and run.machine.version == version and not run.writing:
+                    self._forget(run)  # taken over: another server advances it now
         if self.active:
             for machine in await driven.current(self.store, list(self.active)):
                 run = self.active.get(machine.uid)

@@ -3,7 +3,6 @@ machine through ``machines.driven`` — and the watcher that turns a task's end 
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
@@ -236,9 +235,3 @@ async def drive(ctx: Context, machine: MachineRow) -> None:
 def subject_of(name: str, run_id: str) -> str:
     return machine_subject(name, run_id)
 
-
-async def wait_quiet(ctx: Context) -> None:  # pragma: no cover - a helper for tests and benchmarks
-    """Until no run advances on this server."""
-    runner = runner_of(ctx)
-    while runner.active:
-        await asyncio.sleep(0.01)
