@@ -167,7 +167,7 @@ async def test_cancel_raises_CancelledError_at_the_current_await_and_compensatio
             break
         await asyncio.sleep(0.05)
     assert run["status"] == "cancelled"
-    assert [s for s in run["steps"] if s["kind"] == "step"][0]["result"] == "released sku-1"
+    assert next(s for s in run["steps"] if s["kind"] == "step")["result"] == "released sku-1"
     for _ in range(200):
         child = await run_of(client, "carts", "c1-child")
         if any(s["name"] == "release" for s in child["steps"]):

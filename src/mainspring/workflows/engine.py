@@ -344,9 +344,10 @@ class Run:
 
     def _side_done(self, task: asyncio.Task[Any]) -> None:
         self.side.discard(task)
-        if not task.cancelled() and task.exception() is not None and not self.evicted:
+        error = None if task.cancelled() else task.exception()
+        if error is not None and not self.evicted:
             # The effect failed (the store went away): this server gives the run up; it is resumed by replay.
-            self.runner.give_up(self, task.exception())
+            self.runner.give_up(self, error)
         self.wake.set()
 
     def start_step(self, call: Call, fn: Callable[[], Any], max_attempts: int, backoff_ms: int) -> None:
@@ -357,8 +358,9 @@ class Run:
 
         def done(t: asyncio.Task[Any]) -> None:
             self.executing.discard(t)
-            if not t.cancelled() and t.exception() is not None and not self.evicted:
-                self.runner.give_up(self, t.exception())
+            error = None if t.cancelled() else t.exception()
+            if error is not None and not self.evicted:
+                self.runner.give_up(self, error)
             self.wake.set()
 
         task.add_done_callback(done)
@@ -539,12 +541,12 @@ class Run:
             return True
         for kind in ("task", "child"):
             if kind in args:
-                call = self.calls.get(args[kind])
-                if self.outcome is not None or (call is not None and (call.kind != kind or call.done)):
+                answered = self.calls.get(args[kind])
+                if self.outcome is not None or (answered is not None and (answered.kind != kind or answered.done)):
                     return True  # the run ended, or a repeat: nothing to do
-                if call is None or not call.waiting:
+                if answered is None or not answered.waiting:
                     return False  # its call is not recorded yet: kept for later
-                self.append({"wf": f"{kind}_done", "n": call.n, "status": args.get("status"), "result": args.get("result"),
+                self.append({"wf": f"{kind}_done", "n": answered.n, "status": args.get("status"), "result": args.get("result"),
                              "error": args.get("error")})
                 return True
         if "watch" in args:

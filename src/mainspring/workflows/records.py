@@ -69,7 +69,7 @@ def steps_of(history: Sequence[HistoryRow]) -> list[dict[str, Any]]:
         record = row.data if isinstance(row.data, dict) else {}
         kind = record.get("wf")
         at = format_time(row.created_at)
-        n = record.get("n")
+        n = int(record.get("n") or 0)
         if kind == "step":
             entry = {"n": n, "kind": "step", "name": record.get("name"), "at": at}
             entry.update({"error": record["error"]} if "error" in record else {"result": record.get("result")})

@@ -284,7 +284,7 @@ class Runner:
         aux = dict(run.aux)
         if finished:
             assert run.outcome is not None
-            end = {"wf": "end", "status": run.outcome.status}
+            end: dict[str, Any] = {"wf": "end", "status": run.outcome.status}
             if run.outcome.status == "completed":
                 end["result"] = run.outcome.result
             if run.outcome.error is not None:
@@ -401,9 +401,10 @@ class Runner:
                     self._forget(run)  # taken over: another server advances it now
         if self.active:
             for machine in await driven.current(self.store, list(self.active)):
-                run = self.active.get(machine.uid)
-                if run is None:
+                found = self.active.get(machine.uid)
+                if found is None:
                     continue
+                run = found
                 if run.writing:
                     continue
                 if machine.version != run.machine.version and not run.buffer:
