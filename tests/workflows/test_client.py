@@ -8,7 +8,13 @@ from typing import Any
 import pytest
 
 from mainspring import App, Workflow
-from mainspring.client import AsyncWorkflowsClient, NotFound, WorkflowCancelled, WorkflowFailed, WorkflowsClient
+from mainspring.client import (
+    AsyncWorkflowsClient,
+    NotFound,
+    WorkflowCancelled,
+    WorkflowFailed,
+    WorkflowsClient,
+)
 
 
 @pytest.fixture
