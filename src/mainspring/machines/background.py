@@ -36,6 +36,9 @@ from mainspring.machines.steps import (
 log = logging.getLogger("mainspring.machines")
 
 INFLIGHT = "machines:inflight"
+ONLY = "machines:only-namespaces"
+"""In ``Context.extras``: the namespaces this process takes due machines of (absent: all). ``mainspring worker``
+runs its app's workflows' namespaces only: other processors are called by the servers."""
 INFLIGHT_COUNT = "machines:inflight-count"
 
 
@@ -46,7 +49,7 @@ async def lease_due_machines(ctx: Context, limit: int) -> LeasedBatch:
     lookahead = ctx.settings.machines.timer_lookahead_ms
     margin = ctx.settings.machines.lease_margin_ms + lookahead
     async with ctx.store.transaction(alone=True) as tx:
-        return await data.lease_due(tx, now, now + lookahead, limit, new_token(), margin)
+        return await data.lease_due(tx, now, now + lookahead, limit, new_token(), margin, ctx.extras.get(ONLY))
 
 
 async def next_wake(ctx: Context) -> int | None:

@@ -815,15 +815,19 @@ class LeasedBatch:
     namespaces: dict[str, NamespaceRow | None]
 
 
-async def lease_due(tx: Transaction, now: int, due_by: int, limit: int, token: str, margin_ms: int) -> LeasedBatch:
+async def lease_due(tx: Transaction, now: int, due_by: int, limit: int, token: str, margin_ms: int,
+                    only: Sequence[str] | None = None) -> LeasedBatch:
     """Lease up to ``limit`` free working machines due by ``due_by`` (skipping rows other transactions hold),
     each for its namespace's processor timeout plus ``margin_ms``; answers them with their namespaces' rows.
     On PostgreSQL one statement (in a transaction that may run alone, one round trip) that also reads the
     namespaces; SQLite, whose UPDATE cannot be a CTE, reads them with a second one in the same transaction."""
-    statement = _LEASE_DUE.get(tx.store.dialect.name)
+    key = (tx.store.dialect.name, only is not None)
+    statement = _LEASE_DUE.get(key)
     if statement is None:
-        statement = _LEASE_DUE[tx.store.dialect.name] = _lease_due(tx.store.dialect, with_namespaces=tx.store.is_postgres)
+        statement = _LEASE_DUE[key] = _lease_due(tx.store.dialect, with_namespaces=tx.store.is_postgres, only=only is not None)
     params = {"now": now, "due_by": due_by, "limit": limit, "token": token, "expires_base": now + margin_ms}
+    if only is not None:
+        params["only"] = sorted(only)
     rows = (await (tx.execute_alone(statement, params) if tx.may_run_alone else tx.execute(statement, params))).all()
     leased = sorted((_machine(r) for r in rows), key=lambda m: (m.wake_at, m.uid))
     stored: dict[str, NamespaceRow | None] = dict.fromkeys((m.namespace for m in leased), None)
@@ -834,11 +838,11 @@ async def lease_due(tx: Transaction, now: int, due_by: int, limit: int, token: s
     return LeasedBatch(leased, stored)
 
 
-_LEASE_DUE: dict[str, Any] = {}
+_LEASE_DUE: dict[tuple[str, bool], Any] = {}
 _NAMESPACES_NAMED = select(namespaces).where(namespaces.c.name.in_(bindparam("names", expanding=True)))
 
 
-def _lease_due(dialect: Backend, *, with_namespaces: bool) -> Any:
+def _lease_due(dialect: Backend, *, with_namespaces: bool, only: bool = False) -> Any:
     base = bindparam("expires_base", type_=machines.c.timer_at.type)  # bigint, not int32
     timeout_ms = select(namespaces.c.timeout_ms).where(namespaces.c.name == machines.c.namespace).scalar_subquery()
     expires = base + func.coalesce(timeout_ms, DEFAULT_TIMEOUT_MS)
@@ -852,6 +856,8 @@ def _lease_due(dialect: Backend, *, with_namespaces: bool) -> Any:
         .order_by(machines.c.wake_at)
         .limit(bindparam("limit"))
     )
+    if only:
+        due = due.where(machines.c.namespace.in_(bindparam("only", expanding=True)))
     picked = picked_once(dialect, due, "due")
     where = machines.c.uid.in_(select(picked.c.uid))
     taking = leases.taking(machines, where, bindparam("token", type_=machines.c.lease_token.type), now, expires).returning(*machines.c)

@@ -19,6 +19,8 @@ from mainspring.core import outbox
 from mainspring.core.alerts import raise_alert
 from mainspring.machines import data
 from mainspring.machines.data import Applied, HistoryRow, MachineRow, NotificationRow, StepRows, StepWrite
+from mainspring.machines.namespaces import save_namespace
+from mainspring.machines.settings import NamespaceConfig, ProcessorConfig
 from mainspring.machines.steps import (
     CHANNEL,
     SUBJECT,
@@ -107,6 +109,18 @@ async def create(tx: Transaction, namespace: str, machine_id: str, events: Seque
     if timer_at is not None:
         tx.notify(CHANNEL)
     return machine
+
+
+async def store_namespace(store: Store, name: str, timeout_ms: int) -> None:
+    """Store an in-process namespace with this step timeout (what the background loop's lease of a due machine
+    lasts), unless it is stored so already."""
+    async with store.read() as conn:
+        stored = await data.get_namespace(conn, name)
+    if stored is not None and stored.timeout_ms == timeout_ms and stored.processor_url is None:
+        return
+    config = NamespaceConfig(processor=ProcessorConfig(timeout_ms=min(timeout_ms, 3_600_000)))
+    async with store.transaction() as tx:
+        await save_namespace(tx, name, config)
 
 
 async def machine(store: Store, namespace: str, machine_id: str) -> MachineRow | None:

@@ -24,6 +24,14 @@ __all__ = ["RunFinished", "RunNotFound", "WorkflowNotFound"]
 STATUSES = ("running", "sleeping", "waiting", "completed", "failed", "cancelled")
 
 
+async def store_namespaces(ctx: Context) -> None:
+    """Store the namespace of each registered workflow, its processor timeout the runs' lease: a server that dies
+    holding a run it was handed lets it go after ``workflows.lease_ms``, not a processor's 30 s."""
+    lease_ms = ctx.settings.workflows.lease_ms
+    for name in workflow_names(ctx):
+        await driven.store_namespace(ctx.store, name, lease_ms)
+
+
 def workflow_names(ctx: Context) -> list[str]:
     return sorted(getattr(ctx.registry, "workflows", {}))
 
