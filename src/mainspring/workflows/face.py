@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from mainspring.core.runtime import Context, Face
+from mainspring.workflows.cli import cli
 from mainspring.workflows.routes import routes
 from mainspring.workflows.runner import runner_of
 from mainspring.workflows.service import store_namespaces
@@ -12,4 +13,4 @@ async def run_workflows(ctx: Context) -> None:
     await runner_of(ctx).loop()
 
 
-face = Face(name="workflows", routes=routes, recover=store_namespaces, loops=[run_workflows])
+face = Face(name="workflows", routes=routes, recover=store_namespaces, loops=[run_workflows], cli=cli)
