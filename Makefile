@@ -37,7 +37,7 @@ test: setup services browser lint
 STRICT := src/mainspring/client src/mainspring/__init__.py src/mainspring/app.py src/mainspring/worker.py \
 	src/mainspring/config.py src/mainspring/interactions/outcomes.py src/mainspring/interactions/models.py \
 	src/mainspring/cli.py src/mainspring/core/cli.py src/mainspring/exchange/cli.py src/mainspring/machines/cli.py \
-	src/mainspring/interactions/cli.py src/mainspring/batching/cli.py
+	src/mainspring/interactions/cli.py src/mainspring/batching/cli.py src/mainspring/workflows/cli.py
 
 lint: setup
 	$(BIN)/lint-imports

@@ -29,6 +29,7 @@ REPLACEMENTS = {
     "AsyncBatchingClient": "BatchingClient",
     "AsyncMachinesClient": "MachinesClient",
     "AsyncExchangeClient": "ExchangeClient",
+    "AsyncWorkflowsClient": "WorkflowsClient",
     "AsyncClient": "Client",
     "AsyncBaseTransport": "BaseTransport",
     "AsyncRetrying": "Retrying",

@@ -45,7 +45,8 @@ SERVER_MODULES = ("fastapi", "sqlalchemy", "alembic", "uvicorn", "mainspring.api
 
 
 @pytest.mark.parametrize("command", [["--version"], ["interactions", "list", "emails"], ["alerts", "list"],
-                                     ["machines", "list", "invoices"], ["exchange", "mailboxes"], ["batching", "tasks", "books"]])
+                                     ["machines", "list", "invoices"], ["exchange", "mailboxes"], ["batching", "tasks", "books"],
+                                     ["workflows", "list", "orders"]])
 def test_client_commands_import_the_client_and_no_server_code(command: list[str]) -> None:
     """What makes a command slow to start is what it imports (2.4 s when every command loaded the server)."""
     probe = ("import sys; from typer.testing import CliRunner; from mainspring.cli import cli; "

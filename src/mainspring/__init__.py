@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from mainspring.interactions.outcomes import Complete, Fail, Outcome, Repeat, Retry, Wait
     from mainspring.interactions.worker import HandlerContext
     from mainspring.producer import Producer, producer
+    from mainspring.workflows.engine import Workflow
+    from mainspring.workflows.errors import ChildFailed, StepFailed, TaskFailed
 
 # Imported on first use, so that `import mainspring.client` stays light (no server code is loaded).
 _EXPORTS = {
@@ -43,12 +45,17 @@ _EXPORTS = {
     "HandlerContext": ("mainspring.interactions.worker", "HandlerContext"),
     "Producer": ("mainspring.producer", "Producer"),
     "producer": ("mainspring.producer", "producer"),
+    "Workflow": ("mainspring.workflows.engine", "Workflow"),
+    "StepFailed": ("mainspring.workflows.errors", "StepFailed"),
+    "ChildFailed": ("mainspring.workflows.errors", "ChildFailed"),
+    "TaskFailed": ("mainspring.workflows.errors", "TaskFailed"),
 }
 
 __all__ = [
     "App",
     "AppError",
     "BatcherOptions",
+    "ChildFailed",
     "Complete",
     "Fail",
     "HandlerContext",
@@ -61,7 +68,10 @@ __all__ = [
     "QueueOptions",
     "Repeat",
     "Retry",
+    "StepFailed",
+    "TaskFailed",
     "Wait",
+    "Workflow",
     "__version__",
     "producer",
 ]

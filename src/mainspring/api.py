@@ -45,10 +45,11 @@ from mainspring.web import openapi
 from mainspring.web.docs_page import docs_routes, root_routes
 from mainspring.web.http import Api, send_problem
 from mainspring.web.routing import Call, Operation, Reply, Routes
+from mainspring.workflows.face import face as workflows_face
 
 log = logging.getLogger("mainspring.server")
 
-FACES: list[Face] = [exchange_face, machines_face, interactions_face, batching_face]
+FACES: list[Face] = [exchange_face, machines_face, interactions_face, batching_face, workflows_face]
 
 
 async def close_fixed_alerts(ctx: Context) -> None:

@@ -133,6 +133,7 @@ class App:
         self.processors: dict[str, Registration] = {}
         self.batchers: dict[str, Registration] = {}
         self.schedules: dict[str, Registration] = {}
+        self.workflows: dict[str, Registration] = {}
 
     def queue(
         self,
@@ -232,11 +233,32 @@ class App:
         function ``(kind, args, machine)``; methods may be async or sync."""
         return self._register(self.processors, "processor", namespace, {})
 
+    def workflow(self, name: str) -> Callable[[T], T]:
+        """Register the decorated ``async def f(wf: Workflow, args)`` as workflow ``name`` (API.md §5): its runs are
+        the machines of namespace ``name``, each recorded call (``wf.step``, ``wf.sleep``, ``wf.wait``…) one event of
+        their history. ``name``: letters, digits, ``_``, ``.``, ``-`` (up to 100, not starting with a sign)."""
+        from mainspring.workflows.definition import NAME, WorkflowProcessor
+
+        if not NAME.fullmatch(name):
+            raise AppError(f"workflow {name!r}: a name is letters, digits, '_', '.' and '-' (up to 100), starting with a letter or digit")
+        if name in self.workflows or name in self.processors:
+            raise AppError(f"workflow {name!r} is already registered (as a workflow or a processor)")
+
+        def decorator(target: T) -> T:
+            if not callable(target):
+                raise AppError(f"workflow {name!r}: {target!r} is not callable")
+            self.workflows[name] = Registration(target)
+            self.processors[name] = Registration(WorkflowProcessor(name))
+            return target
+
+        return decorator
+
     def include(self, other: App) -> App:
         """Add every registration of ``other`` to this app (a name registered in both is an error), so an
         application can be put together from the apps of its modules. Answers ``self``."""
         for mine, theirs, kind in ((self.queues, other.queues, "queue"), (self.batchers, other.batchers, "batcher"),
-                                   (self.processors, other.processors, "processor"), (self.schedules, other.schedules, "schedule")):
+                                   (self.processors, other.processors, "processor"), (self.schedules, other.schedules, "schedule"),
+                                   (self.workflows, other.workflows, "workflow")):
             clash = sorted(set(mine) & set(theirs))
             if clash:
                 raise AppError(f"{kind} {', '.join(map(repr, clash))} is registered in both apps")
@@ -244,13 +266,15 @@ class App:
         self.batchers.update(other.batchers)
         self.processors.update(other.processors)
         self.schedules.update(other.schedules)
+        self.workflows.update(other.workflows)
         return self
 
     def describe(self) -> str:
         """What this app registers, in one line (what ``mainspring worker`` says it runs)."""
         parts = [f"{label} {', '.join(sorted(table))}" for label, table in
-                 (("queues", self.queues), ("batchers", self.batchers), ("processors", self.processors),
-                  ("periodic", self.schedules)) if table]
+                 (("queues", self.queues), ("batchers", self.batchers),
+                  ("processors", {k: v for k, v in self.processors.items() if k not in self.workflows}),
+                  ("periodic", self.schedules), ("workflows", self.workflows)) if table]
         return "; ".join(parts) or "nothing"
 
     @staticmethod

@@ -48,13 +48,14 @@ class MainspringGroup(LazyGroup):
         "machinegun": "mainspring.machines.machinegun.cli:cli",
         "interactions": "mainspring.interactions.cli:cli",
         "batching": "mainspring.batching.cli:cli",
+        "workflows": "mainspring.workflows.cli:cli",
         "selftest": "mainspring.batching.selftest:selftest",
     }
 
 
 cli = typer.Typer(
     name="mainspring",
-    help="Mainspring: durable exchange, machines, interactions and batching on one store.",
+    help="Mainspring: durable exchange, machines, interactions, batching and workflows on one store.",
     no_args_is_help=True,
     cls=MainspringGroup,
     pretty_exceptions_enable=False,

@@ -25,6 +25,7 @@ from mainspring.core.settings import AuthSettings, EventsSettings, ServerSetting
 from mainspring.exchange.settings import ExchangeSettings
 from mainspring.interactions.settings import InteractionsSettings
 from mainspring.machines.settings import MachinesSettings
+from mainspring.workflows.settings import WorkflowsSettings
 
 
 class ConfigError(MainspringError):
@@ -45,6 +46,7 @@ class Settings(BaseSettings):
     machines: MachinesSettings = MachinesSettings()
     interactions: InteractionsSettings = InteractionsSettings()
     batching: BatchingSettings = BatchingSettings()
+    workflows: WorkflowsSettings = WorkflowsSettings()
 
     @classmethod
     def settings_customise_sources(

@@ -3,7 +3,8 @@ and its batch workers — against the store, or (``--url``) through a server's H
 credentials, with an optional ``/healthz`` and ``/metrics`` port.
 
 Machine processors are not run here: the server calls them (registered in-process with ``mainspring serve
---app``, or over HTTP).
+--app``, or over HTTP). Workflows are (on the store): the worker takes the due runs of its app's workflows, and
+advances them, as a server with ``--app`` does.
 """
 
 from __future__ import annotations
@@ -32,7 +33,10 @@ from mainspring.config import Settings
 from mainspring.core.runtime import Context
 from mainspring.interactions.sources import LONG_POLL_MS, HttpQueues, QueueSource
 from mainspring.interactions.worker import Worker as QueueWorker
+from mainspring.machines.background import ONLY, machines_loop
 from mainspring.store import Store
+from mainspring.workflows import service as workflows_service  # also: a task that finishes here wakes its run
+from mainspring.workflows.runner import runner_of
 
 log = logging.getLogger("mainspring.worker")
 
@@ -48,12 +52,15 @@ def runnable(app: App) -> str:
         parts.append("queues " + ", ".join(f"{n} (concurrency {r.options.get('concurrency', 10)})" for n, r in sorted(app.queues.items())))
     if app.batchers:
         parts.append("batchers " + ", ".join(f"{n} (concurrency {r.options.get('concurrency', 1)})" for n, r in sorted(app.batchers.items())))
+    if app.workflows:
+        parts.append("workflows " + ", ".join(sorted(app.workflows)))
+    processors = sorted(set(app.processors) - set(app.workflows))
     if not parts:
-        only = f" (it registers only processors: {', '.join(sorted(app.processors))}; run them with `mainspring serve --app`)" if app.processors else ""
-        raise AppError(f"the app has no queue handler or batch worker to run{only}")
-    if app.processors:
+        only = f" (it registers only processors: {', '.join(processors)}; run them with `mainspring serve --app`)" if processors else ""
+        raise AppError(f"the app has no queue handler or batch worker to run, nor a workflow{only}")
+    if processors:
         # The server calls a machine's processor inside its own request or timer: a worker cannot take them.
-        parts.append(f"processors {', '.join(sorted(app.processors))} run in the server (mainspring serve --app), not here")
+        parts.append(f"processors {', '.join(processors)} run in the server (mainspring serve --app), not here")
     return "; ".join(parts)
 
 
@@ -134,7 +141,18 @@ async def run(settings: Settings, app: App, *, http_host: str = "127.0.0.1", htt
             ctx = Context(settings=settings, store=store, registry=app, stopping=stopping)
             await batching_worker.recover(ctx)
             queue_source, package_source = store, batching_worker.StoreCafe(ctx)
+            if app.workflows:
+                # The due runs of this app's workflows only (a namespace's machines are the workflow's runs).
+                ctx.extras[ONLY] = sorted(app.workflows)
+                await workflows_service.store_namespaces(ctx)
+                resources.push_async_callback(_stop_tasks, [
+                    asyncio.create_task(machines_loop(ctx), name="workflows:due"),
+                    asyncio.create_task(runner_of(ctx).loop(), name="workflows:runner"),
+                ], stopping)
         else:
+            if app.workflows:
+                raise AppError(f"workflows ({', '.join(sorted(app.workflows))}) run on the store, not through --url: "
+                               "run this worker with the database, or the server with --app")
             items = await resources.enter_async_context(AsyncInteractionsClient(remote.url, remote.token))
             packages = await resources.enter_async_context(AsyncBatchingClient(remote.url, remote.token))
             await wait_for_server(items, packages, app, server.startup_wait_ms)
@@ -144,6 +162,13 @@ async def run(settings: Settings, app: App, *, http_host: str = "127.0.0.1", htt
         await work(queues, package_source, app, stopping, stop, force, started, settings,
                    f"; /healthz and /metrics on http://{http_host}:{http_port}" if http_port is not None else "",
                    None if http_port is None else health_server(health_app(queues, app, stop), http_host, http_port), what)
+
+
+async def _stop_tasks(tasks: list[asyncio.Task[None]], stopping: asyncio.Event) -> None:
+    stopping.set()
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def wait_for_server(items: AsyncInteractionsClient, packages: AsyncBatchingClient, app: App, within_ms: int) -> None:

@@ -19,7 +19,7 @@ from mainspring.store import Store
 
 TOKENS = {
     "boss": ["admin"],
-    "stranger": ["queues:other", "machines:other", "batchers:other", "exchange:send:other", "exchange:receive:other"],
+    "stranger": ["queues:other", "machines:other", "batchers:other", "exchange:send:other", "exchange:receive:other", "workflows:other"],
 }
 
 # An operation a stranger may call: it answers only what the caller's own scopes cover.
@@ -93,7 +93,7 @@ async def existing_objects(client: httpx.AsyncClient) -> dict[str, str]:
         "ns": "ns1", "id": "m1", "key": "k1",
         "queue": "q", "interaction_id": str(item.json()["id"]),
         "name": "b", "task_id": "t1", "group": "g", "member": "m", "package_id": str(package.json()["id"]),
-        "alert_id": "1",
+        "alert_id": "1", "signal": "s1",
     }
 
 

@@ -283,3 +283,45 @@ async def test_the_api_docs_render_the_openapi_document_and_list_its_operations(
     assert "/v1/queues/{queue}/interactions" in [p.replace("\u200b", "") for p in paths]
     assert await page.locator(".opblock").count() >= 50
     assert elsewhere == []
+
+
+async def test_a_runs_steps_signals_and_waits_show_as_a_timeline(
+    page: Any, api_client: httpx.AsyncClient, tokens: dict[str, str], registry: Any, engine: str
+) -> None:
+    async def reserve(sku: str) -> dict[str, Any]:
+        return {"reserved": sku}
+
+    @registry.workflow("orders-flow")
+    async def order(wf: Any, args: Any) -> Any:
+        stock = await wf.step(reserve, args["sku"])
+        approval = await wf.wait("approved", timeout_ms=3_600_000)
+        return {"stock": stock, "approved_by": approval["by"]}
+
+    headers = {"Authorization": f"Bearer {tokens['admin']}"}
+    assert (await api_client.post("/v1/workflows/orders-flow/runs", json={"id": "o-7", "args": {"sku": "b-79"}}, headers=headers)).status_code == 201
+    for _ in range(200):
+        if (await api_client.get("/v1/workflows/orders-flow/runs/o-7", headers=headers)).json()["status"] == "waiting":
+            break
+        await asyncio.sleep(0.05)
+    await log_in(page, tokens["admin"])
+    await page.click("nav >> text=Workflows")
+    await page.wait_for_url("**/ui/workflows")
+    await page.locator("tr[data-run='o-7'] a").click()
+    await page.wait_for_url("**/ui/workflows/orders-flow/o-7")
+    assert await page.locator("#run-status").inner_text() == "waiting"
+    assert '"signal": "approved"' in await page.locator("#run-waiting").inner_text()
+    assert await page.locator("#timeline li[data-kind=step]").count() == 1
+    await shot(page, "workflow-waiting", engine)
+
+    assert (await api_client.post("/v1/workflows/orders-flow/runs/o-7/signals/approved", json={"payload": {"by": "ann"}}, headers=headers)).status_code == 202
+    for _ in range(200):
+        if (await api_client.get("/v1/workflows/orders-flow/runs/o-7", headers=headers)).json()["status"] == "completed":
+            break
+        await asyncio.sleep(0.05)
+    await page.reload()
+    assert await page.locator("#run-status").inner_text() == "completed"
+    kinds = await page.locator("#timeline li").evaluate_all("items => items.map(i => i.dataset.kind)")
+    assert kinds == ["step", "wait", "signal"]
+    assert '"by": "ann"' in await page.locator("#timeline li[data-kind=wait]").inner_text()
+    assert "ann" in await page.locator("#run-result").inner_text()
+    await shot(page, "workflow-run", engine)

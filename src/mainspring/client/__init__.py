@@ -17,11 +17,13 @@ from mainspring.client._async.events import AsyncEventsClient
 from mainspring.client._async.exchange import AsyncExchangeClient
 from mainspring.client._async.interactions import AsyncInteractionsClient
 from mainspring.client._async.machines import AsyncMachinesClient
+from mainspring.client._async.workflows import AsyncWorkflowsClient
 from mainspring.client._sync.batching import BatchingClient
 from mainspring.client._sync.events import EventsClient
 from mainspring.client._sync.exchange import ExchangeClient
 from mainspring.client._sync.interactions import InteractionsClient
 from mainspring.client._sync.machines import MachinesClient
+from mainspring.client._sync.workflows import WorkflowsClient
 from mainspring.client.errors import (
     ApiError,
     Busy,
@@ -40,6 +42,8 @@ from mainspring.client.errors import (
     ServiceUnavailable,
     TooLarge,
     Unauthenticated,
+    WorkflowCancelled,
+    WorkflowFailed,
 )
 from mainspring.client.models import Reply
 from mainspring.client.policy import RetryPolicy
@@ -51,6 +55,7 @@ __all__ = [
     "AsyncExchangeClient",
     "AsyncInteractionsClient",
     "AsyncMachinesClient",
+    "AsyncWorkflowsClient",
     "BatchingClient",
     "Busy",
     "Cancelled",
@@ -74,4 +79,7 @@ __all__ = [
     "ServiceUnavailable",
     "TooLarge",
     "Unauthenticated",
+    "WorkflowCancelled",
+    "WorkflowFailed",
+    "WorkflowsClient",
 ]

@@ -30,7 +30,7 @@ from mainspring.core.errors import MainspringError
 __all__ = [
     "ApiError", "Busy", "Cancelled", "Conflict", "Forbidden", "InvalidRequest", "InvalidURL", "LeaseLost",
     "MainspringError", "MessagesUnavailable", "NoMainspringApi", "NotFound", "ProcessorRefused", "RateLimited",
-    "ServiceUnavailable", "TooLarge", "Unauthenticated", "check_url", "error_for", "error_from_problem", "unreachable",
+    "ServiceUnavailable", "TooLarge", "Unauthenticated", "WorkflowCancelled", "WorkflowFailed", "check_url", "error_for", "error_from_problem", "unreachable",
 ]
 
 _STANDARD = ("type", "title", "status", "detail", "code")
@@ -124,6 +124,31 @@ class MessagesUnavailable(Conflict):
 
 class Cancelled(Conflict):
     """409 ``cancelled``: the exchange process may not (or no longer) commit; roll back."""
+
+
+class WorkflowFailed(MainspringError):
+    """A workflow run ended ``failed`` (``WorkflowsClient.result``): ``type``, ``message`` and ``traceback`` are
+    its error's; ``run`` is the run."""
+
+    status, code, title = 409, "run_failed", "The run failed"
+
+    def __init__(self, run: Mapping[str, Any]) -> None:
+        error = run.get("error") or {}
+        super().__init__(f"run {run.get('id')!r} of {run.get('name')!r} failed: {error.get('type')}: {error.get('message')}")
+        self.run = dict(run)
+        self.type = error.get("type")
+        self.message = error.get("message")
+        self.traceback = error.get("traceback")
+
+
+class WorkflowCancelled(MainspringError):
+    """A workflow run was cancelled (``WorkflowsClient.result``); ``run`` is the run."""
+
+    status, code, title = 409, "run_cancelled", "The run was cancelled"
+
+    def __init__(self, run: Mapping[str, Any]) -> None:
+        super().__init__(f"run {run.get('id')!r} of {run.get('name')!r} was cancelled")
+        self.run = dict(run)
 
 
 class InvalidURL(MainspringError, ValueError):

@@ -321,3 +321,25 @@ class Reply:
         if self.message_id:
             item["message_id"] = self.message_id
         return item
+
+
+# --- workflows (API.md §5) ----------------------------------------------------------------------------
+
+
+class WorkflowRun(TypedDict):
+    name: str
+    id: str
+    status: str
+    args: Any
+    result: Any
+    error: dict[str, Any] | None
+    waiting_for: dict[str, Any] | None
+    created_at: str | None
+    updated_at: str | None
+    finished_at: str | None
+    steps: NotRequired[list[dict[str, Any]]]
+
+
+class WorkflowRunPage(TypedDict):
+    runs: list[WorkflowRun]
+    cursor: str | None

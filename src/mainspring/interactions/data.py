@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, and_, bindparam, case, column, func, literal, or_, select, text
 
 from mainspring.core import data as core_data
-from mainspring.core import leases, outbox
+from mainspring.core import finishes, leases, outbox
 from mainspring.core.outbox import SEQUENCER_CHANNEL
 from mainspring.interactions.tables import interaction_counts as counts
 from mainspring.interactions.tables import interaction_owners as owners_table
@@ -607,6 +607,8 @@ class Fence:
     state: str
     lease_token: str | None
     lease_expires_at: int | None
+    message_id: str | None
+    """A watched one (``core.finishes``) is finished on the path that reports it."""
 
     def held_by(self, token: str, now: int) -> bool:
         return self.state == "processing" and leases.is_held(self.lease_token, self.lease_expires_at, token, now)
@@ -658,7 +660,7 @@ _COMPLETE_HELD_ALONE = text(
     "lease_token = NULL, lease_expires_at = NULL, finished_at = :now, updated_at = :now FROM fence "
     "WHERE i.id = ANY(CAST(:ids AS bigint[])) AND i.id = fence.id AND i.state = 'processing' AND i.lease_token = fence.token "
     "AND i.lease_expires_at > :now "
-    "AND i.parent_id IS NULL "
+    "AND i.parent_id IS NULL AND (i.message_id IS NULL OR NOT (i.message_id LIKE ANY(CAST(:watched AS text[])))) "
     "AND NOT EXISTS (SELECT 1 FROM interactions AS c WHERE c.parent_id = i.id AND c.state IN ('queued', 'processing')) "
     "RETURNING i.id, i.queue), "
     "ev AS (INSERT INTO events (type, at, subject_kind, subject_id, data) "
@@ -676,7 +678,7 @@ async def complete_held_alone(tx: Transaction, held: Sequence[tuple[int, str, st
     ids completed. ``channels`` are woken if any was."""
     params = {
         "ids": [i for i, _, _ in held], "tokens": [t for _, t, _ in held], "results": [r for _, _, r in held], "now": now,
-        "pg_channel": PG_CHANNEL, "channels": [SEQUENCER_CHANNEL, *channels],
+        "pg_channel": PG_CHANNEL, "channels": [SEQUENCER_CHANNEL, *channels], "watched": finishes.like_patterns(),
     }
     done = {int(r.id) for r in (await tx.fetch_alone(_COMPLETE_HELD_ALONE, params)).all()}
     if done:

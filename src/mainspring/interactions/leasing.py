@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mainspring.core import outbox
+from mainspring.core import finishes, outbox
 from mainspring.core.errors import LeaseLost
 from mainspring.core.leases import new_token
 from mainspring.interactions import data, metrics, outcomes
@@ -575,7 +575,7 @@ async def _release_in_transaction(store: Store, releases: Sequence[tuple[int, st
         held = [(fences[i], token, outcome) for (i, token, outcome), ok in zip(releases, answers, strict=True) if ok]
         plain: list[tuple[data.Fence, Any]] = []
         for fence, token, outcome in held:
-            if isinstance(outcome, outcomes.Complete) and fence.parent_id is None:
+            if isinstance(outcome, outcomes.Complete) and fence.parent_id is None and not finishes.watched(fence.message_id):
                 plain.append((fence, outcome.result))
             else:
                 # Before the plain completions: a child finishing here must not be cancelled first by its

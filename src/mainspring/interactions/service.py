@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from mainspring.core import outbox, tracing
+from mainspring.core import finishes, outbox, tracing
 from mainspring.core.errors import InvalidRequest
 from mainspring.core.paging import decode_cursor, encode_cursor
 from mainspring.interactions import data, metrics
@@ -373,6 +373,8 @@ async def _create_completed(tx: Transaction, new: NewInteraction, now: int) -> t
     ])
     if row.parent_id is not None:
         await wake_parents(tx, [row.parent_id], now)
+    if finishes.watched(row.message_id):
+        finishes.report(tx, [finished_of(row)])
     return row, True
 
 
@@ -406,6 +408,7 @@ async def cancel_children(tx: Transaction, parent_ids: Iterable[int], now: int) 
         await data.update_many(
             tx, ids, state="cancelled", next_processing=None, lease_token=None, lease_expires_at=None, finished_at=now, updated_at=now
         )
+        finishes.report(tx, [finishes.Finished(r.message_id or "", r.id, r.queue, "cancelled") for r in rows if finishes.watched(r.message_id)])
         await outbox.emit_many(tx, [
             outbox.Event("interaction.cancelled", KIND, str(r.id), {"queue": r.queue, "status": "cancelled", "by_parent": True}) for r in rows
         ])
@@ -436,6 +439,8 @@ async def finish(
         values["error"] = error
         values["error_detail"] = error_detail
     finished = await data.update(tx, row.id, **values)
+    if finishes.watched(row.message_id):
+        finishes.report(tx, [finished_of(finished)])
     if state == "cancelled":
         await outbox.emit(tx, "interaction.cancelled", KIND, str(row.id), {"queue": row.queue, "status": "cancelled"})
     else:
@@ -454,6 +459,12 @@ async def finish(
         if state == "cancelled":
             tx.notify(cancelled_channel(row.queue))
     return finished
+
+
+def finished_of(row: InteractionRow) -> finishes.Finished:
+    """A finished item as its watcher is told (``core.finishes``)."""
+    assert row.message_id is not None
+    return finishes.Finished(row.message_id, row.id, row.queue, row.state, row.result, row.error)
 
 
 async def locked(tx: Transaction, interaction_id: str | int) -> InteractionRow:

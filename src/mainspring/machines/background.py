@@ -19,8 +19,8 @@ from mainspring.core.runtime import Context, log_failure, run_loop
 from mainspring.machines import data, metrics
 from mainspring.machines.data import Applied, HistoryRow, LeasedBatch, MachineRow, NotificationRow
 from mainspring.machines.errors import NamespaceNotFound
-from mainspring.machines.namespaces import Namespace, namespace_of, processor_for
-from mainspring.machines.processor import ProcessorError, Step
+from mainspring.machines.namespaces import Namespace, local_target, namespace_of, processor_for
+from mainspring.machines.processor import Driver, ProcessorError, Step
 from mainspring.machines.retry import next_delay_ms
 from mainspring.machines.settings import HistoryRange
 from mainspring.machines.steps import (
@@ -36,6 +36,9 @@ from mainspring.machines.steps import (
 log = logging.getLogger("mainspring.machines")
 
 INFLIGHT = "machines:inflight"
+ONLY = "machines:only-namespaces"
+"""In ``Context.extras``: the namespaces this process takes due machines of (absent: all). ``mainspring worker``
+runs its app's workflows' namespaces only: other processors are called by the servers."""
 INFLIGHT_COUNT = "machines:inflight-count"
 
 
@@ -46,7 +49,7 @@ async def lease_due_machines(ctx: Context, limit: int) -> LeasedBatch:
     lookahead = ctx.settings.machines.timer_lookahead_ms
     margin = ctx.settings.machines.lease_margin_ms + lookahead
     async with ctx.store.transaction(alone=True) as tx:
-        return await data.lease_due(tx, now, now + lookahead, limit, new_token(), margin)
+        return await data.lease_due(tx, now, now + lookahead, limit, new_token(), margin, ctx.extras.get(ONLY))
 
 
 async def next_wake(ctx: Context) -> int | None:
@@ -81,7 +84,8 @@ async def read_due(ctx: Context, batch: LeasedBatch) -> list[Due]:
             found[name] = None
     leased = batch.machines
     async with ctx.store.read() as conn:
-        live = [m for m in leased if found[m.namespace] is not None]
+        # A driven namespace's machines read their own history and notifications (``processor.Driver``).
+        live = [m for m in leased if found[m.namespace] is not None and driver_of(ctx, found[m.namespace]) is None]
         heads = await data.head_notifications(conn, [m.uid for m in live if m.notify_at is not None])
         whole = [m for m in live if _whole(found[m.namespace])]
         histories = await data.whole_histories(conn, whole)
@@ -100,6 +104,14 @@ def _whole(ns: Namespace | None) -> bool:
     return rng.after is None and rng.limit is None and rng.direction == "forward"
 
 
+def driver_of(ctx: Context, ns: Namespace | None) -> Driver | None:
+    """The in-process processor that drives the machines of ``ns`` itself, if it is one."""
+    if ns is None or ns.config.processor.url is not None:
+        return None
+    target = local_target(ctx, ns.name)
+    return target if isinstance(target, Driver) else None
+
+
 async def fire(ctx: Context, due: Due) -> None:
     """Wait for the due millisecond, ask the processor, and apply (group-committed) or record its failure."""
     machine, ns, head = due.machine, due.namespace, due.head
@@ -107,6 +119,11 @@ async def fire(ctx: Context, due: Due) -> None:
         log.warning("machine %s/%s is due but its namespace is gone", machine.namespace, machine.id)
         return
     await _until(ctx, machine.wake_at)
+    driver = driver_of(ctx, ns)
+    if driver is not None:
+        # The lease passes to the driver, which answers at once and advances the machine on its own.
+        await driver.drive(ctx, machine)
+        return
     if stepped_since(ctx.extras, machine):
         # A Call on this server moved the machine on while the timer waited: read it again.
         await _release(ctx, machine)

@@ -541,13 +541,15 @@ _INSERT_HISTORY = history.insert()
 
 async def insert_machine(
     tx: Transaction, namespace: str, machine_id: str, aux_state: Any, timer_at: int | None, last_event_id: int, now: int,
-    timer_range: dict[str, Any] | None = None, timer_timeout_ms: int | None = None,
+    timer_range: dict[str, Any] | None = None, timer_timeout_ms: int | None = None, lease: tuple[str, int] | None = None,
 ) -> MachineRow:
-    """A new working machine at version 1 (a duplicate (namespace, id) is a unique violation)."""
+    """A new working machine at version 1 (a duplicate (namespace, id) is a unique violation), leased with
+    ``lease`` (token, expiry) when given."""
     values = {
         "namespace": namespace, "id": machine_id, "status": "working", "version": 1, "last_event_id": last_event_id,
         "aux_state": aux_state, "timer_at": timer_at, "notify_at": None, "wake_at": timer_at, "retry_attempt": 0,
-        "retry_since": None, "lease_token": None, "lease_expires_at": None, "error": None, "created_at": now, "updated_at": now,
+        "retry_since": None, "lease_token": None if lease is None else lease[0], "lease_expires_at": None if lease is None else lease[1],
+        "error": None, "created_at": now, "updated_at": now,
         "timer_range": timer_range, "timer_timeout_ms": timer_timeout_ms,
     }
     return _machine((await tx.execute(_INSERT_MACHINE, values)).one())
@@ -591,6 +593,10 @@ class StepWrite:
     updated_at: int
     timer_range: dict[str, Any] | None = None
     timer_timeout_ms: int | None = None
+    lease_token: str | None = None
+    """The lease the machine keeps after the step (None: the step ends it). A driven machine (a workflow run)
+    keeps its lease from one step to the next while its server advances it."""
+    lease_expires_at: int | None = None
 
 
 def _typed(name: str) -> Any:
@@ -614,7 +620,8 @@ _STEP_VALUES = {
     "retry_since": _typed("b_retry_since"),
     "status": _typed("b_status"),
     "error": _typed("b_error"),
-    **leases.released(),
+    "lease_token": _typed("b_lease_token"),
+    "lease_expires_at": _typed("b_lease_expires_at"),
     "updated_at": _typed("b_updated_at"),
     "timer_range": _typed("b_timer_range"),
     "timer_timeout_ms": _typed("b_timer_timeout_ms"),
@@ -626,6 +633,7 @@ def _step_params(step: StepWrite) -> dict[str, Any]:
         "b_timer_at": step.timer_at, "b_retry_attempt": step.retry_attempt, "b_retry_since": step.retry_since,
         "b_status": step.status, "b_error": step.error, "b_updated_at": step.updated_at,
         "b_timer_range": step.timer_range, "b_timer_timeout_ms": step.timer_timeout_ms,
+        "b_lease_token": step.lease_token, "b_lease_expires_at": step.lease_expires_at,
     }
 
 
@@ -646,6 +654,7 @@ _STEPS_UNNEST = (
     ("retry_attempt", "integer"), ("retry_since", "bigint"), ("status", "text"), ("error", "jsonb"), ("now", "bigint"),
     ("timer_range", "jsonb"), ("timer_timeout_ms", "integer"), ("subject", "text"), ("namespace", "text"), ("id", "text"),
     ("op_key", "text"), ("op_kind", "text"), ("op_status", "integer"), ("op_body", "jsonb"),
+    ("lease_token", "text"), ("lease_expires_at", "bigint"),
 )
 _EVENTS_UNNEST = (("e_uid", "bigint"), ("e_event_id", "integer"), ("e_data", "jsonb"))
 
@@ -674,7 +683,7 @@ def _steps_cte(lock: str, alone: bool) -> TextClause:
         f"wake_at = CASE WHEN {timer} IS NULL THEN machines.notify_at WHEN machines.notify_at IS NULL THEN {timer} "
         f"WHEN machines.notify_at < {timer} THEN machines.notify_at ELSE {timer} END, "
         "retry_attempt = s.retry_attempt, retry_since = s.retry_since, status = s.status, error = s.error, "
-        "lease_token = NULL, lease_expires_at = NULL, updated_at = s.now, timer_range = s.timer_range, "
+        "lease_token = s.lease_token, lease_expires_at = s.lease_expires_at, updated_at = s.now, timer_range = s.timer_range, "
         "timer_timeout_ms = s.timer_timeout_ms "
         "FROM s JOIN target ON target.uid = s.uid WHERE machines.uid = s.uid AND machines.version = s.version "
         "RETURNING machines.uid), "
@@ -729,6 +738,7 @@ async def write_steps_with_events(
             ("timer_timeout_ms", step.timer_timeout_ms), ("subject", machine.subject), ("namespace", machine.namespace),
             ("id", machine.id), ("op_key", None if op is None else op.key), ("op_kind", None if op is None else op.kind),
             ("op_status", None if op is None else op.status_code), ("op_body", None if op is None else _json(op.body)),
+            ("lease_token", step.lease_token), ("lease_expires_at", step.lease_expires_at),
         ):
             params[name].append(value)
         for n, event in enumerate(rows.events):
@@ -805,15 +815,19 @@ class LeasedBatch:
     namespaces: dict[str, NamespaceRow | None]
 
 
-async def lease_due(tx: Transaction, now: int, due_by: int, limit: int, token: str, margin_ms: int) -> LeasedBatch:
+async def lease_due(tx: Transaction, now: int, due_by: int, limit: int, token: str, margin_ms: int,
+                    only: Sequence[str] | None = None) -> LeasedBatch:
     """Lease up to ``limit`` free working machines due by ``due_by`` (skipping rows other transactions hold),
     each for its namespace's processor timeout plus ``margin_ms``; answers them with their namespaces' rows.
     On PostgreSQL one statement (in a transaction that may run alone, one round trip) that also reads the
     namespaces; SQLite, whose UPDATE cannot be a CTE, reads them with a second one in the same transaction."""
-    statement = _LEASE_DUE.get(tx.store.dialect.name)
+    key = (tx.store.dialect.name, only is not None)
+    statement = _LEASE_DUE.get(key)
     if statement is None:
-        statement = _LEASE_DUE[tx.store.dialect.name] = _lease_due(tx.store.dialect, with_namespaces=tx.store.is_postgres)
+        statement = _LEASE_DUE[key] = _lease_due(tx.store.dialect, with_namespaces=tx.store.is_postgres, only=only is not None)
     params = {"now": now, "due_by": due_by, "limit": limit, "token": token, "expires_base": now + margin_ms}
+    if only is not None:
+        params["only"] = sorted(only)
     rows = (await (tx.execute_alone(statement, params) if tx.may_run_alone else tx.execute(statement, params))).all()
     leased = sorted((_machine(r) for r in rows), key=lambda m: (m.wake_at, m.uid))
     stored: dict[str, NamespaceRow | None] = dict.fromkeys((m.namespace for m in leased), None)
@@ -824,11 +838,11 @@ async def lease_due(tx: Transaction, now: int, due_by: int, limit: int, token: s
     return LeasedBatch(leased, stored)
 
 
-_LEASE_DUE: dict[str, Any] = {}
+_LEASE_DUE: dict[tuple[str, bool], Any] = {}
 _NAMESPACES_NAMED = select(namespaces).where(namespaces.c.name.in_(bindparam("names", expanding=True)))
 
 
-def _lease_due(dialect: Backend, *, with_namespaces: bool) -> Any:
+def _lease_due(dialect: Backend, *, with_namespaces: bool, only: bool = False) -> Any:
     base = bindparam("expires_base", type_=machines.c.timer_at.type)  # bigint, not int32
     timeout_ms = select(namespaces.c.timeout_ms).where(namespaces.c.name == machines.c.namespace).scalar_subquery()
     expires = base + func.coalesce(timeout_ms, DEFAULT_TIMEOUT_MS)
@@ -842,6 +856,8 @@ def _lease_due(dialect: Backend, *, with_namespaces: bool) -> Any:
         .order_by(machines.c.wake_at)
         .limit(bindparam("limit"))
     )
+    if only:
+        due = due.where(machines.c.namespace.in_(bindparam("only", expanding=True)))
     picked = picked_once(dialect, due, "due")
     where = machines.c.uid.in_(select(picked.c.uid))
     taking = leases.taking(machines, where, bindparam("token", type_=machines.c.lease_token.type), now, expires).returning(*machines.c)
@@ -895,6 +911,87 @@ async def retry_timer_later(tx: Transaction, machine: MachineRow, retry_at: int,
 async def release_at_version(tx: Transaction, machine: MachineRow) -> bool:
     """End the lease while the machine is as read and still leased by us."""
     return bool((await tx.execute(_RELEASE_AT_VERSION, {"b_uid": machine.uid, "b_version": machine.version, "b_token": machine.lease_token})).rowcount)
+
+
+# --- driven machines (the workflows layer's runs) ---------------------------------------------------------
+
+_EXTEND_LEASE = (
+    machines.update().where(_BY_UID, _HELD).values(lease_expires_at=bindparam("b_expires", type_=machines.c.lease_expires_at.type))
+)
+
+
+async def extend_leases(tx: Transaction, leased: Sequence[tuple[int, str, int]]) -> set[int]:
+    """Move the expiry of each (uid, token, expires) lease still held with that token; answers the uids whose
+    lease was still held (a version does not change: a lease is not a step)."""
+    kept: set[int] = set()
+    for uid, token, expires in leased:
+        if (await tx.execute(_EXTEND_LEASE, {"b_uid": uid, "b_token": token, "b_expires": expires})).rowcount:
+            kept.add(uid)
+    return kept
+
+
+_TAKE_AT_VERSION = (
+    machines.update()
+    .where(_BY_UID, machines.c.version == bindparam("b_version"), machines.c.status == "working")
+    .where(leases.free(machines, bindparam("b_now", type_=machines.c.lease_expires_at.type)))
+    .values(lease_token=bindparam("b_token"), lease_expires_at=bindparam("b_expires", type_=machines.c.lease_expires_at.type))
+)
+
+
+async def take_at_version(tx: Transaction, uid: int, version: int, token: str, now: int, expires: int) -> bool:
+    """Lease a working machine nobody holds while it is still at ``version``."""
+    params = {"b_uid": uid, "b_version": version, "b_token": token, "b_now": now, "b_expires": expires}
+    return bool((await tx.execute(_TAKE_AT_VERSION, params)).rowcount)
+
+
+_NOTIFICATIONS_OF = select(notifications).where(notifications.c.machine_uid == bindparam("uid")).order_by(notifications.c.seq).limit(bindparam("limit"))
+
+
+async def notifications_of(conn: Executor, uid: int, limit: int) -> list[NotificationRow]:
+    """The oldest ``limit`` pending notifications of a machine, in order."""
+    return [NotificationRow(*r) for r in (await conn.execute(_NOTIFICATIONS_OF, {"uid": uid, "limit": limit})).all()]
+
+
+async def delete_notifications(tx: Transaction, uid: int, seqs: Sequence[int]) -> None:
+    """Delete delivered notifications of a machine (whose row ``tx`` holds) and point ``notify_at`` at what is left."""
+    if seqs:
+        await tx.execute(delete(notifications).where(notifications.c.seq.in_(sorted(seqs))))
+        await refresh_notify_at(tx, uid)
+
+
+async def machines_by_uid(conn: Executor, uids: Sequence[int]) -> list[MachineRow]:
+    if not uids:
+        return []
+    return [_machine(r) for r in (await conn.execute(select(machines).where(machines.c.uid.in_(sorted(set(uids)))))).all()]
+
+
+def _aux(key: str) -> Any:
+    return machines.c.aux_state[key].as_string()
+
+
+async def list_by_aux(conn: Executor, namespace: str, key: str, value: str | None, after_id: str | None, limit: int) -> list[MachineRow]:
+    """A namespace's machines in id order whose aux state's ``key`` is ``value`` (None: any)."""
+    query = select(machines).where(machines.c.namespace == namespace)
+    if value is not None:
+        query = query.where(_aux(key) == value)
+    if after_id is not None:
+        query = query.where(machines.c.id > after_id)
+    return [_machine(r) for r in (await conn.execute(query.order_by(machines.c.id).limit(limit))).all()]
+
+
+async def count_by_aux(conn: Executor, namespace: str, key: str) -> dict[str | None, int]:
+    """A namespace's machines counted by their aux state's ``key``."""
+    value = _aux(key)
+    rows = (await conn.execute(select(value, func.count()).where(machines.c.namespace == namespace).group_by(value))).all()
+    return {r[0]: int(r[1]) for r in rows}
+
+
+async def first_events(conn: Executor, uids: Sequence[int]) -> dict[int, Any]:
+    """The data of each machine's first history event."""
+    if not uids:
+        return {}
+    rows = (await conn.execute(select(history.c.machine_uid, history.c.data).where(history.c.machine_uid.in_(sorted(set(uids))), history.c.event_id == 1))).all()
+    return {r[0]: r[1] for r in rows}
 
 
 __all__ = ["Applied", "FailureRow", "HistoryRow", "MachineRow", "NamespaceRow", "NotificationRow", "OperationRow", "StepRows", "StepWrite"]

@@ -25,7 +25,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from mainspring.core import tracing
 from mainspring.machines.settings import HistoryRange
@@ -106,6 +106,16 @@ class Origin:
 
     deadline_ms: int | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Driver(Protocol):
+    """An in-process processor that advances its machines itself (the workflows layer's runs): a due machine
+    of its namespace is leased by the background loop as any other, then handed over with its lease
+    (``machine.lease_token``) instead of being sent a ``timeout`` or ``notification``. ``drive`` answers at once;
+    the driver reads what it needs, applies its own version-fenced steps, and ends or keeps the lease."""
+
+    async def drive(self, ctx: Any, machine: Any) -> None: ...
 
 
 class Processor(Protocol):

@@ -77,7 +77,8 @@ async def _write_grouped(tx: Transaction, steps: list[PendingStep]) -> list[Appl
 async def write_steps(tx: Transaction, steps: Sequence[PendingStep], *, grouped: bool) -> list[Applied]:
     """Write ``steps`` in ``tx``, each guarded by the version it read; per step, how it ended (anything but
     APPLIED wrote nothing of it)."""
-    wake = [CHANNEL] if any(s.rows.step.timer_at is not None for s in steps) else []
+    # A step that keeps its machine's lease (a driven run going on) needs no look from the background loop.
+    wake = [CHANNEL] if any(s.rows.step.timer_at is not None and s.rows.step.lease_token is None for s in steps) else []
     if tx.store.is_postgres:
         outcomes = await data.write_steps_with_events(
             tx, [s.rows for s in steps], grouped=grouped, wake=wake, more=any(s.then is not None for s in steps)

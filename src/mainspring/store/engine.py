@@ -35,7 +35,7 @@ LISTEN_APPLICATION_NAME = "mainspring-listen"
 class Transaction:
     """A write transaction: its statements, the wake-ups it sends and what runs once it has committed."""
 
-    __slots__ = ("_after_commit", "_last", "alone", "channels", "session", "shared", "statements", "store")
+    __slots__ = ("_after_commit", "_before_last", "_last", "alone", "channels", "session", "shared", "statements", "store")
 
     def __init__(self, session: Session, store: Store, alone: bool = False, shared: bool = False) -> None:
         self.session = session
@@ -49,6 +49,7 @@ class Transaction:
         self.channels: list[str] = []
         self._after_commit: list[Callable[[], Any]] = []
         self._last: dict[Hashable, tuple[Callable[[Transaction, list[Any]], Awaitable[Any]], list[Any]]] = {}
+        self._before_last: dict[Hashable, tuple[Callable[[Transaction, list[Any]], Awaitable[Any]], list[Any]]] = {}
 
     async def execute(self, statement: Executable, params: Any = None) -> Result[Any]:
         self.statements += 1
@@ -63,7 +64,7 @@ class Transaction:
     def may_run_alone(self) -> bool:
         """Whether the next statement may be the whole transaction (``execute_alone``): not once something waits
         to be written last (it would come after that statement's commit)."""
-        return self.alone and self.statements == 0 and not self._last
+        return self.alone and self.statements == 0 and not self._last and not self._before_last
 
     async def execute_alone(self, statement: Executable, params: Any = None) -> Result[Any]:
         """Run ``statement`` as the whole transaction (only when ``may_run_alone``): on PostgreSQL it commits
@@ -130,7 +131,20 @@ class Transaction:
         else:
             entry[1].append(item)
 
+    def write_before_last(self, key: Hashable, write_all: Callable[[Transaction, list[ItemT]], Awaitable[Any]], item: ItemT) -> None:
+        """Like ``write_last``, but before every ``write_last`` write: for what takes row locks of its own (a
+        notification locks its machine), which must never be waited for while the events' numbering lock is held."""
+        entry = self._before_last.get(key)
+        if entry is None:
+            self._before_last[key] = (write_all, [item])
+        else:
+            entry[1].append(item)
+
     async def _write_last(self) -> None:
+        while self._before_last:
+            key = next(iter(self._before_last))
+            write_all, items = self._before_last.pop(key)
+            await write_all(self, items)
         while self._last:
             if self.committed_alone:
                 raise RuntimeError("writes left for the end of a transaction whose one statement has committed")

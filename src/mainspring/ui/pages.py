@@ -30,6 +30,7 @@ from mainspring.machines.models import MachineName
 from mainspring.machines.settings import HistoryRange
 from mainspring.ui import queries
 from mainspring.ui.web import PageQuery, Pages, machine_name, machine_path, render, request_context
+from mainspring.workflows import service as workflows
 
 pages = Pages("/ui")
 HISTORY_PAGE = 20
@@ -68,6 +69,11 @@ class BatcherQuery(PageQuery):
     group: Name | None = None
     package: Name | None = None
     package_status: Literal["ready", "claimed", "done", "failed"] | None = None
+
+
+class WorkflowsQuery(Paged):
+    name: str | None = Field(None, max_length=100)
+    status: Literal["running", "sleeping", "waiting", "completed", "failed", "cancelled"] | None = None
 
 
 class EventsQuery(PageQuery):
@@ -228,6 +234,34 @@ async def machine_page(request: Request, principal: Principal, query: MachineQue
         next_after=(ids[-1] if len(ids) == HISTORY_PAGE else None),
         notifications=await machines.pending_notifications(ctx, ns, machine_id),
     )
+
+
+# --- workflows -------------------------------------------------------------------------------------
+
+
+@pages.get("/workflows", query=WorkflowsQuery)
+async def workflows_page(request: Request, principal: Principal, query: WorkflowsQuery) -> Response:
+    """Every workflow with its runs counted by status; the runs of one (by status)."""
+    ctx = request_context(request)
+    summaries = await workflows.workflow_summaries(ctx)
+    runs: list[dict[str, Any]] = []
+    next_cursor: str | None = None
+    name = query.name or (summaries[0]["name"] if len(summaries) == 1 else None)
+    if name:
+        runs, next_cursor = await workflows.list_runs(ctx, name, query.status, LIST_PAGE, query.cursor)
+    return render(request, "workflows.html", page="workflows", workflows=summaries, runs=runs, workflow=name, status=query.status,
+                  next_cursor=next_cursor, statuses=workflows.STATUSES)
+
+
+@pages.get("/workflows/{name}/{run_id}")
+async def run_page(request: Request, principal: Principal, name: str, run_id: str) -> Response:
+    """A run: its status, args, result or error, what it waits for, its steps as a timeline (signals and waits
+    among them) and the signals not taken yet."""
+    ctx = request_context(request)
+    name, run_id = machine_name(name), machine_name(run_id)
+    run = await workflows.get_run(ctx, name, run_id)
+    pending = [n for n in await machines.pending_notifications(ctx, name, run_id) if isinstance(n["args"], dict)]
+    return render(request, "workflow_run.html", page="workflows", run=run, pending=pending)
 
 
 # --- interactions ----------------------------------------------------------------------------------

@@ -1,0 +1,146 @@
+"""A run as the API shows it, from its machine and its history (the records of ``engine``)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from mainspring.core import outbox
+from mainspring.machines.data import HistoryRow, MachineRow, machine_subject
+from mainspring.store import Transaction, format_time
+
+if TYPE_CHECKING:
+    from mainspring.workflows.engine import Run
+
+FINISHED_STATUSES = ("completed", "failed", "cancelled")
+SUBJECT = "workflow"
+MAX_MESSAGE_ID = 128
+"""The interactions face's longest message id."""
+
+
+def task_message_id(name: str, run_id: str, uid: int, n: int) -> str:
+    """``wf:<name>:<id>:<n>``; a run whose id would make it too long, or starts with ``#``, is named by its machine
+    instead: ``wf:<name>:#<uid>:<n>``."""
+    wanted = f"wf:{name}:{run_id}:{n}"
+    if len(wanted) <= MAX_MESSAGE_ID and not run_id.startswith("#"):
+        return wanted
+    return f"wf:{name}:#{uid}:{n}"
+
+
+def parse_message_id(message_id: str) -> tuple[str, str | int, int] | None:
+    """(workflow name, run id or machine uid, n) of a task's message id; None when it is none."""
+    if not message_id.startswith("wf:"):
+        return None
+    name, sep, rest = message_id[3:].partition(":")
+    run_part, sep2, n = rest.rpartition(":")
+    if not sep or not sep2 or not n.isdigit() or not run_part:
+        return None
+    if run_part.startswith("#") and run_part[1:].isdigit():
+        return name, int(run_part[1:]), int(n)
+    return name, run_part, int(n)
+
+
+def child_done(n: int, child: dict[str, Any]) -> dict[str, Any]:
+    return {"wf": "child_done", "n": n, "status": child["status"], "result": child.get("result"), "error": child.get("error")}
+
+
+def announce(run: Run, aux: dict[str, Any]) -> Callable[[Transaction], Awaitable[None]]:
+    """What a run's last step writes besides its records: ``workflow.<status>`` (a cancelled run said so when it was
+    cancelled) and the wake-up of readers waiting for it."""
+    from mainspring.workflows.runner import FINISHED
+
+    async def then(tx: Transaction) -> None:
+        status = aux["status"]
+        if status != "cancelled":
+            data: dict[str, Any] = {"name": run.name, "id": run.run_id, "status": status}
+            if aux.get("error") is not None:
+                data["error"] = {"type": aux["error"]["type"], "message": aux["error"]["message"]}
+            await outbox.emit(tx, f"workflow.{status}", SUBJECT, machine_subject(run.name, run.run_id), data)
+        tx.notify(FINISHED)
+
+    return then
+
+
+def steps_of(history: Sequence[HistoryRow]) -> list[dict[str, Any]]:
+    """The run's timeline: one entry per call (updated by its completion) and per signal, in history order."""
+    steps: list[dict[str, Any]] = []
+    by_n: dict[int, dict[str, Any]] = {}
+    for row in history[1:]:
+        record = row.data if isinstance(row.data, dict) else {}
+        kind = record.get("wf")
+        at = format_time(row.created_at)
+        n = int(record.get("n") or 0)
+        if kind == "step":
+            entry = {"n": n, "kind": "step", "name": record.get("name"), "at": at}
+            entry.update({"error": record["error"]} if "error" in record else {"result": record.get("result")})
+            steps.append(entry)
+        elif kind in ("sleep", "wait", "task", "child"):
+            name = {"sleep": None, "wait": record.get("signal"), "task": record.get("queue"), "child": record.get("name")}[kind]
+            entry = {"n": n, "kind": kind, "name": name, "result": None, "at": at}
+            if kind == "sleep":
+                entry["until"] = format_time(record.get("until"))
+            elif kind == "wait" and record.get("until") is not None:
+                entry["until"] = format_time(record["until"])
+            elif kind == "task":
+                entry["task"] = record.get("item")
+            elif kind == "child":
+                entry["child"] = record.get("id")
+            by_n[n] = entry
+            steps.append(entry)
+        elif kind == "took":
+            entry = by_n.get(n) or {"n": n, "kind": "wait", "name": record.get("signal"), "at": at}
+            if n not in by_n:
+                by_n[n] = entry
+                steps.append(entry)
+            entry.update(result=record.get("payload"), at=at)
+        elif kind == "woke" and n in by_n:
+            by_n[n].update(result=None, at=at)
+        elif kind == "timeout" and n in by_n:
+            by_n[n].pop("result", None)
+            by_n[n].update(error={"type": "TimeoutError", "message": "no signal came in time"}, at=at)
+        elif kind in ("task_done", "child_done") and n in by_n:
+            entry = by_n[n]
+            entry["at"] = at
+            if record.get("status") == "completed":
+                entry["result"] = record.get("result")
+            else:
+                entry.pop("result", None)
+                error = record.get("error")
+                if kind == "task_done":
+                    entry["error"] = {"type": "TaskFailed", "message": error if isinstance(error, str) else record.get("status")}
+                else:
+                    entry["error"] = error if isinstance(error, dict) else {"type": record.get("status"), "message": ""}
+        elif kind == "signal":
+            steps.append({"n": None, "kind": "signal", "name": record.get("name"), "result": record.get("payload"), "at": at})
+        elif kind in ("now", "uuid"):
+            steps.append({"n": n, "kind": kind, "name": None, "result": record.get("value"), "at": at})
+        elif kind == "patch":
+            steps.append({"n": n, "kind": "patch", "name": record.get("name"), "result": True, "at": at})
+    return steps
+
+
+def run_to_api(machine: MachineRow, args: Any, history: Sequence[HistoryRow] | None) -> dict[str, Any]:
+    """A run: API.md §5's shape (without ``steps`` when ``history`` is None)."""
+    aux = machine.aux_state if isinstance(machine.aux_state, dict) else {}
+    status = aux.get("status", "running")
+    if machine.status == "failed" and status not in FINISHED_STATUSES:
+        status = "failed"
+    waiting = aux.get("waiting_for")
+    if isinstance(waiting, dict) and "until" in waiting:
+        waiting = {"until": format_time(waiting["until"])}
+    error = aux.get("error")
+    run = {
+        "name": machine.namespace,
+        "id": machine.id,
+        "status": status,
+        "args": args,
+        "result": aux.get("result"),
+        "error": None if error is None else {"type": error.get("type"), "message": error.get("message"), "traceback": error.get("traceback")},
+        "waiting_for": waiting if status not in FINISHED_STATUSES else None,
+        "created_at": format_time(machine.created_at),
+        "updated_at": format_time(machine.updated_at),
+        "finished_at": format_time(aux.get("finished_at")) if status in FINISHED_STATUSES else None,
+    }
+    if history is not None:
+        run["steps"] = steps_of(history)
+    return run
