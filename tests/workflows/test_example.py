@@ -8,8 +8,8 @@ from typing import Any
 
 import httpx
 import pytest
-from examples.workflows import orders
 
+from examples.workflows import orders
 from mainspring.app import App
 from mainspring.store import ManualClock
 from tests.workflows.conftest import finished, run_of, until_status
