@@ -7,7 +7,7 @@
 #
 # Each target runs in a scratch copy of the tree (.mutation/TARGET/tree, the working tree as it is now), so the
 # real tree is never left holding a mutant; its session (.mutation/TARGET/session.sqlite) is kept, so a stopped
-# run resumes where it stopped, and deleting .mutation/TARGET starts it again (after the code changed). The report
+# run resumes where it stopped (the mutant a killed run left on disk is put back first), and deleting .mutation/TARGET starts it again (after the code changed). The report
 # of surviving mutants is .mutation/TARGET/report.txt.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -40,6 +40,8 @@ for target in "${wanted[@]}"; do
     rm -rf "$work/tree"
     mkdir -p "$work/tree"
     git ls-files -co --exclude-standard -z | rsync -a --from0 --files-from=- "$ROOT/" "$work/tree/"
+    # Its module as copied: put back before each (re)start, since a run killed mid-mutant leaves one on disk.
+    cp "$work/tree/$module" "$work/module.orig"
     sed -e "s#@MODULE@#$module#" -e "s#@TESTS@#$tests#" -e "s#@PYTEST@#$ROOT/.venv/bin/pytest#" \
       mutation/cosmic-ray.toml.in > "$work/cosmic-ray.toml"
     (cd "$work/tree" && "$TOOL_VENV/bin/cosmic-ray" init "$work/cosmic-ray.toml" "$work/session.sqlite"
@@ -47,6 +49,7 @@ for target in "${wanted[@]}"; do
      "$TOOL_VENV/bin/cr-filter-pragma" "$work/session.sqlite")
     echo "$target: mutants of $module in $work/session.sqlite"
   fi
+  cp "$work/module.orig" "$work/tree/$module"
   (cd "$work/tree" && "$TOOL_VENV/bin/cosmic-ray" exec "$work/cosmic-ray.toml" "$work/session.sqlite")
   "$TOOL_VENV/bin/cr-report" --surviving-only --show-diff "$work/session.sqlite" > "$work/report.txt"
   tail -n 4 "$work/report.txt"
