@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # Both cores: the suite is mostly waiting on databases and child servers.
 PYTEST_ARGS ?= -n 2
 
-.PHONY: setup run test lint services browser clean sync-clients config-docs
+.PHONY: setup run test lint services browser clean sync-clients config-docs mutation
 
 setup: $(VENV)/.installed
 
@@ -53,6 +53,11 @@ sync-clients: setup
 ## Regenerate docs/configuration.md from the settings models.
 config-docs: setup
 	$(BIN)/python scripts/config_docs.py
+
+## A mutation run (cosmic-ray, in a venv of its own) of the modules that keep the guarantees, by hand, never in
+## `make test`: `make mutation TARGETS="leasing group"` (all: every target; scripts/mutation.sh --list).
+mutation: setup
+	scripts/mutation.sh $(or $(TARGETS),all)
 
 services:
 	scripts/ensure-services

@@ -174,8 +174,31 @@ async def eventually(check: Callable[[], Awaitable[Any]], within_s: float = 10.0
         await asyncio.sleep(0.02)
 
 
+LOG_TAIL_CHARS = 8000
+_logs_of_this_test: list[tuple[str, Path]] = []
+
+
+def show_log_on_failure(name: str, path: Path) -> None:
+    """Keep the log of a process the running test spawned (a server, a worker): if the test fails, its report ends
+    with the log's tail, so an answer such as a 503 explains itself."""
+    _logs_of_this_test.append((name, path))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.failed:
+        for name, path in _logs_of_this_test:
+            tail = path.read_text(errors="replace")[-LOG_TAIL_CHARS:] if path.exists() else "(no log was written)"
+            report.sections.append((f"{name}: the tail of {path}", tail))
+    if report.when == "teardown":
+        _logs_of_this_test.clear()
+
+
 class ServerProcess:
-    """A real ``mainspring serve`` in a child process, for multi-server, SIGKILL and SIGTERM tests."""
+    """A real ``mainspring serve`` in a child process, for multi-server, SIGKILL and SIGTERM tests. Its output goes
+    to a log file beside its data directory, kept after the test; a failing test shows its tail."""
 
     def __init__(self, database_url: str, data_dir: Path, env: dict[str, str] | None = None, args: list[str] | None = None) -> None:
         self.port = free_port()
@@ -189,6 +212,7 @@ class ServerProcess:
 
     def start(self, wait: bool = True) -> ServerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        show_log_on_failure(f"server {self.url}", self.log_path)
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "mainspring.cli", "serve", "--port", str(self.port), "--database", self.database_url, "--data-dir", str(self.data_dir), *self.args],

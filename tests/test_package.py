@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import free_port
+from tests.conftest import free_port, show_log_on_failure
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -77,14 +77,16 @@ def test_a_bare_install_serves_on_sqlite_with_the_dashboard_and_has_the_clients(
     migrated = run(bin_dir / "mainspring", "migrate", "--data-dir", tmp_path / "data", env=env, cwd=tmp_path)
     assert "schema up to date" in migrated.stdout
     port = free_port()
+    log = tmp_path / "serve.log"
+    show_log_on_failure("the installed server", log)
     server = subprocess.Popen([bin_dir / "mainspring", "serve", "--port", str(port), "--database", database,
-                               "--data-dir", tmp_path / "data"], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+                               "--data-dir", tmp_path / "data"], env=env, cwd=tmp_path, stdout=log.open("wb"),
                               stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
         while True:
-            assert server.poll() is None, (server.stdout.read() if server.stdout else b"").decode()
+            assert server.poll() is None, log.read_text()
             try:
                 if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
                     break

@@ -18,7 +18,7 @@ from mainspring.app import AppError
 from mainspring.config import Settings
 from mainspring.store import Clock
 from mainspring.worker import run, runnable
-from tests.conftest import eventually, free_port
+from tests.conftest import eventually, free_port, show_log_on_failure
 
 
 def test_a_worker_refuses_an_app_with_nothing_it_can_run_and_says_what_it_runs() -> None:
@@ -137,6 +137,7 @@ async def test_one_sigterm_stops_a_worker_with_a_health_port_gracefully_and_its_
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("MAINSPRING_")},
            "MAINSPRING_SERVER__GRACEFUL_SHUTDOWN_MS": "60000", "MAINSPRING_SERVER__POLL_INTERVAL_MS": "200"}
     log_path = tmp_path / "worker.log"
+    show_log_on_failure("worker", log_path)
     with log_path.open("wb") as log:
         worker = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "mainspring.cli", "worker", "slowapp:app", "--database", database_url, "--http-port", str(port),

@@ -21,7 +21,7 @@ from mainspring.config import Settings
 from mainspring.core.auth import create_token
 from mainspring.store import Store
 from mainspring.worker import Remote, run
-from tests.conftest import eventually
+from tests.conftest import eventually, show_log_on_failure
 from tests.test_worker import SLOW_APP
 
 pytestmark = pytest.mark.slow
@@ -201,6 +201,7 @@ async def test_one_sigterm_stops_a_worker_over_http_gracefully_and_its_handler_c
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("MAINSPRING_")},
            "MAINSPRING_SERVER__GRACEFUL_SHUTDOWN_MS": "60000", "MAINSPRING_TOKEN": tokens["worker"]}
     log_path = tmp_path / "worker.log"
+    show_log_on_failure("worker", log_path)
     with log_path.open("wb") as log:
         # No --database, no data dir: nothing of the store is at hand.
         worker = await asyncio.create_subprocess_exec(

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from sqlalchemy import func, select
 
+from mainspring.batching import data
 from mainspring.batching.cafe import claim_once
-from mainspring.batching.dispatcher import dispatch_batcher
+from mainspring.batching.dispatcher import DoubleFlush, dispatch_batcher
 from mainspring.batching.models import BatcherSettingsIn, TaskIn
 from mainspring.batching.service import put_batcher as put_batcher_service
 from mainspring.batching.service import submit_task
 from mainspring.batching.tables import batch_packages, batch_tasks
+from mainspring.core.tables import events
 from mainspring.store import Store
 from tests.batching.conftest import put_batcher, settle, statuses, submit, submit_pair, wait_status
 
@@ -166,3 +169,29 @@ async def test_a_member_reissued_for_two_versions_in_one_round_repeats_its_store
     placed = {t.id: (t.version, order.index(t.package_id), t.content) for t in tasks}
     assert placed == {"t0": (1, 0, "a"), "t1": (1, 0, "a"), "t2": (2, 1, "b"), "g:ru:v2": (2, 1, "a"),
                       "t3": (3, 2, "c"), "g:ru:v3": (3, 2, "a")}
+
+
+async def test_a_round_that_finds_a_task_no_longer_pending_when_it_packs_is_rolled_back(store, monkeypatch) -> None:
+    """The pack moves only tasks still pending: one another writer took after the round read it (here in the round's
+    own transaction, the same on both engines) makes the whole round roll back — no package, no event, the other
+    task still pending — rather than put that task in a second package."""
+    await put_batcher_service(store, "books", BatcherSettingsIn(min_size=2, max_size=2, linger_ms=5000, max_wait_ms=30_000,
+                                                                group_size=2, incomplete_group="reject"))
+    for member in ("en", "ru"):
+        await submit_task(store, "books", TaskIn(id=f"g-{member}", group="g", member=member, content=member))
+    read = data.pending_tasks
+
+    async def read_then_lose_the_first(conn, batcher, limit=None):
+        pending = await read(conn, batcher, limit)
+        await conn.execute(batch_tasks.update().where(batch_tasks.c.seq == pending[0].seq).values(status="packed", package_id="pkg_other"))
+        return pending
+
+    monkeypatch.setattr(data, "pending_tasks", read_then_lose_the_first)
+    with pytest.raises(DoubleFlush):
+        await dispatch_batcher(store, "books")
+    async with store.read() as conn:
+        packages = (await conn.execute(select(func.count()).select_from(batch_packages))).scalar_one()
+        tasks = dict((await conn.execute(select(batch_tasks.c.id, batch_tasks.c.status))).tuples().all())
+        packed_events = (await conn.execute(select(func.count()).select_from(events).where(events.c.type.like("batch.package.%")))).scalar_one()
+    assert (packages, packed_events) == (0, 0)
+    assert tasks == {"g-en": "pending", "g-ru": "pending"}

@@ -12,8 +12,9 @@ What each face promises (``ok``: the client got a 2xx; ``unknown``: no answer, s
 - interactions: an ok creation exists and is completed exactly once (one ``interaction.completed`` event,
   at most one ok complete in the history); no owner holds more leases at once than its per-owner concurrency
   (a lease released with a 2xx was held from its answer to its release request, which the server counted).
-- batching: an accepted task is in exactly one completed package and is ``done``; no package is completed
-  twice; no task in a package was never submitted.
+- batching: an accepted task is in exactly one completed package and is ``done``; no task is in two completed
+  packages, whatever its submit was answered (or not); no package is completed twice; no task in a package was
+  never submitted; a task answered ``rejected`` (a duplicate content) is in no package.
 - never stuck (``drained``: faults stopped and the quiet period passed): no message still available, no
   process undecided, every timer fired, no machine failed, every interaction and task finished.
 """
@@ -225,8 +226,9 @@ def most_at_once(spans: list[tuple[float, float]]) -> int:
 def check_batching(ops: list[Op], final: FinalState) -> list[Violation]:
     found: list[Violation] = []
     submitted = _outcomes(ops, "batching", "submit")
-    accepted = {op.key for op in ops
-                if op.face == "batching" and op.kind == "submit" and op.outcome == OK and op.value.get("status") != "rejected"}
+    answered_ok = [op for op in ops if op.face == "batching" and op.kind == "submit" and op.outcome == OK]
+    accepted = {op.key for op in answered_ok if op.value.get("status") != "rejected"}
+    rejected = {op.key for op in answered_ok if op.value.get("status") == "rejected"}
     acknowledged: Counter[str] = Counter()
     completed_packages: Counter[str] = Counter()
     for op in ops:
@@ -240,15 +242,18 @@ def check_batching(ops: list[Op], final: FinalState) -> list[Violation]:
     for package in final.batch_packages.values():
         if package.get("status") == "done":
             in_done.update(package.get("task_ids") or [])
-    for task_id in set(in_done) | set(acknowledged):
+    for task_id in sorted(set(in_done) | set(acknowledged)):
         if task_id not in submitted:
             found.append(Violation("batching", "invented", task_id, "a packaged task nobody submitted"))
+        # Any task, accepted or not known to be: a submit that got no answer may have been accepted, never twice.
+        if in_done.get(task_id, 0) > 1 or acknowledged.get(task_id, 0) > 1:
+            found.append(Violation("batching", "double_package", task_id,
+                                   f"in {in_done.get(task_id, 0)} completed packages, {acknowledged.get(task_id, 0)} acknowledged completes"))
+        if task_id in rejected:
+            found.append(Violation("batching", "rejected_but_packaged", task_id, "answered rejected, yet in a completed package"))
     for task_id in accepted:
         count = in_done.get(task_id, 0)
         task = final.batch_tasks.get(task_id)
-        if count > 1 or acknowledged.get(task_id, 0) > 1:
-            found.append(Violation("batching", "double_package", task_id,
-                                   f"in {count} completed packages, {acknowledged.get(task_id, 0)} acknowledged completes"))
         if task is None:
             found.append(Violation("batching", "lost", task_id, "accepted (202) but not found"))
             continue

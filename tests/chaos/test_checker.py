@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import ast
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
+from tests.chaos import checker
 from tests.chaos.checker import FinalState, Violation, check
 from tests.chaos.harness import SHORT, WorkdirInUse, run
 from tests.chaos.history import FAIL, OK, UNKNOWN, History, Op, outcome_of
@@ -56,23 +60,8 @@ def test_a_clean_run_has_no_violation() -> None:
 def test_an_unknown_outcome_may_have_happened_or_not() -> None:
     ops, final = clean_run()
     final.exchange_effects["m3"] = 1
-    machine = final.machines["k1"]["history"]
-    final.machines["k1"]["history"] = [e for e in machine if e["data"] != {"call": "c2"}]
-    for i, event in enumerate(final.machines["k1"]["history"], 1):
-        event["id"] = i
+    final.machines["k1"]["history"] = _renumbered([e for e in final.machines["k1"]["history"] if e["data"] != {"call": "c2"}])
     assert check(ops, final) == []
-
-
-def test_planted_exchange_double_delivery_is_caught() -> None:
-    ops, final = clean_run()
-    final.exchange_effects["m1"] = 2
-    assert ("exchange", "double_effect") in invariants(check(ops, final))
-
-
-def test_planted_exchange_lost_message_is_caught() -> None:
-    ops, final = clean_run()
-    del final.exchange_effects["m2"]
-    assert invariants(check(ops, final)) == {("exchange", "lost")}
 
 
 def test_an_exchange_message_still_available_is_fine_until_the_quiet_period_ends() -> None:
@@ -85,116 +74,14 @@ def test_an_exchange_message_still_available_is_fine_until_the_quiet_period_ends
     assert invariants(check(ops, final)) == {("exchange", "stuck")}
 
 
-def test_planted_exchange_applied_and_still_available_is_caught() -> None:
-    ops, final = clean_run()
-    final.exchange_available.add("m1")
-    final.drained = False
-    assert invariants(check(ops, final)) == {("exchange", "committed_and_available")}
-
-
-def test_an_exchange_process_left_in_doubt_is_stuck() -> None:
-    ops, final = clean_run()
-    final.exchange_open_processes.append({"id": "p9", "state": "IN_DOUBT"})
-    assert invariants(check(ops, final)) == {("exchange", "stuck")}
-
-
-def test_planted_exchange_invented_effect_is_caught() -> None:
-    ops, final = clean_run()
-    final.exchange_effects["ghost"] = 1
-    assert invariants(check(ops, final)) == {("exchange", "invented")}
-
-
-def test_planted_machine_history_gap_is_caught() -> None:
-    ops, final = clean_run()
-    final.machines["k1"]["history"][3]["id"] = 5
-    final.machines["k1"]["history"][4]["id"] = 6
-    final.machines["k1"]["history"][5]["id"] = 7
-    assert ("machines", "history_gap") in invariants(check(ops, final))
-
-
-def test_planted_duplicate_call_event_is_caught() -> None:
-    ops, final = clean_run()
-    history = final.machines["k1"]["history"]
-    history.append({"id": 7, "data": {"call": "c1"}})
-    assert invariants(check(ops, final)) == {("machines", "double_event")}
-
-
-def test_planted_lost_acknowledged_call_is_caught() -> None:
-    ops, final = clean_run()
-    final.machines["k1"]["history"] = [
-        {"id": i, "data": e["data"]} for i, e in enumerate((e for e in final.machines["k1"]["history"] if e["data"] != {"call": "c1"}), 1)
-    ]
-    assert invariants(check(ops, final)) == {("machines", "lost")}
-
-
-def test_planted_refused_call_that_left_an_event_is_caught() -> None:
-    ops, final = clean_run()
-    final.machines["k1"]["history"].append({"id": 7, "data": {"call": "c3"}})
-    assert invariants(check(ops, final)) == {("machines", "refused_but_applied")}
-
-
-def test_planted_timer_fired_twice_is_caught() -> None:
-    ops, final = clean_run()
-    final.machines["k1"]["history"].append({"id": 7, "data": {"timer": 2}})
-    assert invariants(check(ops, final)) == {("machines", "timer_fired_twice")}
-
-
-def test_a_timer_that_never_fired_is_stuck() -> None:
-    ops, final = clean_run()
-    final.timers_per_machine = 3
-    assert invariants(check(ops, final)) == {("machines", "stuck")}
-
-
-def test_a_failed_machine_is_stuck() -> None:
-    ops, final = clean_run()
-    final.machines["k1"]["status"] = "failed"
-    assert invariants(check(ops, final)) == {("machines", "stuck")}
-
-
-def test_planted_interaction_completed_twice_is_caught() -> None:
-    ops, final = clean_run()
-    final.interaction_completed_events["I1"] = 2
-    assert invariants(check(ops, final)) == {("interactions", "completed_twice")}
-    ops, final = clean_run()
-    ops.append(_op("interactions", "complete", "I1"))
-    assert invariants(check(ops, final)) == {("interactions", "completed_twice")}
-
-
-def test_planted_lost_interaction_is_caught() -> None:
-    ops, final = clean_run()
-    final.interactions.clear()
-    assert invariants(check(ops, final)) == {("interactions", "lost")}
-
-
-def test_an_unfinished_interaction_is_stuck() -> None:
-    ops, final = clean_run()
-    final.interactions["i-msg-1"]["status"] = "processing"
-    final.interaction_completed_events.clear()
-    assert invariants(check(ops, final)) == {("interactions", "stuck")}
-
-
-def test_an_owner_holding_more_leases_at_once_than_its_limit_is_a_limit_exceeded() -> None:
+def test_an_owner_within_its_limit_at_every_moment_is_no_limit_exceeded() -> None:
     ops, final = clean_run()
     final.interaction_owner_concurrency = 2
     final.interaction_leases_held = [("ada", 0.0, 1.0), ("ada", 0.5, 2.0), ("ada", 1.0, 3.0), ("bo", 0.2, 0.9), ("", 0.1, 5.0)]
     assert check(ops, final) == []
-    final.interaction_leases_held.append(("ada", 1.5, 1.6))
-    assert invariants(check(ops, final)) == {("interactions", "limit_exceeded")}
 
 
-def test_planted_task_in_two_completed_packages_is_caught() -> None:
-    ops, final = clean_run()
-    final.batch_packages["P2"] = {"status": "done", "task_ids": ["t2"]}
-    assert invariants(check(ops, final)) == {("batching", "double_package")}
-
-
-def test_planted_package_completed_twice_is_caught() -> None:
-    ops, final = clean_run()
-    ops.append(_op("batching", "complete", "P1", task_ids=["t1", "t2"]))
-    assert ("batching", "package_completed_twice") in invariants(check(ops, final))
-
-
-def test_planted_lost_task_is_caught() -> None:
+def test_a_lost_task_is_stuck_and_one_gone_from_the_store_lost() -> None:
     ops, final = clean_run()
     final.batch_packages["P1"]["task_ids"] = ["t1"]
     final.batch_tasks["t2"] = {"status": "pending", "package_id": None}
@@ -202,6 +89,125 @@ def test_planted_lost_task_is_caught() -> None:
     assert invariants(check(ops, final)) == {("batching", "stuck")}
     del final.batch_tasks["t2"]
     assert ("batching", "lost") in invariants(check(ops, final))
+
+
+# --- every violation the checker knows, planted one at a time into the clean run ------------------------------------
+
+
+def _renumbered(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"id": i, "data": e["data"]} for i, e in enumerate(history, 1)]
+
+
+def _without(final: FinalState, data: dict[str, Any]) -> None:
+    final.machines["k1"]["history"] = _renumbered([e for e in final.machines["k1"]["history"] if e["data"] != data])
+
+
+def _lease_beyond_the_limit(final: FinalState) -> None:
+    final.interaction_owner_concurrency = 2
+    final.interaction_leases_held = [("ada", 0.0, 1.0), ("ada", 0.5, 2.0), ("ada", 1.0, 3.0), ("ada", 1.5, 1.6)]
+
+
+def _task_done_without_package(ops: list[Op], final: FinalState) -> None:
+    final.drained = False
+    final.batch_packages["P1"]["task_ids"] = ["t1"]
+    ops[-1] = _op("batching", "complete", "P1", task_ids=["t1"])
+
+
+Plant = Callable[[list[Op], FinalState], Any]
+PLANTED: dict[str, tuple[Plant, set[tuple[str, str]]]] = {
+    # exchange
+    "double_delivery": (lambda ops, final: final.exchange_effects.update(m1=2), {("exchange", "double_effect")}),
+    "lost_message": (lambda ops, final: final.exchange_effects.pop("m2"), {("exchange", "lost")}),
+    "applied_and_still_available": (lambda ops, final: (final.exchange_available.add("m1"), setattr(final, "drained", False)),
+                                    {("exchange", "committed_and_available")}),
+    "refused_store_applied": (lambda ops, final: (ops.append(_op("exchange", "store", "m4", FAIL)), final.exchange_effects.update(m4=1)),
+                              {("exchange", "refused_but_applied")}),
+    "message_available_after_the_quiet_period": (lambda ops, final: (final.exchange_effects.pop("m2"), final.exchange_available.add("m2")),
+                                                 {("exchange", "stuck")}),
+    "process_left_in_doubt": (lambda ops, final: final.exchange_open_processes.append({"id": "p9", "state": "IN_DOUBT"}),
+                              {("exchange", "stuck")}),
+    "effect_never_stored": (lambda ops, final: final.exchange_effects.update(ghost=1), {("exchange", "invented")}),
+    # machines
+    "started_machine_lost": (lambda ops, final: ops.append(_op("machines", "start", "k2")), {("machines", "lost")}),
+    "history_gap": (lambda ops, final: [e.update(id=e["id"] + 1) for e in final.machines["k1"]["history"][3:]], {("machines", "history_gap")}),
+    "call_event_twice": (lambda ops, final: final.machines["k1"]["history"].append({"id": 7, "data": {"call": "c1"}}),
+                         {("machines", "double_event")}),
+    "acknowledged_call_lost": (lambda ops, final: _without(final, {"call": "c1"}), {("machines", "lost")}),
+    "acknowledged_notify_lost": (lambda ops, final: _without(final, {"notify": "n1"}), {("machines", "lost")}),
+    "refused_call_applied": (lambda ops, final: final.machines["k1"]["history"].append({"id": 7, "data": {"call": "c3"}}),
+                             {("machines", "refused_but_applied")}),
+    "event_nobody_sent": (lambda ops, final: final.machines["k1"]["history"].append({"id": 7, "data": {"call": "c9"}}),
+                          {("machines", "invented")}),
+    "timer_fired_twice": (lambda ops, final: final.machines["k1"]["history"].append({"id": 7, "data": {"timer": 2}}),
+                          {("machines", "timer_fired_twice")}),
+    "timers_out_of_order": (lambda ops, final: (final.machines["k1"]["history"][2].update(data={"timer": 2}),
+                                                final.machines["k1"]["history"][5].update(data={"timer": 1})),
+                            {("machines", "timer_out_of_order")}),
+    "failed_machine": (lambda ops, final: final.machines["k1"].update(status="failed"), {("machines", "stuck")}),
+    "timer_never_fired": (lambda ops, final: setattr(final, "timers_per_machine", 3), {("machines", "stuck")}),
+    "machine_nobody_started": (lambda ops, final: final.machines.update(k9={"status": "working", "history": []}), {("machines", "invented")}),
+    # interactions
+    "created_interaction_lost": (lambda ops, final: final.interactions.clear(), {("interactions", "lost")}),
+    "refused_creation_exists": (lambda ops, final: (ops.append(_op("interactions", "create", "i-msg-2", FAIL)),
+                                                    final.interactions.update({"i-msg-2": {"id": "I2", "status": "completed"}}),
+                                                    final.interaction_completed_events.update(I2=1)),
+                                {("interactions", "refused_but_created")}),
+    "two_completed_events": (lambda ops, final: final.interaction_completed_events.update(I1=2), {("interactions", "completed_twice")}),
+    "two_acknowledged_completes": (lambda ops, final: ops.append(_op("interactions", "complete", "I1")), {("interactions", "completed_twice")}),
+    "completed_without_its_event": (lambda ops, final: final.interaction_completed_events.clear(), {("interactions", "event_lost")}),
+    "interaction_unfinished": (lambda ops, final: (final.interactions["i-msg-1"].update(status="processing"),
+                                                   final.interaction_completed_events.clear()),
+                               {("interactions", "stuck")}),
+    "interaction_nobody_created": (lambda ops, final: (final.interactions.update({"i-ghost": {"id": "I9", "status": "completed"}}),
+                                                       final.interaction_completed_events.update(I9=1)),
+                                   {("interactions", "invented")}),
+    "owner_over_its_limit": (lambda ops, final: _lease_beyond_the_limit(final), {("interactions", "limit_exceeded")}),
+    # batching
+    "package_completed_twice": (lambda ops, final: ops.append(_op("batching", "complete", "P1", task_ids=["t1", "t2"])),
+                                {("batching", "package_completed_twice"), ("batching", "double_package")}),
+    "task_nobody_submitted": (lambda ops, final: final.batch_packages.update(P2={"status": "done", "task_ids": ["t9"]}),
+                              {("batching", "invented")}),
+    "task_in_two_completed_packages": (lambda ops, final: final.batch_packages.update(P2={"status": "done", "task_ids": ["t2"]}),
+                                       {("batching", "double_package")}),
+    "task_in_two_acknowledged_packages": (lambda ops, final: ops.append(_op("batching", "complete", "P2", task_ids=["t1"])),
+                                          {("batching", "double_package")}),
+    "unanswered_task_in_two_packages": (lambda ops, final: (ops.append(_op("batching", "submit", "t3", UNKNOWN)),
+                                                            final.batch_packages.update(P2={"status": "done", "task_ids": ["t3"]},
+                                                                                        P3={"status": "done", "task_ids": ["t3"]})),
+                                        {("batching", "double_package")}),
+    "duplicate_in_a_package": (lambda ops, final: (ops.append(_op("batching", "submit", "t4", status="rejected", reason="duplicate")),
+                                                   final.batch_packages.update(P2={"status": "done", "task_ids": ["t4"]})),
+                               {("batching", "rejected_but_packaged")}),
+    "accepted_task_gone": (lambda ops, final: final.batch_tasks.pop("t2"), {("batching", "lost")}),
+    "task_done_without_package": (_task_done_without_package, {("batching", "done_without_package")}),
+    "task_unfinished": (lambda ops, final: final.batch_tasks["t2"].update(status="claimed"), {("batching", "stuck")}),
+}
+
+
+@pytest.mark.parametrize("planted", list(PLANTED))
+def test_each_planted_violation_is_caught_and_nothing_else(planted: str) -> None:
+    plant, expected = PLANTED[planted]
+    ops, final = clean_run()
+    plant(ops, final)
+    assert invariants(check(ops, final)) == expected
+
+
+def _checked_invariants() -> set[tuple[str, str]]:
+    """Every (face, invariant) a ``Violation(...)`` of checker.py can carry, read from its source."""
+    found: set[tuple[str, str]] = set()
+    for node in ast.walk(ast.parse(Path(checker.__file__).read_text())):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Violation":
+            face, invariant = node.args[0], node.args[1]
+            names = [invariant.body, invariant.orelse] if isinstance(invariant, ast.IfExp) else [invariant]
+            found |= {(face.value, n.value) for n in names if isinstance(face, ast.Constant) and isinstance(n, ast.Constant)}
+    return found
+
+
+def test_every_violation_the_checker_knows_is_planted_here() -> None:
+    """A new check comes with a planted case in PLANTED."""
+    known = _checked_invariants()
+    assert len(known) > 20, "the checker's source was not read"
+    assert known - set().union(*(expected for _, expected in PLANTED.values())) == set()
 
 
 def test_history_round_trips_through_json_lines(tmp_path: Path) -> None:

@@ -322,13 +322,17 @@ PER_OWNER_CONCURRENCY = 2
 
 
 class InteractionsWorkload(Workload):
-    """Producers create interactions (keyed by ``message_id``), each for one of a few owners, most for a noisy
-    one; two HTTP workers per server lease them and mostly complete them, sometimes ask for a retry, sometimes
-    die holding the lease. The queue has per-owner limits and fair shares on: a lease a worker released with
-    a 2xx was held from its answer to its release, so more of one owner's held at once is a limit exceeded."""
+    """Producers create interactions (keyed by ``message_id``) in two queues: ``chaos``, each item for one of a few
+    owners, most for a noisy one, with per-owner limits and fair shares on; and ``plain``, without any limit (its
+    leases take the one-statement path on PostgreSQL). Two HTTP workers per server lease from both and mostly
+    complete what they took, sometimes ask for a retry, sometimes die holding the lease. A lease of ``chaos`` a
+    worker released with a 2xx was held from its answer to its release, so more of one owner's held at once is a
+    limit exceeded."""
 
     face = "interactions"
     queue = "chaos"
+    plain = "plain"
+    queues = (queue, plain)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -342,15 +346,18 @@ class InteractionsWorkload(Workload):
             await client.put_queue(self.queue, lease_ms=LEASE_MS, error_delay_ms=200, max_attempts=1_000_000, owner_by="user",
                                    fair=True, weights={"ada": 2}, per_owner={"concurrency": PER_OWNER_CONCURRENCY,
                                                                             "rate_limit": {"count": 200, "per_ms": 1000}})
+            await client.put_queue(self.plain, lease_ms=LEASE_MS, error_delay_ms=200, max_attempts=1_000_000)
 
     async def produce(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             key = f"i{next(self.seq)}"
 
-            async def create(key: str = key) -> Any:
-                with self.history.op("interactions", "create", key) as op:
+            queue = random.choice(self.queues)
+
+            async def create(key: str = key, queue: str = queue) -> Any:
+                with self.history.op("interactions", "create", key, queue=queue) as op:
                     owner = OWNERS[0] if random.random() < 0.5 else random.choice(OWNERS)
-                    item = await random.choice(self.clients).create(self.queue, data={"key": key}, message_id=key, user=owner or None)
+                    item = await random.choice(self.clients).create(queue, data={"key": key}, message_id=key, user=owner or None)
                     op.value["id"] = item["id"]
                     return item
 
@@ -361,10 +368,13 @@ class InteractionsWorkload(Workload):
         await asyncio.gather(*(self._worker(stop, i) for i in range(2 * len(self.clients))))
 
     async def _worker(self, stop: asyncio.Event, index: int) -> None:
-        while not stop.is_set():
+        for turn in count():
+            if stop.is_set():
+                return
             client = self.clients[(index + random.randrange(2)) % len(self.clients)]
+            queue = self.queues[(index + turn) % len(self.queues)]
             try:
-                page = await client.lease(self.queue, worker=f"w{index}", max=5, wait_ms=500)
+                page = await client.lease(queue, worker=f"w{index}", max=5, wait_ms=500)
             except Exception:
                 await _pause(stop, 0.2)
                 continue
@@ -374,46 +384,54 @@ class InteractionsWorkload(Workload):
             for item in page["interactions"]:
                 await self._handle(client, item, answered)
 
+    def _held(self, item: dict[str, Any], answered: float, sent: float) -> None:
+        """A lease released with a 2xx, of the queue whose owners have a limit."""
+        if item["queue"] == self.queue:
+            self.held.append((item["user"] or "", answered, sent))
+
     async def _handle(self, client: AsyncInteractionsClient, item: dict[str, Any], answered: float) -> None:
         roll = random.random()
         token = item["lease"]["token"]
-        owner = item["user"] or ""
         if roll < 0.05:
             return  # the worker "died": the lease runs out and the item is retried
         if roll < 0.15:
             with contextlib.suppress(Exception), self.history.op("interactions", "retry", item["id"]):
                 sent = time.monotonic()
                 await client.release(item["id"], token, {"retry": {"error": "chaos says retry"}})
-                self.held.append((owner, answered, sent))
+                self._held(item, answered, sent)
             return
 
         async def complete() -> Any:
             with self.history.op("interactions", "complete", item["id"]):
                 sent = time.monotonic()
                 done = await client.release(item["id"], token, {"complete": {"result": {"by": "chaos"}}})
-                self.held.append((owner, answered, sent))
+                self._held(item, answered, sent)
                 return done
 
         await _attempts(complete)
 
     async def outstanding(self) -> int:
+        left = 0
         async with AsyncInteractionsClient(self.direct) as client:
-            counts = (await client.get_queue(self.queue)).get("counts") or {}
-        return sum(n for status, n in counts.items() if status != "completed")
+            for queue in self.queues:
+                counts = (await client.get_queue(queue)).get("counts") or {}
+                left += sum(n for status, n in counts.items() if status != "completed")
+        return left
 
     async def read_final(self, final: FinalState) -> None:
         final.interaction_leases_held = list(self.held)
         final.interaction_owner_concurrency = PER_OWNER_CONCURRENCY
         async with httpx.AsyncClient(base_url=self.direct, timeout=30) as http:
-            cursor = None
-            while True:
-                params: dict[str, Any] = {"limit": 1000, **({"cursor": cursor} if cursor else {})}
-                page = (await http.get(f"/v1/queues/{self.queue}/interactions", params=params)).json()
-                for item in page["interactions"]:
-                    final.interactions[item["message_id"]] = {"id": item["id"], "status": item["status"]}
-                cursor = page.get("next_cursor")
-                if not cursor:
-                    break
+            for queue in self.queues:
+                cursor = None
+                while True:
+                    params: dict[str, Any] = {"limit": 1000, **({"cursor": cursor} if cursor else {})}
+                    page = (await http.get(f"/v1/queues/{queue}/interactions", params=params)).json()
+                    for item in page["interactions"]:
+                        final.interactions[item["message_id"]] = {"id": item["id"], "status": item["status"]}
+                    cursor = page.get("next_cursor")
+                    if not cursor:
+                        break
             after = None
             while True:
                 params = {"types": "interaction.completed", "limit": 1000, **({"after": after} if after else {})}
@@ -432,9 +450,15 @@ class InteractionsWorkload(Workload):
 
 # --- batching ------------------------------------------------------------------------------------------
 
+DUPLICATE_SHARE = 0.2
+"""Of the batching producers' submits, those repeating an earlier task's group, member and content under a new
+id: answered ``rejected`` (duplicate) when that content was accepted, and then never to be in a package."""
+
+
 class BatchingWorkload(Workload):
-    """Producers submit single-member tasks; one HTTP worker per server claims packages and mostly completes
-    them, sometimes fails them for a retry, sometimes dies holding the lease."""
+    """Producers submit single-member tasks, some of them repeating earlier content under a new id; one HTTP worker
+    per server claims packages and mostly completes them, sometimes fails them for a retry, sometimes dies holding
+    the lease."""
 
     face = "batching"
     name = "chaos"
@@ -453,12 +477,15 @@ class BatchingWorkload(Workload):
         while not stop.is_set():
             n = next(self.seq)
             task_id = f"t{n}"
+            # The group and content of an earlier task, now and then: the same content again.
+            same = random.randrange(1, n) if n > 1 and random.random() < DUPLICATE_SHARE else n
+            repeats = f"t{same}" if same != n else None
 
-            async def submit(task_id: str = task_id, n: int = n) -> Any:
-                with self.history.op("batching", "submit", task_id) as op:
-                    task = await random.choice(self.clients).submit(self.name, id=task_id, group=f"g{n}", member="a",
-                                                                    content=f"content {n}")
-                    op.value["status"] = task["status"]
+            async def submit(task_id: str = task_id, same: int = same, repeats: str | None = repeats) -> Any:
+                with self.history.op("batching", "submit", task_id, repeats=repeats) as op:
+                    task = await random.choice(self.clients).submit(self.name, id=task_id, group=f"g{same}", member="a",
+                                                                    content=f"content {same}")
+                    op.value.update(status=task["status"], reason=task.get("reason"))
                     return task
 
             await _attempts(submit)

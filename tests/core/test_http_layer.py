@@ -14,8 +14,10 @@ from pydantic import BaseModel
 from mainspring.core.auth import Authenticator
 from mainspring.core.runtime import Context
 from mainspring.core.types import Name
+from mainspring.store import Store
 from mainspring.web.http import Api
 from mainspring.web.routing import Call, Operation, PathParamError, Reply, Routes, RouteTable
+from tests.core.test_store import stored_cursors, write_then_fail_quietly
 
 
 async def _noop(call: Call[Any]) -> Any:
@@ -131,13 +133,13 @@ class _Shape(BaseModel):
     a: int
 
 
-def _api(handler: Any, **options: Any) -> tuple[Api, Operation]:
+def _api(handler: Any, store: Store | None = None, **options: Any) -> tuple[Api, Operation]:
     from mainspring.config import load_settings
 
     routes = Routes("/v1", tag="t")
     operation = routes.add("GET", "/shape", handler, answer=_Shape, **options)
     settings = load_settings(None)
-    ctx = Context(settings=settings, store=None)  # type: ignore[arg-type]
+    ctx = Context(settings=settings, store=store)  # type: ignore[arg-type]
     authenticator = Authenticator(None, [], 1000)  # type: ignore[arg-type]
     authenticator.is_open = _open  # type: ignore[method-assign]
     return Api(ctx, authenticator, routes.operations, max_json_bytes=1 << 20, check_answers=True), operation
@@ -193,6 +195,17 @@ async def test_an_unexpected_error_is_a_500_problem_without_its_traceback(caplog
     assert sent[0]["status"] == 500
     assert b"secret" not in sent[1]["body"] and b"internal" in sent[1]["body"]
     assert "secret internals" in caplog.text
+
+
+async def test_a_handler_whose_failed_statement_was_caught_answers_2xx_only_if_its_write_committed(store: Store, engine: str) -> None:
+    async def handler(call: Call[Any]) -> Any:
+        await call.store.grouped(lambda tx: write_then_fail_quietly(tx, "quiet"))
+        return {"a": 1}
+
+    api, operation = _api(handler, store)
+    sent = await _call(api, operation)
+    assert (sent[0]["status"] < 300) == ("quiet" in await stored_cursors(store))
+    assert sent[0]["status"] == (500 if engine == "postgres" else 200)
 
 
 async def test_a_reply_with_a_media_type_sends_its_bytes_as_they_are() -> None:

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 from sqlalchemy import BigInteger, Text, column, func, select, text
 from sqlalchemy.dialects.postgresql import JSONB
 
 from mainspring.core import outbox
-from mainspring.core.tables import events
-from mainspring.store import ManualClock, Store, format_time, parse_time
+from mainspring.core.tables import events, publisher_cursors
+from mainspring.store import ManualClock, Store, Transaction, format_time, parse_time
+from mainspring.store.errors import STORE_ERRORS, TransactionAborted
 from mainspring.store.migrate import migrate, pending_revisions
 
 
@@ -54,6 +56,52 @@ async def test_a_failed_transaction_leaves_nothing(store: Store) -> None:
             raise RuntimeError("boom")
     async with store.read() as conn:
         assert (await conn.execute(select(func.count()).select_from(events))).scalar_one() == 0
+
+
+async def write_then_fail_quietly(tx: Transaction, name: str) -> str:
+    """Write a cursor row, then a statement that fails (the same primary key again) and whose error is caught: on
+    PostgreSQL that aborts the whole transaction, whose COMMIT then answers ROLLBACK; on SQLite only the failed
+    statement is undone."""
+    await tx.execute(publisher_cursors.insert().values(name=name, position=1, updated_at=0))
+    with contextlib.suppress(*STORE_ERRORS):
+        await tx.execute(publisher_cursors.insert().values(name=name, position=2, updated_at=0))
+    return name
+
+
+async def write(tx: Transaction, name: str) -> str:
+    await tx.execute(publisher_cursors.insert().values(name=name, position=1, updated_at=0))
+    return name
+
+
+async def stored_cursors(store: Store) -> set[str]:
+    async with store.read() as conn:
+        return set((await conn.execute(select(publisher_cursors.c.name))).scalars())
+
+
+async def test_a_transaction_whose_failed_statement_was_caught_passes_for_committed_only_if_it_committed(store: Store, engine: str) -> None:
+    try:
+        async with store.transaction() as tx:
+            await write_then_fail_quietly(tx, "quiet")
+    except TransactionAborted:
+        said_committed = False
+    else:
+        said_committed = True
+    assert said_committed == ("quiet" in await stored_cursors(store))
+    assert said_committed == (engine == "sqlite"), "PostgreSQL aborts the whole transaction"
+
+
+async def test_a_write_whose_failed_statement_was_caught_never_passes_its_group_for_committed(store: Store, engine: str) -> None:
+    """Group commit: the last write of a group catches a failed statement (so no later statement of the group fails
+    loudly). The group is then run one write at a time: the others are answered once committed, and the quiet
+    failure is never answered as committed."""
+    works = [lambda tx: write(tx, "first"), lambda tx: write(tx, "second"), lambda tx: write_then_fail_quietly(tx, "quiet")]
+    answers = await asyncio.gather(*(store.grouped(work) for work in works), return_exceptions=True)
+    committed = await stored_cursors(store)
+    assert answers[:2] == ["first", "second"] and {"first", "second"} <= committed
+    if engine == "postgres":
+        assert isinstance(answers[2], TransactionAborted) and "quiet" not in committed
+    else:
+        assert answers[2] == "quiet" and "quiet" in committed
 
 
 def test_time_is_rfc3339_utc_with_milliseconds() -> None:

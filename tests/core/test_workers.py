@@ -16,12 +16,13 @@ import pytest
 
 from mainspring.core import outbox
 from mainspring.store import Store
-from tests.conftest import free_port
+from tests.conftest import free_port, show_log_on_failure
 
 
 def _serve(database_url: str, tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], str, Path]:
     port = free_port()
     log = tmp_path / "serve.log"
+    show_log_on_failure(f"server on port {port}", log)
     proc = subprocess.Popen(
         [sys.executable, "-m", "mainspring.cli", "serve", "--port", str(port), "--database", database_url,
          "--data-dir", str(tmp_path / "data"), *args],

@@ -18,6 +18,7 @@ import pytest
 from mainspring.config import Settings
 from mainspring.interactions import service
 from mainspring.store import Clock, Store, parse_time
+from tests.conftest import show_log_on_failure
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,15 +32,18 @@ class Workers:
 
     def start(self, count: int = 1) -> list[subprocess.Popen[bytes]]:
         env = {**os.environ, "MS_TEST_LOG": str(self.log), "MAINSPRING_SERVER__POLL_INTERVAL_MS": "200", "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
+        outputs = [self.log.with_suffix(f".{len(self.procs) + i}.out") for i in range(count)]
+        for output in outputs:
+            show_log_on_failure("worker", output)
         new = [
             subprocess.Popen(
                 [sys.executable, "-m", "mainspring.cli", "worker", "tests.interactions.workerapp:app", "--database", self.database_url],
                 env=env,
                 cwd=ROOT,
-                stdout=self.log.with_suffix(f".{len(self.procs) + i}.out").open("wb"),
+                stdout=output.open("wb"),
                 stderr=subprocess.STDOUT,
             )
-            for i in range(count)
+            for output in outputs
         ]
         self.procs.extend(new)
         return new

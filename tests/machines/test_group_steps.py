@@ -64,6 +64,22 @@ async def test_two_answers_computed_from_one_version_in_one_group_are_applied_on
     assert (await _machine(store, "m1")).version == machine.version + 1
 
 
+async def test_an_answer_computed_from_a_version_the_machine_left_changes_nothing_even_when_no_event_collides(
+    store: Store, client: httpx.AsyncClient, fake: FakeProcessor
+) -> None:
+    """The version fence itself: the first answer adds no event (only the aux state), so the stale one's event would
+    take the next history id without a collision — only the version it read keeps it out."""
+    assert (await client.post(BASE, json={"id": "m1"})).status_code == 201
+    machine = await _machine(store, "m1")
+    quiet = pending_step(machine, Answer(aux_state={"by": "first"}), store.now_ms())
+    stale = pending_step(machine, Answer(events=["stale"], aux_state={"by": "stale"}), store.now_ms())
+    assert await applied_once(store, quiet) is Applied.APPLIED
+    assert await applied_once(store, stale) is Applied.MOVED_ON
+    after = await _machine(store, "m1")
+    assert (after.version, after.aux_state, after.last_event_id) == (machine.version + 1, {"by": "first"}, machine.last_event_id)
+    assert (await _history(client, "m1"))[1:] == []
+
+
 async def test_a_step_whose_machine_row_another_transaction_holds_waits_for_it_alone_and_applies_once(
     store: Store, client: httpx.AsyncClient, fake: FakeProcessor
 ) -> None:
