@@ -28,8 +28,7 @@ from pathlib import Path
 
 from sqlalchemy import text
 
-from mainspring.interactions import data
-from mainspring.interactions.data import NewInteraction
+from mainspring.interactions.data import NewInteraction, create
 from mainspring.store import Store
 from mainspring.store.migrate import migrate
 
@@ -39,7 +38,7 @@ SEQUENCER_SQL = (
     "LIMIT 5000) AS n WHERE events.id = n.id RETURNING 1) SELECT count(*) FROM numbered"
 )
 
-SHIPPED = str(data._CREATE_WITH_EVENTS_ALONE)
+SHIPPED = str(create._CREATE_WITH_EVENTS_ALONE)
 EVENTS_CTE = SHIPPED[SHIPPED.index("ev AS (INSERT INTO events"):SHIPPED.index("FROM ins ORDER BY ins.id) ") + len("FROM ins ORDER BY ins.id) ")]
 REWRITES: dict[str, str] = {
     "no ON CONFLICT": SHIPPED.replace(" ON CONFLICT (queue, message_id) DO NOTHING", ""),
@@ -85,7 +84,7 @@ async def run(admin: str, name: str, ddl: list[str], creates: int, group: int) -
     if name == "generic plan":  # planned once per connection, not at every execution
         psql(admin, f'ALTER DATABASE "{database}" SET plan_cache_mode = force_generic_plan')
     store = Store(url, pool_size=2)
-    data._CREATE_WITH_EVENTS_ALONE = text(REWRITES.get(name, SHIPPED)).columns(*data.items.c)
+    create._CREATE_WITH_EVENTS_ALONE = text(REWRITES.get(name, SHIPPED)).columns(*create.items.c)
     try:
         await migrate(store)
         await store.start()
@@ -118,7 +117,7 @@ async def write(store: Store, group: int, sequencer: bool, floor: bool) -> None:
             await tx.execute_alone(text("INSERT INTO bench_floor VALUES (1)"))
         return
     async with store.transaction(alone=True) as tx:
-        await data.insert_queued_with_events(tx, [NewInteraction("bench", {"n": 1}) for _ in range(group)], now, ["interactions:bench"])
+        await create.insert_queued_with_events(tx, [NewInteraction("bench", {"n": 1}) for _ in range(group)], now, ["interactions:bench"])
     if sequencer:
         async with store.read() as session:
             await session.execute(text(SEQUENCER_SQL))

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import func, select, text
+from sqlalchemy import case, func, select, text
 
 from mainspring.interactions import data, leasing, service
 from mainspring.interactions.outcomes import Complete
@@ -26,7 +26,7 @@ CFG = InteractionsSettings()
 async def counted_by_rows(store: Store, queue: str) -> dict[str, int]:
     """The counts as the rows say (what the API answered before the counts were kept)."""
     now = store.now_ms()
-    status = data.case(
+    status = case(
         (items.c.state != "queued", items.c.state),
         (items.c.next_processing.is_(None), "waiting"),
         (items.c.next_processing > now, "scheduled"),
@@ -140,7 +140,7 @@ async def test_many_backends_writing_at_once_keep_exact_counts_and_gone_ones_are
         slots = (await conn.execute(select(func.count(func.distinct(interaction_counts.c.slot))))).scalar_one()
     assert slots > 1  # each backend counted in rows of its own
     async with store.read() as conn:
-        before = await data.count_by_status(conn, store.now_ms(), postgres=True, queue="busy")
+        before = await data.count_by_status(conn, store, store.now_ms(), queue="busy")
     assert {s: before.by_queue["busy"].get(s, 0) for s in service.STATUSES} == await counted_by_rows(store, "busy")
     # The other stores are closed: their backends are gone, and their rows fold into slot 0, totals unchanged.
     for _ in range(50):
@@ -154,7 +154,7 @@ async def test_many_backends_writing_at_once_keep_exact_counts_and_gone_ones_are
         await asyncio.sleep(0.1)  # a closed connection's backend may take a moment to leave pg_stat_activity
     assert left == 0
     async with store.read() as conn:
-        after = await data.count_by_status(conn, store.now_ms(), postgres=True, queue="busy")
+        after = await data.count_by_status(conn, store, store.now_ms(), queue="busy")
     assert after == before
 
 
@@ -172,7 +172,7 @@ async def test_ready_and_scheduled_past_the_cap_are_labelled_estimated(
         client: httpx.AsyncClient, store: Store, database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     if not database_url.startswith("postgresql"):
         pytest.skip("SQLite counts the split exactly")
-    monkeypatch.setattr(data, "SCHEDULED_CAP", 3)
+    monkeypatch.setattr(data.counts, "SCHEDULED_CAP", 3)
     for _ in range(4):
         await create(client)
         await create(client, process_in_ms=60_000)
@@ -188,7 +188,7 @@ async def test_past_the_cap_of_scheduled_items_few_ready_ones_keep_the_split_exa
         client: httpx.AsyncClient, database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The capped counts of both sides come from one statement: scheduled past the cap, ready under it — the
     split is the queued total minus the ready ones, exact; and ready past the cap alone is exact too."""
-    monkeypatch.setattr(data, "SCHEDULED_CAP", 3)
+    monkeypatch.setattr(data.counts, "SCHEDULED_CAP", 3)
     for _ in range(4):
         await create(client, process_in_ms=60_000)
     for _ in range(2):

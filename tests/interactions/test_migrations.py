@@ -3,13 +3,15 @@ indexes, and are leased after the upgrade as before."""
 
 from __future__ import annotations
 
+from importlib import resources
+
 import pytest
 from sqlalchemy import text
 
 from mainspring.config import Settings
 from mainspring.interactions import leasing, service
 from mainspring.store import Clock, Store
-from mainspring.store.migrate import migrate
+from mainspring.store.migrate import MIGRATIONS, migrate
 from tests.conftest import upgrade_to
 
 
@@ -62,3 +64,20 @@ async def test_an_interrupted_index_build_is_built_again(blank_database_url: str
         assert valid is True
     finally:
         await store.close()
+
+
+async def test_the_fair_lease_the_store_runs_is_the_one_in_interactions_fair_lease_sql(store: Store, engine: str) -> None:
+    if engine != "postgres":
+        pytest.skip("the function is PostgreSQL's")
+    home = resources.files("mainspring.interactions").joinpath("fair_lease.sql").read_text()
+    async with store.read() as conn:
+        running = (await conn.execute(text("SELECT prosrc FROM pg_proc WHERE proname = 'mainspring_interactions_fair_lease'"))).scalar_one()
+    assert running == home.split("$fn$")[1]
+
+
+def test_no_migration_but_the_first_one_holds_the_fair_lease_text() -> None:
+    """One home for the algorithm: interactions_0014 keeps its first text (what a downgrade to it restores); every
+    later revision loads ``interactions/fair_lease.sql``."""
+    holding = sorted(p.name for p in MIGRATIONS.joinpath("versions").glob("*.py")
+                     if "FUNCTION mainspring_interactions_fair_lease(" in p.read_text())
+    assert holding == ["interactions_0014_fair_lease_function.py"]

@@ -162,11 +162,11 @@ async def lease(store: Store, cfg: InteractionsSettings, queue: str, worker: str
 
 
 async def _lease_once(store: Store, cfg: InteractionsSettings, queue: str, worker: str, max_items: int, lease_ms: int | None) -> Leased | None:
-    if store.is_postgres and _known_unlimited(store, queue):
+    if data.leases_alone(store) and _known_unlimited(store, queue):
         leased = await _lease_alone(store, queue, worker, max_items, lease_ms)
         if leased is not None:
             return leased
-    if store.is_postgres and _known_fair(store, queue):
+    if data.leases_alone(store) and _known_fair(store, queue):
         leased = await _fair_lease_alone(store, queue, worker, max_items, lease_ms)
         if leased is not None:
             return leased
@@ -502,7 +502,7 @@ async def release_many(store: Store, queue: str, releases: Sequence[tuple[int, s
     if not releases:
         return []
     completed: set[int] = set()
-    if store.is_postgres:
+    if data.leases_alone(store):
         completed = await _complete_held_alone(store, queue, releases)
     rest = [r for r in releases if r[0] not in completed]
     held = dict.fromkeys(completed, True)

@@ -29,7 +29,7 @@ RETRIED = Counter("mainspring_interactions_retried_total", "Failed or cancelled 
 async def read_gauges(ctx: Any) -> None:
     now = ctx.store.now_ms()
     async with ctx.store.read() as conn:
-        counted = await data.count_by_status(conn, now, postgres=ctx.store.is_postgres)
+        counted = await data.count_by_status(conn, ctx.store, now)
         oldest = await data.oldest_ready(conn, now)
         owners = {q: await data.owner_counts(conn, now, q, TOP_OWNERS) for q in await data.owned_queues(conn)}
     set_all(ITEMS, (((queue, status), n) for queue, by_status in counted.by_queue.items() for status, n in by_status.items()))

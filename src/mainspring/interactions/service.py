@@ -225,13 +225,13 @@ async def get_queue(store: Store, cfg: InteractionsSettings, queue: str) -> dict
     now = store.now_ms()
     async with store.read() as conn:
         row = await data.get_queue(conn, queue)
-        counted = await data.count_by_status(conn, now, postgres=store.is_postgres, queue=queue)
+        counted = await data.count_by_status(conn, store, now, queue=queue)
     body = queue_to_api(_settings_of(row) if row is not None else queue_defaults(cfg), queue)
     body["paused"] = row is not None and row.paused
     mine = counted.by_queue.get(queue, {})
     body["counts"] = {status: mine.get(status, 0) for status in STATUSES}
     # Every count is exact (kept with the writes) but the ready/scheduled split of a queue with more than
-    # data.SCHEDULED_CAP of each on PostgreSQL: those two are then the planner's estimate, and named here.
+    # data.counts.SCHEDULED_CAP of each on PostgreSQL: those two are then the planner's estimate, and named here.
     body["counts_estimated"] = counted.estimated_statuses()
     return body
 
@@ -263,7 +263,7 @@ async def queue_names(store: Store) -> list[str]:
 async def count_by_status(store: Store) -> data.StatusCounts:
     """Every queue's items counted by status (see ``data.StatusCounts``: which counts are estimates)."""
     async with store.read() as conn:
-        return await data.count_by_status(conn, store.now_ms(), postgres=store.is_postgres)
+        return await data.count_by_status(conn, store, store.now_ms())
 
 
 # --- create ----------------------------------------------------------------------------------------
@@ -633,7 +633,7 @@ async def ancestors(store: Store, parent_id: str | None, depth: int = 20) -> lis
 async def mean_latency_by_bucket(store: Store, since: int, until: int, bucket_ms: int) -> dict[int, float]:
     """Mean created → finished time (ms) of what finished in each ``bucket_ms`` after ``since`` (the dashboard)."""
     async with store.read() as conn:
-        return await data.mean_latency_by_bucket(conn, since, until, bucket_ms, postgres=store.is_postgres)
+        return await data.mean_latency_by_bucket(conn, store, since, until, bucket_ms)
 
 
 # --- retention -------------------------------------------------------------------------------------
@@ -648,10 +648,9 @@ async def prune_finished(store: Store, batch: int) -> int:
     for queue, retention_ms in kept:
         async with store.transaction() as tx:
             deleted += await data.delete_finished_before(tx, queue, now - retention_ms, batch)
-    if store.is_postgres:
-        # Each PostgreSQL backend counts in rows of its own: those of backends gone are folded together here.
-        async with store.transaction() as tx:
-            await data.fold_counts(tx)
+    # Each PostgreSQL backend counts in rows of its own: those of backends gone are folded together here.
+    async with store.transaction() as tx:
+        await data.fold_counts(tx)
     return deleted
 
 

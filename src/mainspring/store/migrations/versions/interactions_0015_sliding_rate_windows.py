@@ -13,12 +13,13 @@ during a rolling upgrade (then each release counts its own starts).
 
 On PostgreSQL the one-call fair lease (interactions_0014) reads and writes the logs through three functions
 that do what ``leasing.rate_left``, ``rate_free_at`` and ``rate_started`` do; its text is 0014's with only its
-rate statements changed (``FAIR_LEASE_CHANGES``).
+rate statements changed, and lives in ``interactions/fair_lease.sql``, which this revision loads.
 
 Revision ID: interactions_0015
 """
 
 import importlib.util
+from importlib import resources
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -76,52 +77,6 @@ DROP_RATE_FUNCTIONS = [
     "DROP FUNCTION IF EXISTS mainspring_rate_time(jsonb, bigint)",
 ]
 
-# The fair lease's rate statements: each change replaces the lines of 0014's text from the one that begins with its
-# first mark through the one that begins with its last; nothing else of the function changes.
-FAIR_LEASE_CHANGES = [
-    # Declarations: the queue's starts left and new log, the owners' logs.
-    ("    v_wstart bigint;", "    v_current bigint;", "    v_left integer;\n    v_starts jsonb;\n"),
-    ("    -- The owners read, by position: name, rate window,", "    -- The owners read, by position: name, rate window,",
-     "    -- The owners read, by position: name, rate log, turn, start, room (0: none now), stride, heads read, exhausted.\n"),
-    ("    o_ws bigint[]", "    o_wc integer[]", "    o_rs jsonb[] := '{}';\n"),
-    ("    v_ws bigint;", "    v_wc integer;", ""),
-    # The queue's limit.
-    ("    v_wstart := q.window_start;", "        v_room := least(v_room, q.rate_limit_count - v_wcount);", """\
-    IF q.rate_limit_count IS NOT NULL THEN
-        v_left := mainspring_rate_left(q.rate_starts, v_now, q.rate_limit_per_ms, q.rate_limit_count);
-        IF v_left < v_room THEN
-            v_limited := mainspring_rate_free_at(q.rate_starts, v_now, q.rate_limit_per_ms);
-        END IF;
-        v_room := least(v_room, v_left);
-"""),
-    # Each owner's limit, as it is read.
-    ("                FOR r IN SELECT o.owner, o.window_start,", "                FOR r IN SELECT o.owner, o.window_start,",
-     "                FOR r IN SELECT o.owner, o.rate_starts, o.turn FROM interaction_owners AS o\n"),
-    ("                    v_ws := r.window_start;", "                        v_n := least(v_n, q.per_owner_rate_count - v_wc);", """\
-                    IF q.per_owner_rate_count IS NOT NULL AND q.per_owner_rate_per_ms IS NOT NULL THEN
-                        v_n := least(v_n, mainspring_rate_left(r.rate_starts, v_now, q.per_owner_rate_per_ms, q.per_owner_rate_count));
-"""),
-    ("                    o_ws := o_ws || v_ws;", "                    o_wc := o_wc || v_wc;", "                    o_rs := array_append(o_rs, r.rate_starts);\n"),
-    # The served owners' logs, saved with their turns.
-    ("        INSERT INTO interaction_owners AS io (queue, owner, window_start,", "        SELECT p_queue, o_owner[c.i], o_ws[c.i],", """\
-        INSERT INTO interaction_owners AS io (queue, owner, rate_starts, turn)
-        SELECT p_queue, o_owner[c.i],
-               CASE WHEN q.per_owner_rate_count IS NOT NULL AND q.per_owner_rate_per_ms IS NOT NULL
-                    THEN mainspring_rate_started(o_rs[c.i], v_now, o_share[c.i], q.per_owner_rate_per_ms) ELSE o_rs[c.i] END,
-               o_start[c.i] + o_share[c.i] * o_stride[c.i]
-"""),
-    ("        ON CONFLICT (queue, owner) DO UPDATE SET window_start", "        ON CONFLICT (queue, owner) DO UPDATE SET window_start",
-     "        ON CONFLICT (queue, owner) DO UPDATE SET rate_starts = excluded.rate_starts, turn = excluded.turn;\n"),
-    # The queue's log, saved with its fair clock.
-    ("        v_wcount := v_wcount + cardinality(v_taken);", "        UPDATE interaction_queues SET fair_clock = coalesce(v_clock, fair_clock), window_start", """\
-        v_starts := mainspring_rate_started(q.rate_starts, v_now, cardinality(v_taken), q.rate_limit_per_ms);
-    END IF;
-    IF v_clock IS NOT NULL OR v_starts IS NOT NULL THEN
-        UPDATE interaction_queues SET fair_clock = coalesce(v_clock, fair_clock), rate_starts = coalesce(v_starts, rate_starts)
-"""),
-]
-
-
 def _fair_lease_0014() -> str:
     path = Path(__file__).with_name("interactions_0014_fair_lease_function.py")
     spec = importlib.util.spec_from_file_location("mainspring_migration_interactions_0014", path)
@@ -132,15 +87,9 @@ def _fair_lease_0014() -> str:
 
 
 def fair_lease() -> str:
-    """The fair lease function of this revision: 0014's with its rate statements changed."""
-    body = _fair_lease_0014()
-    for first, last, new in FAIR_LEASE_CHANGES:
-        assert body.count("\n" + first) == 1, f"interactions_0014's fair lease drifted: {first!r}"
-        begin = body.index("\n" + first) + 1
-        end = body.index("\n", body.index("\n" + last, begin - 1) + 1) + 1
-        body = body[:begin] + new + body[end:]
-    assert "window_" not in body and "v_wstart" not in body and "v_ws" not in body, "a fixed-window statement is left"
-    return body
+    """The fair lease function: its home is ``interactions/fair_lease.sql`` (0014's text with its rate statements
+    changed, when this revision was written)."""
+    return resources.files("mainspring.interactions").joinpath("fair_lease.sql").read_text()
 
 
 # A window in force at the upgrade, as one entry at its start.
