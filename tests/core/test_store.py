@@ -12,7 +12,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from mainspring.core import outbox
 from mainspring.core.tables import events, publisher_cursors
 from mainspring.store import ManualClock, Store, Transaction, format_time, parse_time
-from mainspring.store.errors import STORE_ERRORS, TransactionAborted
+from mainspring.store.errors import STORE_ERRORS, StoreNewerThanServer, TransactionAborted
 from mainspring.store.migrate import migrate, pending_revisions
 
 
@@ -37,6 +37,18 @@ async def test_two_servers_migrating_one_database_at_once(database_url: str, eng
         for s in stores:
             await s.close()
         await _pg_admin(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+async def test_a_store_a_newer_release_migrated_is_refused_clearly_before_any_write(store: Store) -> None:
+    """During a rolling upgrade an older server left running must not write rows the newer schema no longer reads:
+    a revision it does not know is refused by name, by migrate and by the worker's check alike."""
+    async with store.transaction() as tx:
+        await tx.execute(text("UPDATE alembic_version SET version_num = 'interactions_9999' WHERE version_num LIKE 'interactions_%'"))
+    with pytest.raises(StoreNewerThanServer, match="interactions_9999") as refused:
+        await migrate(store)
+    assert refused.value.code == "store_newer_than_server" and refused.value.revisions == ["interactions_9999"]
+    with pytest.raises(StoreNewerThanServer):
+        await pending_revisions(store)
 
 
 async def test_concurrent_writers_never_fail_with_database_locked(store: Store) -> None:

@@ -65,3 +65,18 @@ def _says_unavailable(error: BaseException) -> bool:
 
 class TransactionAborted(Exception):
     """A COMMIT found its transaction already aborted by a failed statement: nothing was committed."""
+
+
+class StoreNewerThanServer(Exception):
+    """The store's schema was migrated by a newer release than this server: its code would write rows the newer
+    schema no longer has (during a rolling upgrade, an older server left running). Refused at start, before any
+    statement: run this release's successor, or restore the store."""
+
+    code = "store_newer_than_server"
+
+    def __init__(self, revisions: list[str]) -> None:
+        self.revisions = revisions
+        super().__init__(
+            f"the store's schema is at {', '.join(revisions)}, which this release of Mainspring does not know: a newer "
+            "release migrated it, and this one would write what that schema no longer reads. Run that release (or a later one)."
+        )

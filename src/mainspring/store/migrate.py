@@ -11,10 +11,12 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from alembic.script.revision import ResolutionError
 from sqlalchemy import Connection, func, select
 from tenacity import AsyncRetrying, retry_if_result, wait_fixed
 
 from mainspring.store.engine import Store
+from mainspring.store.errors import StoreNewerThanServer
 from mainspring.store.postgres import lock_key
 
 log = logging.getLogger("mainspring.store")
@@ -46,10 +48,21 @@ def _upgrade(connection: Connection) -> None:
 def _pending(connection: Connection) -> set[str]:
     script = ScriptDirectory.from_config(alembic_config())
     current = MigrationContext.configure(connection).get_current_heads()
+    unknown = sorted(r for r in current if not _known(script, r))
+    if unknown:
+        raise StoreNewerThanServer(unknown)
     # Alembic records only the dependent revision (a face's *_0001), not core_0001 it depends on:
     # everything below a recorded revision, dependencies included, is applied.
     applied = {r.revision for r in script.revision_map.iterate_revisions(current, "base")} if current else set()
     return set(script.get_heads()) - applied
+
+
+def _known(script: ScriptDirectory, revision: str) -> bool:
+    try:
+        script.revision_map.get_revision(revision)
+    except ResolutionError:
+        return False
+    return True
 
 
 async def migrate(store: Store) -> None:
