@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from pathlib import Path
 
 import pytest
 from sqlalchemy import BigInteger, Text, column, func, select, text
 from sqlalchemy.dialects.postgresql import JSONB
 
+import mainspring
 from mainspring.core import outbox
 from mainspring.core.tables import events, publisher_cursors
 from mainspring.store import ManualClock, Store, Transaction, format_time, parse_time
@@ -174,3 +176,15 @@ async def test_fetch_answers_the_rows_execute_answers_inside_the_transaction(sto
         rows = (await tx.fetch(_PLAIN_ROWS, {"least": 2})).all()
     assert [tuple(r) for r in rows] == expected == [(2, 4), (3, 6)]
     assert (rows[1].id, rows[1].twice) == (3, 6)
+
+
+def test_only_the_store_and_the_data_modules_ask_which_engine_they_run_on() -> None:
+    """The faces choose a path by what the engine can do (``store.dialect``'s capabilities, or a data module's
+    question such as ``interactions.data.leases_alone``), never by its name: an engine's statements stay in one place."""
+    package = Path(mainspring.__file__).parent
+    asking = sorted(
+        str(path.relative_to(package)) for path in package.rglob("*.py")
+        if "is_postgres" in path.read_text()
+        and path.parts[len(package.parts)] != "store" and path.stem != "data" and "data" not in path.parts[len(package.parts):-1]
+    )
+    assert asking == []

@@ -27,7 +27,7 @@ from mainspring.batching.tables import (
     batching_counts,
 )
 from mainspring.core import data as core_data
-from mainspring.store import Transaction
+from mainspring.store import Store, Transaction
 from mainspring.store import counts as kept_counts
 from mainspring.store.dialect import Executor
 from mainspring.store.postgres import lock_key
@@ -1065,10 +1065,10 @@ async def count_by_status(conn: Executor) -> dict[str, dict[str, int]]:
             for kind in ("tasks", "packages")}
 
 
-async def mean_package_time_by_bucket(conn: Executor, since: int, until: int, bucket_ms: int, *, postgres: bool = False) -> dict[int, float]:
+async def mean_package_time_by_bucket(conn: Executor, store: Store, since: int, until: int, bucket_ms: int) -> dict[int, float]:
     """Mean time from created to done (ms) of the packages done in each ``bucket_ms`` after ``since`` (of a sample:
     ``core.data.mean_duration_by_bucket``, on ``ix_batch_packages_status_updated_at``)."""
     return await core_data.mean_duration_by_bucket(
         conn, batch_packages.c.created_at, batch_packages.c.updated_at, batch_packages.c.status == constant("done"), since, until,
-        bucket_ms, postgres=postgres,
+        bucket_ms, postgres=store.is_postgres,
     )

@@ -268,7 +268,7 @@ async def _submit_once(
         tx.notify(dispatcher_channel(name))
         return task_to_api(task), True
 
-    if store.is_postgres:
+    if store.dialect.one_statement_writes:
         # Submits arriving together: their groups' locks in one statement, then one statement for all of them.
         return await store.grouped_batch("batching.submit", _submit_all, _Submit(name, body, sha, defaults))
     return await store.grouped(work)
@@ -448,4 +448,4 @@ async def count_by_status(store: Store) -> dict[str, dict[str, int]]:
 async def mean_package_time_by_bucket(store: Store, since: int, until: int, bucket_ms: int) -> dict[int, float]:
     """Mean time from created to done (ms) of the packages done in each ``bucket_ms`` after ``since``."""
     async with store.read() as conn:
-        return await data.mean_package_time_by_bucket(conn, since, until, bucket_ms, postgres=store.is_postgres)
+        return await data.mean_package_time_by_bucket(conn, store, since, until, bucket_ms)

@@ -66,7 +66,7 @@ class Gauges:
         async with self._lock:
             if time.monotonic() - self._read_at < REFRESH_S:
                 return
-            if ctx.store.is_postgres:
+            if ctx.store.dialect.parallel_reads:
                 # Side by side, each on a connection of its own: a scrape waits for the slowest reader, not
                 # for the sum of their round trips.
                 await asyncio.gather(*(read(ctx) for read in self._readers))

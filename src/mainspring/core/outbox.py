@@ -37,7 +37,7 @@ async def emit(tx: Transaction, type: str, subject_kind: str, subject_id: str, d
 async def emit_many(tx: Transaction, batch: Sequence[Event]) -> None:
     if not batch:
         return
-    if tx.store.is_postgres:
+    if tx.store.dialect.events_numbered_last:
         # Written, numbered, as the transaction's last statement (with its other events).
         tx.write_last(EVENTS_CHANNEL, _write_events, (batch, tx.store.now_ms()))
     else:

@@ -123,7 +123,7 @@ async def _sleep_or_stop(ctx: Context, seconds: float) -> None:
 async def fold_kept_counts(ctx: Context, tables: Sequence[CountsTable]) -> None:
     """PostgreSQL: fold the rows of gone backends in the faces' kept counts (``store.counts.fold``) every
     retention interval, so the tables stay as small as the number of live connections."""
-    if not ctx.store.is_postgres or not tables:
+    if not ctx.store.dialect.counts_per_connection or not tables:
         return
 
     async def step() -> int | None:

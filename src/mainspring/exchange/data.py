@@ -34,7 +34,7 @@ from mainspring.core import data as core_data
 from mainspring.exchange.tables import ACTIVE_STATES, FINISHED_STATES, exchange_counts
 from mainspring.exchange.tables import exchange_messages as M
 from mainspring.exchange.tables import exchange_processes as P
-from mainspring.store import Transaction
+from mainspring.store import Store, Transaction
 from mainspring.store import counts as kept_counts
 from mainspring.store.dialect import Executor
 from mainspring.store.notify import PG_CHANNEL
@@ -687,8 +687,8 @@ async def count_by_state(conn: Executor) -> dict[str, dict[str, int]]:
             for kind in ("processes", "messages")}
 
 
-async def mean_cycle_by_bucket(conn: Executor, since: int, until: int, bucket_ms: int, *, postgres: bool = False) -> dict[int, float]:
+async def mean_cycle_by_bucket(conn: Executor, store: Store, since: int, until: int, bucket_ms: int) -> dict[int, float]:
     """Mean time from started to DONE (ms) of the processes done in each ``bucket_ms`` after ``since`` (of a sample:
     ``core.data.mean_duration_by_bucket``, on ``ix_exchange_processes_finished``)."""
     return await core_data.mean_duration_by_bucket(conn, P.c.started_at, P.c.updated_at, P.c.state == constant("DONE"), since, until,
-                                                   bucket_ms, postgres=postgres)
+                                                   bucket_ms, postgres=store.is_postgres)

@@ -138,7 +138,7 @@ async def store_message(
 
 
 async def _insert_stored(tx: Transaction, rows: list[NewMessage]) -> list[None]:
-    if tx.store.is_postgres:
+    if tx.store.dialect.one_statement_writes:
         # One statement: the rows, their events and (alone in its commit) the wake-ups to other servers.
         wake = [outbox.SEQUENCER_CHANNEL, CHANNEL]
         await data.insert_stored_with_events(tx, rows, tx.store.now_ms(), wake)

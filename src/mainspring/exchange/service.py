@@ -401,4 +401,4 @@ async def count_by_state(ctx: Context) -> dict[str, dict[str, int]]:
 async def mean_cycle_by_bucket(ctx: Context, since: int, until: int, bucket_ms: int) -> dict[int, float]:
     """Mean time from started to DONE (ms) of the processes done in each ``bucket_ms`` after ``since``."""
     async with ctx.store.read() as conn:
-        return await data.mean_cycle_by_bucket(conn, since, until, bucket_ms, postgres=ctx.store.is_postgres)
+        return await data.mean_cycle_by_bucket(conn, ctx.store, since, until, bucket_ms)

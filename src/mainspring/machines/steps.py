@@ -79,7 +79,7 @@ async def write_steps(tx: Transaction, steps: Sequence[PendingStep], *, grouped:
     APPLIED wrote nothing of it)."""
     # A step that keeps its machine's lease (a driven run going on) needs no look from the background loop.
     wake = [CHANNEL] if any(s.rows.step.timer_at is not None and s.rows.step.lease_token is None for s in steps) else []
-    if tx.store.is_postgres:
+    if tx.store.dialect.one_statement_writes:
         outcomes = await data.write_steps_with_events(
             tx, [s.rows for s in steps], grouped=grouped, wake=wake, more=any(s.then is not None for s in steps)
         )

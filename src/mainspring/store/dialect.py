@@ -29,6 +29,20 @@ class Backend(Protocol):
     name: str
     round_trips: int
 
+    # What the engine can do, asked by name where the faces choose a path (never by the engine's name).
+    one_statement_writes: bool
+    """Rows, their events and their wake-ups written in one statement (data-modifying CTEs over arrays):
+    PostgreSQL, where each statement is a round trip; SQLite, with none to save, writes a statement each."""
+    events_numbered_last: bool
+    """A transaction's events are written and numbered as its last statement (PostgreSQL: numbered in commit
+    order by the sequencer); SQLite's one writer numbers them as they are inserted."""
+    parallel_reads: bool
+    """Reads side by side, each on a connection of its own, take the slowest one's time, not the sum (PostgreSQL);
+    SQLite's one file gains nothing."""
+    counts_per_connection: bool
+    """Kept counts are added to rows of each connection's own, and the rows of connections gone are folded
+    together later (``store.counts.fold``, PostgreSQL); SQLite's one writer keeps one row per count."""
+
     def insert(self, table: Table) -> Any:
         """An INSERT that supports ``on_conflict_do_nothing`` / ``on_conflict_do_update``."""
 
