@@ -26,12 +26,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import time
 import uuid
 from typing import Any
 
 import asyncpg
+from sqlalchemy import text
 
 from bench.pgcpu import DatabaseCpu
 from mainspring.interactions import leasing, service
@@ -81,6 +83,12 @@ counted AS (
 SELECT i.*, l.attempt FROM leased AS l JOIN proto_items AS i ON i.id = l.id ORDER BY l.id
 """
 
+NARROW_LEASE_WRITING_RECORD = NARROW_LEASE.replace(
+    "counted AS (",
+    "recorded AS (UPDATE proto_items AS i SET state = 'processing', leased_at = $2, worker = $6, updated_at = $2 "
+    "FROM leased AS l WHERE i.id = l.id), counted AS (",
+)
+
 NARROW_COMPLETE = """
 WITH done AS (
     DELETE FROM proto_leases AS l USING unnest($1::bigint[], $2::text[]) AS f(id, token)
@@ -122,10 +130,14 @@ async def drop(admin: str, name: str) -> None:
         await conn.close()
 
 
-async def today(url: str, items: int, batch: int) -> float:
-    """PostgreSQL CPU µs per item: Mainspring's lease and completion of ``items`` no-op items."""
+async def today(url: str, items: int, batch: int, *, triggers: bool = True) -> float:
+    """PostgreSQL CPU µs per item: Mainspring's lease and completion of ``items`` no-op items (``triggers``
+    False: without the count, owner and wake-up triggers of ``interactions``, to see their share)."""
     store = Store(url, pool_size=2)
     await migrate(store)
+    if not triggers:
+        async with store.transaction() as tx:
+            await tx.execute(text("ALTER TABLE interactions DISABLE TRIGGER USER"))
     await store.start()
     try:
         for start in range(0, items + batch, 1000):
@@ -149,8 +161,9 @@ async def cycle(store: Store, batch: int) -> int:
     return len(ids)
 
 
-async def narrow(url: str, items: int, batch: int) -> float:
-    """PostgreSQL CPU µs per item: the same transitions on the prototype's narrow rows."""
+async def narrow(url: str, items: int, batch: int, *, record_at_lease: bool = False) -> float:
+    """PostgreSQL CPU µs per item: the same transitions on the prototype's narrow rows (``record_at_lease``: the
+    record written at the lease as well, as today, to see what leaving it alone saves)."""
     store = Store(url, pool_size=1)
     await migrate(store)
     await store.close()
@@ -170,7 +183,7 @@ async def narrow(url: str, items: int, batch: int) -> float:
                 "ins.id::text, jsonb_build_object('queue', ins.queue, 'status', 'ready') FROM ins ORDER BY ins.id) "
                 "INSERT INTO proto_counts AS c (queue, status, n) SELECT 'bench', 'queued', count(*) FROM ins "
                 "ON CONFLICT (queue, status) DO UPDATE SET n = c.n + excluded.n", now, start, start + n - 1)
-        lease = await conn.prepare(NARROW_LEASE)
+        lease = await conn.prepare(NARROW_LEASE_WRITING_RECORD if record_at_lease else NARROW_LEASE)
         complete = await conn.prepare(NARROW_COMPLETE)
 
         async def one() -> int:
@@ -202,11 +215,16 @@ async def main() -> None:
     parser.add_argument("--items", type=int, default=10_000)
     parser.add_argument("--batch", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--parts", action="store_true", help="also today without its triggers, and narrow writing the record at the lease")
     args = parser.parse_args()
+    sides: list[tuple[str, Any]] = [("today", today), ("narrow", narrow)]
+    if args.parts:
+        sides += [("today_no_triggers", functools.partial(today, triggers=False)),
+                  ("narrow_record_at_lease", functools.partial(narrow, record_at_lease=True))]
     results: list[dict[str, Any]] = []
     for n in range(args.rounds):
         row: dict[str, Any] = {"round": n + 1}
-        for side, run in (("today", today), ("narrow", narrow)) if n % 2 == 0 else (("narrow", narrow), ("today", today)):
+        for side, run in sides if n % 2 == 0 else sides[::-1]:
             name, url = await fresh(args.pg)
             try:
                 row[f"{side}_pg_cpu_us_per_item"] = round(await run(url, args.items, args.batch), 1)
