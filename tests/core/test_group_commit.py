@@ -4,6 +4,7 @@ failure among them is answered to its own writer alone."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 from sqlalchemy import func, select
@@ -11,6 +12,10 @@ from sqlalchemy import func, select
 from mainspring.core import outbox
 from mainspring.core.tables import events
 from mainspring.store import Store, Transaction
+
+
+OVERLAP_S = 0.5
+"""How long the open groups stay open: time enough for one group more to start, were it let."""
 
 
 class Refused(Exception):
@@ -120,3 +125,32 @@ async def test_reads_of_one_kind_arriving_together_are_read_in_one_call_and_an_e
     assert [a if not isinstance(a, Refused) else "refused" for a in answers] == [(0, 0), (1, 0), (2, 0), "refused", (4, 0), (5, 0)]
     assert sorted(n for call in calls for n in call) == list(range(6))
     assert len(calls) < 6, calls  # the first reads at once, the rest arrive while it does
+
+
+async def test_no_more_groups_are_open_at_once_than_the_store_allows(store: Store) -> None:
+    """At most ``parallel`` shared transactions at a time (one on SQLite, a few on PostgreSQL): a write arriving
+    while that many are open waits for one of them to commit, however long they take."""
+    parallel = store.group_commit.parallel
+    log: list[str] = []
+    one_more_started = asyncio.Event()
+
+    async def held_open(tx: Transaction) -> None:
+        log.append("open")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(one_more_started.wait(), OVERLAP_S)
+        log.append("committed")
+
+    async def one_more(tx: Transaction) -> None:
+        log.append("one more")
+        one_more_started.set()
+
+    writes = []
+    for n in range(parallel):
+        # Each in a group of its own: the next arrives once the one before runs.
+        writes.append(asyncio.create_task(store.grouped(held_open)))
+        async with asyncio.timeout(30):
+            while log.count("open") <= n:
+                await asyncio.sleep(0.001)
+    writes.append(asyncio.create_task(store.grouped(one_more)))
+    await asyncio.gather(*writes)
+    assert log.index("one more") > log.index("committed"), log
