@@ -13,7 +13,6 @@ from mainspring.core import outbox
 from mainspring.core.tables import events
 from mainspring.store import Store, Transaction
 
-
 OVERLAP_S = 0.5
 """How long the open groups stay open: time enough for one group more to start, were it let."""
 
@@ -132,10 +131,11 @@ async def test_no_more_groups_are_open_at_once_than_the_store_allows(store: Stor
     while that many are open waits for one of them to commit, however long they take."""
     parallel = store.group_commit.parallel
     log: list[str] = []
-    one_more_started = asyncio.Event()
+    one_more_started, opened = asyncio.Event(), asyncio.Event()
 
     async def held_open(tx: Transaction) -> None:
         log.append("open")
+        opened.set()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(one_more_started.wait(), OVERLAP_S)
         log.append("committed")
@@ -145,12 +145,11 @@ async def test_no_more_groups_are_open_at_once_than_the_store_allows(store: Stor
         one_more_started.set()
 
     writes = []
-    for n in range(parallel):
+    for _ in range(parallel):
         # Each in a group of its own: the next arrives once the one before runs.
+        opened.clear()
         writes.append(asyncio.create_task(store.grouped(held_open)))
-        async with asyncio.timeout(30):
-            while log.count("open") <= n:
-                await asyncio.sleep(0.001)
+        await asyncio.wait_for(opened.wait(), 30)
     writes.append(asyncio.create_task(store.grouped(one_more)))
     await asyncio.gather(*writes)
     assert log.index("one more") > log.index("committed"), log
