@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from mainspring.core import outbox
 from mainspring.core.tables import events
@@ -153,3 +153,24 @@ async def test_no_more_groups_are_open_at_once_than_the_store_allows(store: Stor
     writes.append(asyncio.create_task(store.grouped(one_more)))
     await asyncio.gather(*writes)
     assert log.index("one more") > log.index("committed"), log
+
+
+
+async def test_a_batch_among_other_writes_never_commits_alone_so_a_failed_group_writes_it_once(store: Store) -> None:
+    """A batch that is its transaction's only writer may commit its one statement at once (PostgreSQL's hot
+    paths); beside another kind of write it may not, since a failure among them runs each write again alone."""
+    async with store.transaction() as tx:
+        await tx.execute(text("CREATE TABLE written (n integer)"))
+    insert = text("INSERT INTO written (n) VALUES (1)")
+
+    async def write_all(tx: Transaction, items: list[int]) -> list[int]:
+        await (tx.execute_alone(insert) if tx.may_run_alone else tx.execute(insert))
+        return items
+
+    async def refused(tx: Transaction, items: list[int]) -> list[int]:
+        raise Refused("no")
+
+    answers = await asyncio.gather(store.grouped_batch("a", write_all, 1), store.grouped_batch("b", refused, 2), return_exceptions=True)
+    assert answers[0] == 1 and isinstance(answers[1], Refused)
+    async with store.read() as conn:
+        assert (await conn.execute(text("SELECT count(*) FROM written"))).scalar_one() == 1
