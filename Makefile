@@ -55,9 +55,10 @@ config-docs: setup
 	$(BIN)/python scripts/config_docs.py
 
 ## A mutation run (cosmic-ray, in a venv of its own) of the modules that keep the guarantees, by hand, never in
-## `make test`: `make mutation TARGETS="leasing group"` (all: every target; scripts/mutation.sh --list).
+## `make test`: `make mutation TARGETS="leasing group"` (all: every target; scripts/mutation.sh --list);
+## SAMPLE=N runs a seeded random N of each new target's mutants.
 mutation: setup
-	scripts/mutation.sh $(or $(TARGETS),all)
+	scripts/mutation.sh $(if $(SAMPLE),--sample $(SAMPLE)) $(or $(TARGETS),all)
 
 services:
 	scripts/ensure-services
