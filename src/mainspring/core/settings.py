@@ -83,7 +83,12 @@ class AuthSettings(BaseModel):
     model_config = ConfigDict(use_attribute_docstrings=True)
 
     tokens: list[TokenConfig] = []
-    """Tokens of the config file, beside the stored ones. With no token at all the server is open."""
+    """Tokens of the config file, beside the stored ones. A server that never had a token (none configured, none
+    ever stored) is open to anyone who can reach it."""
+    open_when_all_revoked: bool = False
+    """Once a token was stored, revoking the last one leaves the server closed: it refuses every request until a
+    token is created (``mainspring token create`` opens the store, so it still works). Set this to open such a
+    server to everyone again instead, as one that never had a token."""
     cache_ms: int = Field(2000, ge=0)
     """How long a server trusts its copy of the stored tokens (a revoke reaches every server within this)."""
 
