@@ -11,6 +11,7 @@ import pytest
 
 from mainspring.api import create_app
 from mainspring.config import load_settings
+from mainspring.core.auth import hash_token
 from mainspring.store import Store
 
 INJECTIONS = ["' OR '1'='1", "1; DROP TABLE events; --", '"); DELETE FROM alerts; --', "%27%20OR%201=1", "$(rm -rf /)", "{{7*7}}"]
@@ -86,3 +87,18 @@ async def test_hostile_header_values_are_refused_or_kept_as_plain_data(client: h
                 # What is stored is bounded (an open server ignores Authorization; /v1/events reads
                 # Last-Event-ID only on the stream).
                 assert answer.status_code in (400, 413, 422, 431), where
+
+
+async def test_the_rate_limit_counts_a_token_however_it_is_written_and_unknown_tokens_by_address(
+        database_url: str, tmp_path: Path, store: Store) -> None:
+    settings = load_settings(None, server={"database": database_url, "data_dir": tmp_path / "data", "rate_limit": "5/minute"},
+                             auth={"tokens": [{"token_sha256": hash_token("t-1"), "scopes": ["admin"]}]})
+    app = create_app(settings, store=store)
+    async with app.router.lifespan_context(app), httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+        spellings = ["Bearer t-1", "bearer t-1", "BEARER  t-1", " Bearer t-1 ", "Bearer\tt-1", "bEaReR t-1 ", "Bearer t-1"]
+        answers = [(await client.get("/v1/alerts", headers={"Authorization": a})).status_code for a in spellings]
+        assert answers == [200] * 5 + [429, 429]
+        elsewhere = httpx.AsyncClient(transport=httpx.ASGITransport(app=app, client=("10.0.0.9", 4000)), base_url="http://t")
+        async with elsewhere:
+            unknown = [(await elsewhere.get("/v1/alerts", headers={"Authorization": f"Bearer guess-{n}"})).status_code for n in range(7)]
+            assert unknown == [401] * 5 + [429, 429]

@@ -32,6 +32,13 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an ``Authorization`` header as HTTP defines it: the scheme in any case, whitespace around
+    and between ignored; None when there is no bearer token."""
+    parts = (authorization or "").split(None, 1)
+    return parts[1].strip() if len(parts) == 2 and parts[0].lower() == "bearer" else None
+
+
 def scope_allows(granted: str, required: str) -> bool:
     if granted == "admin" or granted == required:
         return True
@@ -160,12 +167,22 @@ class Authenticator:
         await self._current()
         return self._open_now()
 
+    def known_token(self, authorization: str | None) -> str | None:
+        """The sha256 of the request's token when it is a valid one (from the current copy), else None: what
+        the rate limit counts a request against (the same token however it is written)."""
+        token = bearer_token(authorization)
+        if token is None:
+            return None
+        digest = hash_token(token)
+        return digest if digest in self._configured or digest in self._stored else None
+
     async def authenticate(self, authorization: str | None) -> Principal:
         if await self.is_open():
             return OPEN
-        if not authorization or not authorization.lower().startswith("bearer "):
+        token = bearer_token(authorization)
+        if token is None:
             raise Unauthenticated()
-        digest = hash_token(authorization[7:].strip())
+        digest = hash_token(token)
         for known in (self._configured, self._stored):
             for candidate, principal in known.items():
                 if hmac.compare_digest(candidate, digest):

@@ -35,7 +35,8 @@ class ServerSettings(BaseModel):
     """How long a starting server or command waits for an unreachable store (a database still starting or
     restarting) before it gives up."""
     rate_limit: str | None = None
-    """Requests per client (token, or address when open), e.g. ``"200/second"``; over it: ``429 rate_limited``."""
+    """Requests per client on ``/v1``, e.g. ``"200/second"``; over it: ``429 rate_limited``. A client is its token
+    when that is valid (however the header spells ``Bearer``), else its address (unknown tokens included)."""
     tls_certfile: Path | None = None
     """Serve HTTPS with this certificate (PEM), together with ``tls_keyfile``."""
     tls_keyfile: Path | None = None

@@ -7,7 +7,6 @@ A 2xx is sent only after the handler returned, so it still means what the handle
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -106,9 +105,10 @@ class _Metrics:
 
 
 class _RateLimit:
-    """Per-client request rate on ``/v1`` (a moving window in this server's memory). A client is its bearer
-    token (hashed) or, without one, its address. It protects one server from a flood; limits that must hold
-    across servers (queue rate limits) live in the store instead."""
+    """Per-client request rate on ``/v1`` (a moving window in this server's memory). A client is its valid
+    token (its sha256, however the header writes it) or else its address — so unknown tokens, which cost a
+    lookup each, are limited with the address they come from. It protects one server from a flood; limits
+    that must hold across servers (queue rate limits) live in the store instead."""
 
     def __init__(self, rate: str) -> None:
         from limits import parse
@@ -118,8 +118,8 @@ class _RateLimit:
         self.rate = parse(rate)
         self.limiter = MovingWindowRateLimiter(MemoryStorage())
 
-    def check(self, scope: Mapping[str, Any], authorization: str | None) -> None:
-        client = hashlib.sha256(authorization.encode()).hexdigest() if authorization else str((scope.get("client") or ("?",))[0])
+    def check(self, scope: Mapping[str, Any], token_sha256: str | None) -> None:
+        client = f"token:{token_sha256}" if token_sha256 else f"address:{(scope.get('client') or ('?',))[0]}"
         if not self.limiter.hit(self.rate, client):
             reset = self.limiter.get_window_stats(self.rate, client).reset_time
             raise RateLimited(f"over {self.rate}", retry_after=max(1, int(reset - time.time() + 0.999)))
@@ -175,7 +175,7 @@ class Api:
         try:
             authorization = _header(scope, b"authorization")
             if self.rate_limit is not None and not operation.public:
-                self.rate_limit.check(scope, authorization)
+                self.rate_limit.check(scope, self.authenticator.known_token(authorization))
             limit = self._body_limits[operation]
             declared = _header(scope, b"content-length")
             if declared is not None and declared.isdigit() and int(declared) > limit:
