@@ -30,6 +30,7 @@ from mainspring.core.errors import (
 )
 from mainspring.core.logs import bind_request
 from mainspring.core.runtime import Context
+from mainspring.core.types import check_media_type
 from mainspring.store.errors import is_unavailable
 from mainspring.web.routing import Call, Operation, PathParamError, RawBody, Reply, RouteTable
 
@@ -156,7 +157,9 @@ class Api:
         async def send_marked(message: Any) -> None:
             if message["type"] == "http.response.start":
                 sent.append(message["status"])
-                message["headers"] = [*message.get("headers", ()), (b"x-request-id", request_id.encode())]
+                # nosniff: a body goes out as its declared type (a message's HTML stays text to a browser).
+                message["headers"] = [*message.get("headers", ()), (b"x-request-id", request_id.encode()),
+                                      (b"x-content-type-options", b"nosniff")]
             await send(message)
 
         status = 500
@@ -230,7 +233,7 @@ class Api:
             if result.media_type is not None:
                 content = result.content
                 raw = content if isinstance(content, bytes) else content.encode() if isinstance(content, str) else to_json(content)
-                return await _send(send, status, raw, [(b"content-type", result.media_type.encode("latin-1")), *extra])
+                return await _send(send, status, raw, [(b"content-type", _sendable(result.media_type)), *extra])
             headers = [*_JSON, *extra]
             result = result.content
         elif callable(result) and not isinstance(result, (BaseModel, dict, list)):
@@ -263,6 +266,15 @@ class Api:
 
             self._answer_checks[operation] = check
         check(result)
+
+
+def _sendable(media_type: str) -> bytes:
+    """A media type as a header value; one that is not a valid media type (stored before they were checked)
+    goes out as bytes, never as a broken header or a 500."""
+    try:
+        return check_media_type(media_type).encode("ascii")
+    except ValueError:
+        return b"application/octet-stream"
 
 
 def _json_validator(body: Any) -> Callable[[bytes], Any]:
