@@ -37,6 +37,14 @@ class ServerSettings(BaseModel):
     rate_limit: str | None = None
     """Requests per client on ``/v1``, e.g. ``"200/second"``; over it: ``429 rate_limited``. A client is its token
     when that is valid (however the header spells ``Bearer``), else its address (unknown tokens included)."""
+    allowed_hosts: list[str] = []
+    """The names (``Host`` header, without the port) browsers may reach this server by; ``*.example.com``
+    matches any subdomain. Unset: an open server (no tokens) answers a browser only when reached as
+    ``localhost``, ``127.0.0.1``, ``::1`` or ``server.host`` (a page on another name that resolves here, DNS
+    rebinding, is refused 403 ``cross_site_refused``). Set: every request must name one of them."""
+    allowed_origins: list[str] = []
+    """Other sites (``https://ops.example.com``) whose pages may write to an open server; a page of this
+    server's own origin always may, any other is refused 403 ``cross_site_refused``."""
     tls_certfile: Path | None = None
     """Serve HTTPS with this certificate (PEM), together with ``tls_keyfile``."""
     tls_keyfile: Path | None = None

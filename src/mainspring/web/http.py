@@ -27,11 +27,13 @@ from mainspring.core.errors import (
     RateLimited,
     TooLarge,
     Unavailable,
+    UnsupportedMediaType,
 )
 from mainspring.core.logs import bind_request
 from mainspring.core.runtime import Context
 from mainspring.core.types import check_media_type
 from mainspring.store.errors import is_unavailable
+from mainspring.web.guard import check_browser_request
 from mainspring.web.routing import Call, Operation, PathParamError, RawBody, Reply, RouteTable
 
 log = logging.getLogger("mainspring.http")
@@ -184,6 +186,8 @@ class Api:
             if declared is not None and declared.isdigit() and int(declared) > limit:
                 return await _send_problem(send, TooLarge(f"request body over {limit} bytes").problem(), close=True)
             principal = OPEN if operation.public else await self.authenticator.authenticate(authorization)
+            if not operation.public:
+                check_browser_request(scope, self.ctx.settings.server, open_server=principal.open)
             if isinstance(params, PathParamError):
                 raise _invalid([{"loc": ["path", params.name], "msg": str(params)}], f"path parameter {params.name}: {params}")
             if operation.scope is not None and not principal.open:
@@ -217,8 +221,8 @@ class Api:
             return None
         media = _media(_header(scope, b"content-type"))
         if not _is_json(media):
-            raise _invalid([{"loc": ["body"], "msg": "expected a JSON body"}],
-                           f"expected a JSON body, got Content-Type {media} (send Content-Type: application/json)")
+            # A browser's form or text/plain body is how another site writes without a preflight.
+            raise UnsupportedMediaType(f"expected a JSON body, got Content-Type {media[:100]} (send Content-Type: application/json)")
         try:
             return self._body_validators[operation](raw)
         except ValidationError as exc:
