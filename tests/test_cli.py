@@ -289,3 +289,16 @@ async def test_a_url_that_is_not_the_servers_root_says_there_is_no_mainspring_ap
     # A resource that is not there is still its own error, not this one.
     missing = await invoke("interactions", "show", "999999", "--url", live_url)
     assert missing.exit_code == 1 and "interaction_not_found" in missing.output, missing.output
+
+
+def test_the_first_token_says_it_closes_the_open_server_and_revoking_the_last_says_it_stays_closed(database_url: str) -> None:
+    db = ["--database", database_url]
+    first = CliRunner().invoke(cli, ["token", "create", "--scope", "admin", *db], env={"COLUMNS": "200"})
+    assert first.exit_code == 0, first.output
+    assert "The server is no longer open" in first.output and "revoking this one later does not open" in first.output
+    second = CliRunner().invoke(cli, ["token", "create", "--scope", "ui", *db], env={"COLUMNS": "200"})
+    assert "no longer open" not in second.output
+    ids = [line.split()[1] for result in (first, second) for line in result.output.splitlines() if line.startswith("id:")]
+    assert "No active token" not in CliRunner().invoke(cli, ["token", "revoke", ids[0], *db]).output
+    last = CliRunner().invoke(cli, ["token", "revoke", ids[1], *db], env={"COLUMNS": "200"})
+    assert last.exit_code == 0 and "No active token is left: the server stays closed" in last.output

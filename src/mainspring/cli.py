@@ -282,8 +282,19 @@ def token_create(
 
     settings = settings_from(config, database, data_dir)
     existing_store(settings)
-    token_id, token = run_with_store(settings, lambda s: auth.create_token(s, name, scope))
+
+    async def create(store: Store) -> tuple[bool, str, str]:
+        was_open = await auth.server_state(store, settings.auth) == "open"
+        return (was_open, *await auth.create_token(store, name, scope))
+
+    was_open, token_id, token = run_with_store(settings, create)
     out.print(f"id: {token_id}\ntoken: [bold]{token}[/bold]\n(store it now: it cannot be shown again)")
+    if was_open:
+        # The first token turns an open server into a closed one; nobody should learn it from a 401.
+        out.print(f"[bold yellow]The server is no longer open:[/bold yellow] this is its first token, so within "
+                  f"auth.cache_ms ({settings.auth.cache_ms} ms) every server on this store refuses any request without a "
+                  "token — the dashboard, workers with --url and CLI commands included. Give each of them a token; "
+                  "revoking this one later does not open the server again.")
 
 
 @token_cli.command("list")
@@ -313,8 +324,19 @@ def token_revoke(
 
     settings = settings_from(config, database, data_dir)
     existing_store(settings)
-    run_with_store(settings, lambda s: auth.revoke_token(s, token_id))
+
+    async def revoke(store: Store) -> str:
+        await auth.revoke_token(store, token_id)
+        return await auth.server_state(store, settings.auth)
+
+    state = run_with_store(settings, revoke)
     out.print(f"revoked {token_id}")
+    if state == "open":
+        out.print("[bold yellow]No token is left and auth.open_when_all_revoked is set: the server is OPEN to "
+                  "anyone who can reach it.[/bold yellow]")
+    elif state == "locked":
+        out.print("[bold yellow]No active token is left: the server stays closed and refuses every request[/bold yellow] "
+                  "until a token is created (or auth.open_when_all_revoked is set).")
 
 
 @events_cli.command("tail")

@@ -279,6 +279,11 @@ async def active_tokens(conn: Executor) -> list[Token]:
     return [_token(r) for r in (await conn.execute(select(api_tokens).where(api_tokens.c.revoked_at.is_(None)))).all()]
 
 
+async def any_token_stored(conn: Executor) -> bool:
+    """Whether a token was ever stored, revoked ones included (a store that has had tokens stays closed)."""
+    return (await conn.execute(select(api_tokens.c.id).limit(1))).first() is not None
+
+
 async def all_tokens(conn: Executor) -> list[Token]:
     return [_token(r) for r in (await conn.execute(select(api_tokens).order_by(api_tokens.c.created_at))).all()]
 

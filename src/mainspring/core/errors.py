@@ -48,6 +48,10 @@ class TooLarge(MainspringError):
     status, code, title = 413, "too_large", "Request body too large"
 
 
+class UnsupportedMediaType(MainspringError):
+    status, code, title = 415, "unsupported_media_type", "The body's Content-Type is not one this operation takes"
+
+
 class RateLimited(MainspringError):
     status, code, title = 429, "rate_limited", "Too many requests"
 
@@ -58,6 +62,12 @@ class Unauthenticated(MainspringError):
 
 class Forbidden(MainspringError):
     status, code, title = 403, "forbidden", "The token's scopes do not allow this"
+
+
+class CrossSiteRefused(Forbidden):
+    """A browser on another site (or on a name this server does not answer to) asked an open server."""
+
+    code, title = "cross_site_refused", "Refused a request from another site"
 
 
 class Unavailable(MainspringError):

@@ -56,7 +56,8 @@ class _Server(uvicorn.Server):
 
 def listener_app(ctx: Context) -> ListenerApp:
     settings = ctx.settings
-    authenticator = Authenticator(ctx.store, settings.auth.tokens, settings.auth.cache_ms)
+    authenticator = Authenticator(ctx.store, settings.auth.tokens, settings.auth.cache_ms,
+                                  open_when_all_revoked=settings.auth.open_when_all_revoked)
     routes = woody_routes(settings, AUTOMATON_PATH, EVENT_SINK_PATH)
     return ListenerApp(Api(ctx, authenticator, routes.operations, max_json_bytes=settings.server.max_json_bytes))
 
