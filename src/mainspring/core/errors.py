@@ -66,3 +66,9 @@ class Unavailable(MainspringError):
 
 class AlertNotFound(NotFound):
     code, title = "alert_not_found", "No such alert"
+
+
+class CannotListen(MainspringError):
+    """An address the server must listen on is taken (or not this machine's): fatal at start, before the store."""
+
+    status, code, title = 503, "cannot_listen", "Cannot listen on the address"
