@@ -27,6 +27,7 @@ from mainspring.core.cli import (
     LazyGroup,
     TokenOpt,
     UrlOpt,
+    describe,
     out,
     print_json,
     print_table,
@@ -148,17 +149,28 @@ def run_with_store(settings: Settings, work: Callable[[Store], Awaitable[T]], *,
     """``work`` on the store, once it is reachable (``waiting`` names what waits in the log) and migrated."""
     import asyncio
 
+    from mainspring.core.errors import StoreRefused, StoreUnreachable
     from mainspring.core.runtime import retry_while_unavailable
     from mainspring.store import Store
+    from mainspring.store.errors import is_unavailable, refusal
     from mainspring.store.migrate import migrate as run_migrations
 
     async def main() -> T:
         store = Store(settings.server.database_url(), pool_size=2, sqlite_synchronous=settings.server.sqlite_synchronous)
+        where = settings.server.database_url().split("@")[-1]
         try:
             if migrate:
                 await retry_while_unavailable(waiting, lambda: run_migrations(store), settings.server.startup_wait_ms)
                 return await work(store)
             return await retry_while_unavailable(waiting, lambda: work(store), settings.server.startup_wait_ms)
+        except Exception as exc:
+            refused = refusal(exc)
+            if refused is not None:
+                raise StoreRefused(f"the store at {where} refused the connection: {refused}") from exc
+            if is_unavailable(exc):
+                raise StoreUnreachable(f"the store at {where} did not answer within {settings.server.startup_wait_ms / 1000:g} s "
+                                       f"(server.startup_wait_ms): {describe(exc)}") from exc
+            raise
         finally:
             await store.close()
 

@@ -78,7 +78,10 @@ async def retry_while_unavailable(what: str, work: Callable[[], Awaitable[T]], w
         retry=retry_if_exception(is_unavailable),
         stop=stop_after_delay(within_ms / 1000),
         wait=wait_exponential_jitter(initial=0.1, max=2.0),
-        before_sleep=lambda state: log.warning("%s: store unavailable (%s); retrying", what, state.outcome.exception() if state.outcome else "?"),
+        before_sleep=lambda state: log.warning(
+            "%s: store unavailable (%s); retrying%s", what, state.outcome.exception() if state.outcome else "?",
+            # The first line says how long it keeps trying, so nobody waits for the end to learn why it waits.
+            f" for up to {within_ms / 1000:g} s (server.startup_wait_ms)" if state.attempt_number == 1 else ""),
         reraise=True,
     )
     async for attempt in retrying:

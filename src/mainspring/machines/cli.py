@@ -16,6 +16,7 @@ from mainspring.core.cli import (
     TokenOpt,
     UrlOpt,
     json_arg,
+    out,
     print_json,
     print_table,
 )
@@ -69,7 +70,13 @@ def repair_command(
     url: UrlOpt = DEFAULT_URL,
     token: TokenOpt = None,
 ) -> None:
-    """Repair a failed machine (through its processor, or --simple); prints the processor's response."""
+    """Repair a failed machine (through its processor, or --simple); prints the processor's response, or with
+    --simple (there is no response) the machine's status."""
     value = json_arg(args, "--args")
     with MachinesClient(url, token) as client:
-        print_json(client.repair(ns, machine_id, value, simple=simple, idempotency_key=key))
+        response = client.repair(ns, machine_id, value, simple=simple, idempotency_key=key)
+        if not simple:
+            print_json(response)
+            return
+        status = client.get(ns, machine_id, limit=1)["status"]
+    out.print(f"{machine_id} {status} (repaired without calling the processor)", markup=False)
