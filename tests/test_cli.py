@@ -337,3 +337,36 @@ async def test_a_reader_that_closes_the_pipe_ends_the_command_quietly(live_url: 
     stderr = await asyncio.wait_for(tail.stderr.read(), 60)
     assert await asyncio.wait_for(tail.wait(), 60) == 0, stderr
     assert stderr == b"", stderr
+
+
+async def test_the_queue_commands_pause_resume_and_change_settings_keeping_the_rest(live_url: str, client: Any) -> None:
+    await client.put("/v1/queues/jobs", json={"concurrency": 3, "max_attempts": 10})
+    paused = await invoke("interactions", "pause", "jobs", "--url", live_url)
+    assert paused.exit_code == 0 and paused.output == "jobs paused\n", paused.output
+    assert (await client.get("/v1/queues/jobs")).json()["paused"] is True
+    resumed = await invoke("interactions", "resume", "jobs", "--url", live_url)
+    assert resumed.exit_code == 0 and resumed.output == "jobs resumed\n", resumed.output
+    assert (await client.get("/v1/queues/jobs")).json()["paused"] is False
+    changed = await invoke("interactions", "settings", "jobs", "--backoff", "exponential", "--max-attempts", "4",
+                           "--rate-limit", '{"count": 5, "per_ms": 1000}', "--url", live_url)
+    assert changed.exit_code == 0, changed.output
+    stored = (await client.get("/v1/queues/jobs")).json()
+    assert (stored["backoff"], stored["max_attempts"], stored["rate_limit"], stored["concurrency"]) == \
+        ("exponential", 4, {"count": 5, "per_ms": 1000}, 3)
+    bad = await invoke("interactions", "settings", "jobs", "--backoff", "sometimes", "--url", live_url)
+    assert bad.exit_code == 2
+
+
+async def test_the_schedules_commands_put_list_and_delete_a_cron_schedule(live_url: str) -> None:
+    put = await invoke("interactions", "schedules", "put", "nightly", "--cron", "0 3 * * *", "--queue", "reports",
+                       "--data", '{"kind": "daily"}', "--url", live_url)
+    assert put.exit_code == 0, put.output
+    assert {k: json.loads(put.output)[k] for k in ("name", "cron", "queue", "data")} == \
+        {"name": "nightly", "cron": "0 3 * * *", "queue": "reports", "data": {"kind": "daily"}}
+    listed = await invoke("interactions", "schedules", "list", "--json", "--url", live_url)
+    assert [s["name"] for s in json.loads(listed.output)] == ["nightly"]
+    bad = await invoke("interactions", "schedules", "put", "broken", "--cron", "not a cron", "--queue", "reports", "--url", live_url)
+    assert bad.exit_code == 1 and "error:" in bad.output
+    deleted = await invoke("interactions", "schedules", "delete", "nightly", "--url", live_url)
+    assert deleted.exit_code == 0 and deleted.output == "nightly deleted\n"
+    assert json.loads((await invoke("interactions", "schedules", "list", "--json", "--url", live_url)).output) == []

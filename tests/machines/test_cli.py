@@ -70,6 +70,20 @@ async def test_a_simple_repair_prints_the_machines_status_not_null(
     assert repaired.output == "bad2 working (repaired without calling the processor)\n"
 
 
+async def test_the_machine_commands_start_call_and_notify(client: httpx.AsyncClient, fake: FakeProcessor, live_url: str) -> None:
+    started = await run_cli("start", NS, "m1", "--args", '{"amount": 5}', "--key", "s1", "--url", live_url)
+    assert started.exit_code == 0, started.output
+    assert json.loads(started.output)["id"] == "m1"
+    fake.on("call", lambda args, machine: {"response": {"echo": args}})
+    called = await run_cli("call", NS, "m1", "--args", '{"ping": 1}', "--url", live_url)
+    assert called.exit_code == 0, called.output
+    assert json.loads(called.output) == {"echo": {"ping": 1}}
+    notified = await run_cli("notify", NS, "m1", "--args", '"wake"', "--url", live_url)
+    assert notified.exit_code == 0 and notified.output.strip(), notified.output
+    again = await run_cli("start", NS, "m1", "--url", live_url)
+    assert again.exit_code == 1 and "machine_already_exists" in again.output
+
+
 def test_the_machines_group_is_part_of_the_mainspring_command() -> None:
     shown = subprocess.run([sys.executable, "-m", "mainspring.cli", "machines", "--help"], capture_output=True, text=True, check=False)
     assert shown.returncode == 0, shown.stderr
