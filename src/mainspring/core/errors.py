@@ -76,3 +76,21 @@ class Unavailable(MainspringError):
 
 class AlertNotFound(NotFound):
     code, title = "alert_not_found", "No such alert"
+
+
+class CannotListen(MainspringError):
+    """An address the server must listen on is taken (or not this machine's): fatal at start, before the store."""
+
+    status, code, title = 503, "cannot_listen", "Cannot listen on the address"
+
+
+class StoreRefused(MainspringError):
+    """The database answered but refused the connection: the role, its password or the database is wrong."""
+
+    status, code, title = 503, "store_refused", "The store refused the connection"
+
+
+class StoreUnreachable(MainspringError):
+    """The store did not answer within ``server.startup_wait_ms``."""
+
+    status, code, title = 503, "unreachable", "The store is not reachable"

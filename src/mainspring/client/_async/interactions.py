@@ -14,6 +14,7 @@ from mainspring.client.models import (
     InteractionPage,
     LeasesKept,
     LeasesReleased,
+    Periodic,
     PerOwner,
     Queue,
     RateLimit,
@@ -22,6 +23,10 @@ from mainspring.client.models import (
 
 def _item(interaction_id: str | int) -> str:
     return f"/v1/interactions/{quote(str(interaction_id), safe='')}"
+
+
+def _periodic(name: str) -> str:
+    return f"/v1/periodic/{quote(name, safe='')}"
 
 
 def _queue(queue: str) -> str:
@@ -76,6 +81,20 @@ class AsyncInteractionsClient(AsyncBaseClient):
     async def resume_queue(self, queue: str) -> Queue:
         """Lease from a paused ``queue`` again."""
         return cast(Queue, await self._json("POST", _queue(queue) + "/resume", idempotent=True))
+
+    async def put_periodic(self, name: str, *, cron: str, queue: str, data: Any = None, timezone: str | None = None,
+                           catch_up_ms: int | None = None) -> Periodic:
+        """Create or replace the cron schedule ``name``: one interaction in ``queue`` per tick, once across servers."""
+        sent = {"cron": cron, "queue": queue, "data": data, **body(timezone=timezone, catch_up_ms=catch_up_ms)}
+        return cast(Periodic, await self._json("PUT", _periodic(name), idempotent=True, json=sent))
+
+    async def list_periodic(self) -> builtins.list[Periodic]:
+        """Every cron schedule whose queue the token may see, with its next tick."""
+        return cast(builtins.list[Periodic], (await self._json("GET", "/v1/periodic", idempotent=True))["periodic"])
+
+    async def delete_periodic(self, name: str) -> None:
+        """Stop the cron schedule ``name`` (the interactions it created stay)."""
+        await self._json("DELETE", _periodic(name), idempotent=True)
 
     async def create(
         self,

@@ -16,6 +16,7 @@ from mainspring.client.models import (
     LeasesKept,
     LeasesReleased,
     PerOwner,
+    Periodic,
     Queue,
     RateLimit,
 )
@@ -23,6 +24,10 @@ from mainspring.client.models import (
 
 def _item(interaction_id: str | int) -> str:
     return f"/v1/interactions/{quote(str(interaction_id), safe='')}"
+
+
+def _periodic(name: str) -> str:
+    return f"/v1/periodic/{quote(name, safe='')}"
 
 
 def _queue(queue: str) -> str:
@@ -77,6 +82,20 @@ class InteractionsClient(BaseClient):
     def resume_queue(self, queue: str) -> Queue:
         """Lease from a paused ``queue`` again."""
         return cast(Queue, self._json("POST", _queue(queue) + "/resume", idempotent=True))
+
+    def put_periodic(self, name: str, *, cron: str, queue: str, data: Any = None, timezone: str | None = None,
+                           catch_up_ms: int | None = None) -> Periodic:
+        """Create or replace the cron schedule ``name``: one interaction in ``queue`` per tick, once across servers."""
+        sent = {"cron": cron, "queue": queue, "data": data, **body(timezone=timezone, catch_up_ms=catch_up_ms)}
+        return cast(Periodic, self._json("PUT", _periodic(name), idempotent=True, json=sent))
+
+    def list_periodic(self) -> builtins.list[Periodic]:
+        """Every cron schedule whose queue the token may see, with its next tick."""
+        return cast(builtins.list[Periodic], (self._json("GET", "/v1/periodic", idempotent=True))["periodic"])
+
+    def delete_periodic(self, name: str) -> None:
+        """Stop the cron schedule ``name`` (the interactions it created stay)."""
+        self._json("DELETE", _periodic(name), idempotent=True)
 
     def create(
         self,
