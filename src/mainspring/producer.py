@@ -22,6 +22,7 @@ a server does that.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -32,7 +33,7 @@ from pydantic import JsonValue
 from mainspring.batching import service as batching
 from mainspring.batching.models import Task, TaskIn
 from mainspring.client import models as answers
-from mainspring.client.errors import error_from_problem
+from mainspring.client.errors import ResultTimeout, error_from_problem, result_of
 from mainspring.config import Settings, load_settings
 from mainspring.core.errors import ForeignConnection, NeedsPostgres
 from mainspring.core.runtime import Context
@@ -45,6 +46,9 @@ from mainspring.machines.namespaces import close_processors
 from mainspring.store import Store
 from mainspring.store.errors import UnusableConnection
 from mainspring.store.migrate import migrate
+
+RESULT_POLL_S = 30.0
+"""How long one wait for a result lasts before it looks again (wake-ups are hints)."""
 
 
 class Producer:
@@ -104,6 +108,18 @@ class Producer:
         except UnusableConnection as exc:
             raise ForeignConnection(str(exc)) from None
         return [cast(answers.Interaction, Interaction.model_validate(item).model_dump(mode="json")) for item, _ in created]
+
+    async def result(self, interaction_id: str, *, timeout_s: float | None = None) -> Any:
+        """The item's ``result`` once it is completed, as ``InteractionsClient.result``: ``InteractionFailed``
+        or ``InteractionCancelled`` when it ends otherwise, ``ResultTimeout`` when ``timeout_s`` passes first."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            left = RESULT_POLL_S if deadline is None else max(0.0, deadline - time.monotonic())
+            item = await interactions.wait_finished(self.store, interaction_id, int(min(RESULT_POLL_S, left) * 1000))
+            if item["status"] in interactions.FINISHED:
+                return result_of(Interaction.model_validate(item).model_dump(mode="json"))
+            if deadline is not None and time.monotonic() >= deadline:
+                raise ResultTimeout(Interaction.model_validate(item).model_dump(mode="json"), timeout_s or 0)
 
     async def submit(self, batcher: str, *, id: str, group: str, member: str, content: JsonValue, data: JsonValue = None) -> answers.Task:
         """Submit a task to ``batcher`` (as ``POST /v1/batchers/{batcher}/tasks``). A known id answers the
