@@ -94,3 +94,21 @@ class StoreUnreachable(MainspringError):
     """The store did not answer within ``server.startup_wait_ms``."""
 
     status, code, title = 503, "unreachable", "The store is not reachable"
+
+
+class ConnectionRefused(MainspringError):
+    """``create(…, connection=conn)`` cannot write in that connection's transaction (API.md §6)."""
+
+    status, code, title = 400, "connection_refused", "Cannot write through this connection"
+
+
+class ForeignConnection(ConnectionRefused):
+    """The connection is not to the store's PostgreSQL database, or not a kind Mainspring can drive."""
+
+    code, title = "foreign_connection", "The connection is not to the store's database"
+
+
+class NeedsPostgres(ConnectionRefused):
+    """The store is not PostgreSQL: only there does a create join the caller's transaction."""
+
+    code, title = "connection_needs_postgresql", "Writing in your own transaction needs a PostgreSQL store"

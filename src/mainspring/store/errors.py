@@ -83,3 +83,8 @@ def refusal(exc: BaseException) -> str | None:
 
 class TransactionAborted(Exception):
     """A COMMIT found its transaction already aborted by a failed statement: nothing was committed."""
+
+
+class UnusableConnection(Exception):
+    """A connection handed to the store to write in its transaction is not one it can use (another database,
+    another kind of connection, no transaction open). ``mainspring.producer`` raises it as ``ForeignConnection``."""
