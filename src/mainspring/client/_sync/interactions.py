@@ -17,8 +17,8 @@ from mainspring.client.models import (
     InteractionPage,
     LeasesKept,
     LeasesReleased,
-    PerOwner,
     Periodic,
+    PerOwner,
     Queue,
     RateLimit,
 )
