@@ -150,3 +150,11 @@ def test_mypy_checks_a_tasks_arguments_and_types_its_result(tmp_path: Path) -> N
     assert 'Revealed type is "dict[str, int]"' in out
     assert 'Unexpected keyword argument "colour" for "enqueue"' in out
     assert out.count("error:") == 1
+
+
+def test_the_tasks_of_the_docs_are_the_example_the_docs_server_runs() -> None:
+    from tests.docs.harness import ROOT
+
+    example = (ROOT / "examples" / "interactions" / "tasks.py").read_text()
+    code = example[example.index("from mainspring import App"):]
+    assert code in (ROOT / "docs" / "interactions.md").read_text()
