@@ -7,6 +7,7 @@ A 2xx is sent only after the handler returned, so it still means what the handle
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -183,11 +184,17 @@ class Api:
             principal = OPEN if operation.public else await self.authenticator.authenticate(authorization)
             if isinstance(params, PathParamError):
                 raise _invalid([{"loc": ["path", params.name], "msg": str(params)}], f"path parameter {params.name}: {params}")
-            if operation.scope is not None and not principal.open:
-                principal.require(operation.scope.format(**params))
-            body = await self._body(operation, scope, receive, limit) if operation.body is not None else None
             query = _query(operation, scope) if operation.query is not None else None
-            result = await operation.handler(Call(self.ctx, scope, receive, principal, params, body, query))
+            permission = operation.permission
+            if not principal.open:
+                permission.before_body(principal, {**(dict(query) if query is not None else {}), **params})
+            body = await self._body(operation, scope, receive, limit) if operation.body is not None else None
+            call = Call(self.ctx, scope, receive, principal, params, body, query)
+            if not principal.open:
+                await permission.after_body(call)
+            result = await operation.invoke(call)
+            if not principal.open:
+                result = permission.filter(principal, result)
             return await self._send_result(operation, result, scope, receive, send)
         except MainspringError as exc:
             headers = {"Retry-After": str(exc.extra.pop("retry_after"))} if "retry_after" in exc.extra else None
@@ -266,9 +273,11 @@ class Api:
 
 
 def _json_validator(body: Any) -> Callable[[bytes], Any]:
+    # Strict: JSON ``false`` is not the integer 0, nor ``"5"`` the integer 5 (a JSON body has real types;
+    # only query strings and paths are text to be converted).
     if isinstance(body, type) and issubclass(body, BaseModel):
-        return body.model_validate_json
-    return TypeAdapter(body).validate_json
+        return functools.partial(body.model_validate_json, strict=True)
+    return functools.partial(TypeAdapter(body).validate_json, strict=True)
 
 
 def _request_id(scope: dict[str, Any]) -> str:
