@@ -145,6 +145,7 @@ async def test_non_ascii_digits_are_refused_not_a_500(client: httpx.AsyncClient)
 
 
 async def test_json_false_is_not_the_integer_zero(client: httpx.AsyncClient) -> None:
-    refused = await client.post("/v1/queues/q/interactions", json={"priority": False})
-    assert refused.status_code == 422
+    refused = await client.post("/v1/queues/q/interactions", json={"process_in_ms": False})
+    assert refused.status_code == 422 and refused.json()["errors"][0]["loc"] == ["body", "process_in_ms"]
+    assert (await client.post("/v1/queues/q/lease", json={"worker": "w", "max": 1, "wait_ms": False})).status_code == 422
     assert (await client.get("/v1/queues/q/interactions")).json()["interactions"] == []
