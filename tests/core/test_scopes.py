@@ -176,3 +176,16 @@ async def test_tokens_never_reach_the_log(client: httpx.AsyncClient, store: Stor
     assert caplog.records, "nothing was logged at all: the check would be empty"
     assert token not in logged and wrong not in logged
     assert token[-20:] not in logged
+
+
+def test_every_operation_declares_its_permission_and_no_handler_checks_one(app: Any) -> None:
+    """Permission lives in the declaration only: the description shows it, and no handler looks at the
+    caller's scopes itself."""
+    import inspect
+
+    document = app.openapi()
+    described = [op for ops in document["paths"].values() for op in ops.values()]
+    assert described and all(op["x-mainspring-permission"] for op in described)
+    checking = [op.name for op in app.api.operations
+                if re.search(r"principal|\.require|\.allows", inspect.getsource(op.handler))]
+    assert checking == []

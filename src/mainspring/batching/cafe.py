@@ -289,6 +289,13 @@ async def expire_leases(tx: Transaction, name: str, now: int) -> None:
         tx.after_commit(lambda: metrics.LEASE_EXPIRIES.labels(name).inc(len(rows)))
 
 
+async def package_batcher(store: Store, package_id: str) -> str | None:
+    """The batcher a package belongs to (whose scope it is in), or None for an unknown id."""
+    async with store.read() as conn:
+        row = await data.get_package(conn, package_id)
+    return None if row is None else row.batcher
+
+
 async def get_package(store: Store, package_id: str) -> dict[str, Any]:
     async with store.read() as conn:
         row = await data.get_package(conn, package_id)

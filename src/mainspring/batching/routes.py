@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from mainspring.batching import cafe, service
 from mainspring.batching.errors import (
     BatcherBusy,
@@ -40,15 +38,12 @@ routes = Routes("/v1", tag="batching")
 BATCHER = Scope("batchers:{name}")
 
 
-async def _package(ctx: Context, package_id: str) -> dict[str, Any] | None:
-    try:
-        return await cafe.get_package(ctx.store, package_id)
-    except PackageNotFound:
-        return None
+async def _batcher_of(ctx: Context, package_id: str) -> str | None:
+    return await cafe.package_batcher(ctx.store, package_id)
 
 
 # A package of a batcher the token may not use is answered as an unknown package is.
-PACKAGE = Owned("package_id", _package, lambda package: f"batchers:{package['batcher']}",
+PACKAGE = Owned("package_id", _batcher_of, lambda batcher: f"batchers:{batcher}",
                 lambda key: PackageNotFound(f"no package {key!r}"), shown_as="batchers:<the package's batcher>")
 
 

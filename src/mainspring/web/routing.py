@@ -27,7 +27,9 @@ from typing import Annotated, Any, TypeVar, Union, get_args, get_origin, get_typ
 from urllib.parse import unquote_to_bytes
 
 from pydantic import StringConstraints, TypeAdapter
+from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import Receive, Scope
 
 from mainspring.core.auth import Principal
 from mainspring.core.errors import MainspringError
@@ -39,6 +41,8 @@ Handler = Callable[..., Awaitable[Any]]
 H = TypeVar("H", bound=Handler)
 
 PARAM = re.compile(r"\{(\w+)\}")
+Params = dict[str, object]
+"""Path parameters by name, validated by their declared types."""
 
 # A path parameter no face declared a type for: any non-empty string without NUL, as long as a machine id.
 AnySegment = Annotated[str, StringConstraints(min_length=1, max_length=1024, pattern=r"^[^\x00]+$")]
@@ -130,8 +134,8 @@ class Call:
 
     __slots__ = ("_headers", "_request", "body", "ctx", "params", "principal", "query", "receive", "scope")
 
-    def __init__(self, ctx: Context, scope: dict[str, Any], receive: Any, principal: Principal, params: dict[str, Any],
-                 body: Any, query: Any) -> None:
+    def __init__(self, ctx: Context, scope: Scope, receive: Receive, principal: Principal, params: Params,
+                 body: object, query: object) -> None:
         self.ctx = ctx
         self.scope = scope
         self.receive = receive
@@ -140,7 +144,7 @@ class Call:
         self.body = body
         self.query = query
         self._headers: dict[str, str] | None = None
-        self._request: Any = None
+        self._request: Request | None = None
 
     @property
     def store(self) -> Store:
@@ -160,11 +164,9 @@ class Call:
         return self._headers.get(name.lower())
 
     @property
-    def request(self) -> Any:
+    def request(self) -> Request:
         """The request as a Starlette ``Request``, for the few handlers that stream or watch the connection."""
         if self._request is None:
-            from starlette.requests import Request
-
             self._request = Request(self.scope, self.receive)
         return self._request
 
@@ -205,6 +207,9 @@ def _declared(handler: Handler, path: str) -> dict[str, Any]:
             found["params"][argument] = hints[argument]
         else:
             raise TypeError(f"{handler.__name__}: parameter {argument} is neither a path parameter, body nor query")
+    untyped = [name for name in in_path if name not in found["params"]]
+    if untyped:
+        raise TypeError(f"{handler.__name__}: path parameters {', '.join(untyped)} are not in its signature")
     answer, _ = _without(hints.get("return"), Reply)
     # An ASGI response (a stream, a file) sends itself: the operation declares its media types in ``content``.
     sends_itself = isinstance(answer, type) and issubclass(answer, Response)
@@ -298,7 +303,7 @@ class RouteTable:
         for entries in self._by_shape.values():
             entries.sort(key=lambda c: [s is None for s in c.literals])
 
-    def find(self, method: str, raw_path: bytes) -> tuple[Operation, dict[str, Any] | PathParamError] | None:
+    def find(self, method: str, raw_path: bytes) -> tuple[Operation, Params | PathParamError] | None:
         """The operation and its decoded, validated parameters (or why one is refused); None when no operation
         has this path and method."""
         parts = raw_path.decode("latin-1").strip("/").split("/")
@@ -320,8 +325,8 @@ class RouteTable:
                        if all(want is None or want == got for want, got in zip(literals, parts, strict=True))})
 
 
-def _decode(compiled: _Compiled, values: list[str]) -> dict[str, Any]:
-    params: dict[str, Any] = {}
+def _decode(compiled: _Compiled, values: list[str]) -> Params:
+    params: Params = {}
     for name, adapter, value in zip(compiled.names, compiled.adapters, values, strict=True):
         try:
             text = unquote_to_bytes(value).decode("utf-8") if "%" in value else value
