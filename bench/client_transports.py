@@ -58,7 +58,7 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
 def serve(port: int) -> subprocess.Popen[bytes]:
     """The server in a process of its own, once it answers."""
     proc = subprocess.Popen([sys.executable, "-m", "bench.client_transports", "--serve", str(port)], cwd=ROOT)
-    for _ in range(100):
+    for _ in range(600):  # up to a minute: a loaded machine starts Python slowly
         try:
             http.client.HTTPConnection("127.0.0.1", port, timeout=1).request("GET", "/")
             return proc

