@@ -186,8 +186,9 @@ class SyncConnection:
         self.origin, self.prefix = _split(base_url)
         self.headers = headers
         self.timeout = timeout
-        self._pool: urllib3.HTTPConnectionPool | None = None
         self._timeouts: dict[int, urllib3.Timeout] = {}
+        # Made now (it connects nothing yet), so that threads sharing the client share one pool (not for httpx).
+        self._pool: urllib3.HTTPConnectionPool | None = self._open() if type(self) is SyncConnection else None
 
     @staticmethod
     def for_url(base_url: str, headers: dict[str, str], timeout: float, transport: httpx.BaseTransport | None) -> SyncConnection:
@@ -216,7 +217,7 @@ class SyncConnection:
                 content: bytes | None = None, wait_ms: int | None = None) -> Reply:
         import urllib3
 
-        pool = self._pool or self._open()
+        pool = self._pool or self._open()  # again after close()
         target = self.prefix + path + query(params)
         sent = {**self.headers, **headers} if headers else self.headers
         timeout = self._timeout(wait_ms or 0)
