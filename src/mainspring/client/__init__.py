@@ -1,4 +1,4 @@
-"""Python clients for every face of a Mainspring server, sync and async, over httpx.
+"""Python clients for every face of a Mainspring server, sync (over urllib3) and async (over aiohttp).
 
 ```python
 from mainspring.client import InteractionsClient
@@ -30,6 +30,8 @@ from mainspring.client.errors import (
     Cancelled,
     Conflict,
     Forbidden,
+    InteractionCancelled,
+    InteractionFailed,
     InvalidRequest,
     InvalidURL,
     LeaseLost,
@@ -39,6 +41,7 @@ from mainspring.client.errors import (
     NotFound,
     ProcessorRefused,
     RateLimited,
+    ResultTimeout,
     ServiceUnavailable,
     TooLarge,
     Unauthenticated,
@@ -63,6 +66,8 @@ __all__ = [
     "EventsClient",
     "ExchangeClient",
     "Forbidden",
+    "InteractionCancelled",
+    "InteractionFailed",
     "InteractionsClient",
     "InvalidRequest",
     "InvalidURL",
@@ -75,6 +80,7 @@ __all__ = [
     "ProcessorRefused",
     "RateLimited",
     "Reply",
+    "ResultTimeout",
     "RetryPolicy",
     "ServiceUnavailable",
     "TooLarge",

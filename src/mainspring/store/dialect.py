@@ -42,6 +42,9 @@ class Backend(Protocol):
     counts_per_connection: bool
     """Kept counts are added to rows of each connection's own, and the rows of connections gone are folded
     together later (``store.counts.fold``, PostgreSQL); SQLite's one writer keeps one row per count."""
+    writes_in_callers_transactions: bool
+    """A create may join a transaction the caller opened on a connection of its own (API.md §6: PostgreSQL);
+    SQLite's one writer has no such connection to share."""
 
     def insert(self, table: Table) -> Any:
         """An INSERT that supports ``on_conflict_do_nothing`` / ``on_conflict_do_update``."""

@@ -208,6 +208,7 @@ PREPARED_STATEMENTS = 2000
 class PostgresBackend:
     name = "postgresql"
     one_statement_writes = events_numbered_last = parallel_reads = counts_per_connection = True
+    writes_in_callers_transactions = True
 
     def __init__(self, url: str, pool_size: int, generic_plans: bool = False) -> None:
         server_settings = {"application_name": "mainspring"}

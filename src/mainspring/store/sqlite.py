@@ -48,6 +48,7 @@ class SqliteSession:
 class SqliteBackend:
     name = "sqlite"
     one_statement_writes = events_numbered_last = parallel_reads = counts_per_connection = False
+    writes_in_callers_transactions = False
 
     def __init__(self, url: str, synchronous: str = "FULL") -> None:
         database = make_url(url).database

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mainspring.core.leases import new_token
-from mainspring.core.runtime import Context, log_failure, run_loop
+from mainspring.core.runtime import Context, log_failure, retry_while_unavailable, run_loop
 from mainspring.interactions import service as interactions
 from mainspring.interactions.errors import InteractionFinished, InteractionNotFound
 from mainspring.machines import driven
@@ -171,6 +171,16 @@ class Runner:
                 run.machine = machine
                 run.parked_at = None
             else:
+                (current,) = await driven.current(self.store, [uid]) or (None,)
+                if current is None:
+                    return
+                if current.version != machine.version:
+                    if current.lease_token != machine.lease_token:
+                        # Written since it was leased (this server's own write of a run it then dropped, or
+                        # another's): a replay of the leased version would call a step that is recorded now. Whoever
+                        # wrote last holds the run; the loop leases it again when that lease runs out.
+                        return
+                    machine = current  # a request appended under this lease (a cancel): load the newest
                 run = await self._load(machine)
                 if run is None:
                     return
@@ -308,7 +318,12 @@ class Runner:
         async with run.lock:
             run.writing = True
             try:
-                outcome, machine = await driven.apply(self.store, run.machine, change)
+                # A store that went away (a restart, a failover) is waited for, within the run's lease, and the
+                # same records written again: giving the run up would call its finished step once more on replay.
+                # Written after all (only the answer was lost), the retry meets the next version and the run is
+                # replayed from its records.
+                outcome, machine = await retry_while_unavailable(
+                    f"writing run {run.name}/{run.run_id}", lambda: driven.apply(self.store, run.machine, change), self.settings.lease_ms)
             finally:
                 run.writing = False
             if outcome is driven.Applied.APPLIED:
