@@ -41,7 +41,7 @@ from mainspring.machines.face import face as machines_face
 from mainspring.store import Clock, Store
 from mainspring.store.replication import why_not_synchronous
 from mainspring.ui.routes import dashboard, http_error
-from mainspring.web import openapi
+from mainspring.web import openapi, transport
 from mainspring.web.docs_page import docs_routes, root_routes
 from mainspring.web.http import Api, send_problem
 from mainspring.web.routing import Call, Operation, Reply, Routes
@@ -74,6 +74,7 @@ def serve_app() -> Server:
     from mainspring.app import load_app
 
     settings = Settings.model_validate_json(os.environ[SERVE_SETTINGS_ENV])
+    transport.configure(settings.server)  # this process's connections
     configure_logging(settings.server.log_level, settings.server.log_format, access_log=settings.server.access_log)
     spec = os.environ.get(SERVE_APP_ENV)
     server = create_app(settings, registry=load_app(spec) if spec else None)
