@@ -174,3 +174,20 @@ async def test_a_body_refused_half_read_closes_the_connection_413_and_408(databa
         assert (large.status_code, large.headers["connection"]) == (413, "close")
         slow = await client.post("/v1/queues/q/interactions", content=stalls(), headers=json_type)
         assert (slow.status_code, slow.json()["code"], slow.headers["connection"]) == (408, "request_timeout", "close")
+
+
+async def test_trace_is_405_on_every_path_an_operation_serves(client: httpx.AsyncClient) -> None:
+    for path in ("/healthz", "/readyz", "/metrics", "/openapi.json", "/v1/alerts"):
+        answer = await client.request("TRACE", path)
+        assert answer.status_code == 405 and "GET" in answer.headers["allow"], path
+
+
+async def test_readyz_says_the_store_does_not_answer_without_the_drivers_words(
+        client: httpx.AsyncClient, store: Store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    async def unreachable() -> None:
+        raise OSError("connection to server at db.internal (10.0.0.5), user ops: password authentication failed")
+
+    monkeypatch.setattr(store, "ping", unreachable)
+    answer = await client.get("/readyz")
+    assert answer.status_code == 503 and "db.internal" not in answer.text and "ops" not in answer.json()["detail"]
+    assert "db.internal" in caplog.text
