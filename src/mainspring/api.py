@@ -41,8 +41,10 @@ from mainspring.machines.face import face as machines_face
 from mainspring.store import Clock, Store
 from mainspring.store.replication import why_not_synchronous
 from mainspring.ui.routes import dashboard, http_error
+from mainspring.ui.web import page_headers
 from mainspring.web import openapi, transport
 from mainspring.web.docs_page import docs_routes, root_routes
+from mainspring.web.guard import WithHeaders
 from mainspring.web.http import Api, send_problem
 from mainspring.web.routing import Call, Operation, Reply, Routes
 from mainspring.workflows.face import face as workflows_face
@@ -254,7 +256,7 @@ def create_app(
         *docs_routes("/openapi.json", title="Mainspring API"),
         *root_routes(openapi_url="/openapi.json", version=__version__),
         # The dashboard checks the token in its cookie itself (same tokens, `admin` or `ui` scope).
-        Mount("", app=dashboard()),
+        Mount("", app=WithHeaders(dashboard(), page_headers())),
     ])
     app.state.context = ctx
     app.state.authenticator = authenticator
