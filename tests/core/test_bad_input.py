@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import time
+
 import httpx
 from sqlalchemy import func, select
 
@@ -133,3 +135,13 @@ async def test_a_form_body_is_refused_415_saying_a_json_body_was_expected(client
         assert problem["detail"] == "expected a JSON body, got Content-Type application/x-www-form-urlencoded (send Content-Type: application/json)"
     plain = await client.post("/v1/queues/emails/lease", json={"worker": "w1", "max": "many"})
     assert plain.json()["detail"] == "the request does not match the schema"
+
+
+async def test_a_body_of_340k_empty_arrays_is_422_within_a_second_of_cpu(client: httpx.AsyncClient) -> None:
+    body = b'{"data": [' + b",".join([b"[]"] * 340_000) + b"]}"
+    assert len(body) < 1 << 20
+    started = time.process_time()  # CPU of this process (server and client): wall time means nothing under load
+    answer = await client.post("/v1/queues/emails/interactions", content=body, headers={"content-type": "application/json"})
+    assert answer.status_code == 422 and "arrays and objects" in answer.text
+    assert time.process_time() - started < 1.0, time.process_time() - started
+    assert (await client.get("/v1/queues/emails")).json()["counts"]["ready"] == 0
