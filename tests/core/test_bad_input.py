@@ -6,9 +6,8 @@ The routes are read from the app itself, so every face's endpoints are covered a
 from __future__ import annotations
 
 import re
-from typing import Any
-
 import time
+from typing import Any
 
 import httpx
 from sqlalchemy import func, select
