@@ -89,7 +89,8 @@ def check_media_type(value: str) -> str:
     return value
 
 
-MediaType = Annotated[str, StringConstraints(max_length=255), AfterValidator(check_media_type)]
+MediaType = Annotated[str, StringConstraints(max_length=255), AfterValidator(check_media_type),
+                      Field(json_schema_extra={"pattern": f"^{_MEDIA_TYPE.pattern}$"})]
 
 # Durations in milliseconds: non-negative, at most about 10 years.
 DurationMs = Annotated[int, Field(ge=0, le=315_360_000_000)]
