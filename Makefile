@@ -34,7 +34,7 @@ test: setup services browser lint
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 # The typed public surface: the clients, the App and what handlers receive, the CLI.
-STRICT := src/mainspring/client src/mainspring/__init__.py src/mainspring/app.py src/mainspring/worker.py \
+STRICT := src/mainspring/client src/mainspring/__init__.py src/mainspring/app.py src/mainspring/producer.py src/mainspring/worker.py \
 	src/mainspring/config.py src/mainspring/interactions/outcomes.py src/mainspring/interactions/models.py \
 	src/mainspring/cli.py src/mainspring/core/cli.py src/mainspring/exchange/cli.py src/mainspring/machines/cli.py \
 	src/mainspring/interactions/cli.py src/mainspring/batching/cli.py src/mainspring/workflows/cli.py
@@ -55,9 +55,10 @@ config-docs: setup
 	$(BIN)/python scripts/config_docs.py
 
 ## A mutation run (cosmic-ray, in a venv of its own) of the modules that keep the guarantees, by hand, never in
-## `make test`: `make mutation TARGETS="leasing group"` (all: every target; scripts/mutation.sh --list).
+## `make test`: `make mutation TARGETS="leasing group"` (all: every target; scripts/mutation.sh --list);
+## SAMPLE=N runs a seeded random N of each new target's mutants.
 mutation: setup
-	scripts/mutation.sh $(or $(TARGETS),all)
+	scripts/mutation.sh $(if $(SAMPLE),--sample $(SAMPLE)) $(or $(TARGETS),all)
 
 services:
 	scripts/ensure-services

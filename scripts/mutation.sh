@@ -3,6 +3,8 @@
 # testing"). Not part of `make test`: a module takes from minutes to hours.
 #
 #   scripts/mutation.sh TARGET...      run (or resume) each target of mutation/targets.tsv; `all` for every one
+#   scripts/mutation.sh --sample N TARGET...   a new session runs a seeded random N of its mutants (mutation/sample.py;
+#                                      SEED=… to draw another); the others are marked skipped
 #   scripts/mutation.sh --list         the targets
 #
 # Each target runs in a scratch copy of the tree (.mutation/TARGET/tree, the working tree as it is now), so the
@@ -28,12 +30,18 @@ if [[ ! -x "$TOOL_VENV/bin/cosmic-ray" ]]; then
   "$TOOL_VENV/bin/pip" install -q "cosmic-ray==$COSMIC_RAY_VERSION"
 fi
 
+sample=""
+if [[ "$1" == "--sample" ]]; then
+  sample="$2"
+  shift 2
+fi
 wanted=("$@")
 [[ "${wanted[0]}" == "all" ]] && mapfile -t wanted < <(targets)
 for target in "${wanted[@]}"; do
   line="$(grep -P "^\Q$target\E\t" mutation/targets.tsv)" || { echo "no target $target (see --list)" >&2; exit 2; }
   module="$(cut -f2 <<<"$line")"
   tests="$(cut -f3 <<<"$line")"
+  engines="$(cut -f4 <<<"$line")"
   work="$ROOT/.mutation/$target"
   mkdir -p "$work"
   if [[ ! -f "$work/session.sqlite" ]]; then
@@ -42,11 +50,14 @@ for target in "${wanted[@]}"; do
     git ls-files -co --exclude-standard -z | rsync -a --from0 --files-from=- "$ROOT/" "$work/tree/"
     # Its module as copied: put back before each (re)start, since a run killed mid-mutant leaves one on disk.
     cp "$work/tree/$module" "$work/module.orig"
-    sed -e "s#@MODULE@#$module#" -e "s#@TESTS@#$tests#" -e "s#@PYTEST@#$ROOT/.venv/bin/pytest#" \
+    sed -e "s#@MODULE@#$module#" -e "s#@TESTS@#$tests#" -e "s#@ENGINES@#$engines#" -e "s#@PYTEST@#$ROOT/.venv/bin/pytest#" \
       mutation/cosmic-ray.toml.in > "$work/cosmic-ray.toml"
     (cd "$work/tree" && "$TOOL_VENV/bin/cosmic-ray" init "$work/cosmic-ray.toml" "$work/session.sqlite"
      "$TOOL_VENV/bin/cr-filter-operators" "$work/session.sqlite" "$work/cosmic-ray.toml"
      "$TOOL_VENV/bin/cr-filter-pragma" "$work/session.sqlite")
+    if [[ -n "$sample" ]]; then
+      "$TOOL_VENV/bin/python" mutation/sample.py "$work/session.sqlite" "$sample" "${SEED:-37}" | tee "$work/sample.txt"
+    fi
     echo "$target: mutants of $module in $work/session.sqlite"
   fi
   cp "$work/module.orig" "$work/tree/$module"

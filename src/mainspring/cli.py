@@ -8,6 +8,7 @@ traceback.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -20,11 +21,13 @@ import typer
 from mainspring import __version__
 from mainspring.core.cli import (
     DEFAULT_URL,
+    EXIT_UNREACHABLE,
     Debug,
     JsonOpt,
     LazyGroup,
     TokenOpt,
     UrlOpt,
+    describe,
     out,
     print_json,
     print_table,
@@ -146,17 +149,28 @@ def run_with_store(settings: Settings, work: Callable[[Store], Awaitable[T]], *,
     """``work`` on the store, once it is reachable (``waiting`` names what waits in the log) and migrated."""
     import asyncio
 
+    from mainspring.core.errors import StoreRefused, StoreUnreachable
     from mainspring.core.runtime import retry_while_unavailable
     from mainspring.store import Store
+    from mainspring.store.errors import is_unavailable, refusal
     from mainspring.store.migrate import migrate as run_migrations
 
     async def main() -> T:
         store = Store(settings.server.database_url(), pool_size=2, sqlite_synchronous=settings.server.sqlite_synchronous)
+        where = settings.server.database_url().split("@")[-1]
         try:
             if migrate:
                 await retry_while_unavailable(waiting, lambda: run_migrations(store), settings.server.startup_wait_ms)
                 return await work(store)
             return await retry_while_unavailable(waiting, lambda: work(store), settings.server.startup_wait_ms)
+        except Exception as exc:
+            refused = refusal(exc)
+            if refused is not None:
+                raise StoreRefused(f"the store at {where} refused the connection: {refused}") from exc
+            if is_unavailable(exc):
+                raise StoreUnreachable(f"the store at {where} did not answer within {settings.server.startup_wait_ms / 1000:g} s "
+                                       f"(server.startup_wait_ms): {describe(exc)}") from exc
+            raise
         finally:
             await store.close()
 
@@ -183,10 +197,12 @@ def serve(
 ) -> None:
     """Migrate the store (creating it if new), then serve the HTTP API, the dashboard and the background work."""
     import uvicorn
+    from uvicorn.supervisors import Multiprocess
 
     from mainspring.api import SERVE_APP_ENV, SERVE_SETTINGS_ENV, create_app
     from mainspring.app import load_app
     from mainspring.core.logs import configure_logging
+    from mainspring.core.runtime import bind_address
     from mainspring.web import transport
 
     settings = settings_from(config, database, data_dir, host=host, port=port)
@@ -196,14 +212,31 @@ def serve(
     if workers > 1 and not settings.server.database_url().startswith("postgresql"):
         raise typer.BadParameter("several workers need PostgreSQL: SQLite has one writer, so more processes add only contention", param_hint="--workers")
     registry = load_app(app) if app else None
+    # Bind first: a taken port must fail the start before a store is created or recovery runs (on a shared
+    # PostgreSQL, recovery turns live commits of the server that holds the port IN_DOUBT).
+    main_socket = bind_address(settings.server.host, settings.server.port)
+    listener_socket = None
+    if settings.machines.machinegun.listen is not None:
+        from mainspring.machines.machinegun.listener import bind_listener
+
+        listener_socket = bind_listener(settings, shared=workers > 1)
+    if listener_socket is not None and workers > 1:
+        # Each process binds the listener itself (SO_REUSEPORT); this socket only proved the address is free.
+        listener_socket.close()
     run_with_store(settings, _noop)
     if workers > 1:
         # Each worker process builds its own server from the same settings (uvicorn imports the factory there).
         os.environ[SERVE_SETTINGS_ENV] = settings.model_dump_json()
         if app:
             os.environ[SERVE_APP_ENV] = app
-    server_app: Any = "mainspring.api:serve_app" if workers > 1 else create_app(settings, registry=registry)
-    uvicorn.run(
+    server_app: Any = "mainspring.api:serve_app"
+    if workers == 1:
+        server_app = create_app(settings, registry=registry)
+        if listener_socket is not None:
+            from mainspring.machines.machinegun.listener import LISTENER_SOCKET
+
+            server_app.state.context.extras[LISTENER_SOCKET] = listener_socket
+    server_config = uvicorn.Config(
         server_app,
         factory=workers > 1,
         workers=workers,
@@ -221,6 +254,15 @@ def serve(
         http=transport.configure(settings.server),
         timeout_keep_alive=max(1, round(settings.server.keep_alive_ms / 1000)),
     )
+    # What uvicorn.run does, on the socket bound above.
+    if workers > 1:
+        Multiprocess(server_config, sockets=[main_socket]).run()
+        return
+    server = uvicorn.Server(server_config)
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run(sockets=[main_socket])
+    if not server.started:
+        raise typer.Exit(EXIT_UNREACHABLE)
 
 
 @cli.command()

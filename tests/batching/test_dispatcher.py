@@ -171,6 +171,22 @@ async def test_a_member_reissued_for_two_versions_in_one_round_repeats_its_store
                       "t3": (3, 2, "c"), "g:ru:v3": (3, 2, "a")}
 
 
+async def test_a_reissue_repeats_only_content_whose_task_is_still_stored_each_line_once(store) -> None:
+    """What a reissue may repeat (the group's log as the planner reads it): a member's line whose task is gone
+    (removed by retention) is no content to repeat, and every line is read once, however many tasks the batcher
+    holds."""
+    await put_batcher_service(store, "books", BatcherSettingsIn(min_size=2, max_size=2, linger_ms=5000, max_wait_ms=30_000,
+                                                                group_size=2, incomplete_group="reject"))
+    for task_id, group, member in (("g-en", "g", "en"), ("g-ru", "g", "ru"), ("h-en", "h", "en"), ("h-ru", "h", "ru")):
+        await submit_task(store, "books", TaskIn(id=task_id, group=group, member=member, content=task_id))
+    async with store.transaction() as tx:
+        await tx.execute(batch_tasks.delete().where(batch_tasks.c.id == "g-ru"))
+    async with store.transaction() as tx:
+        logs = await data.group_logs(tx, "books", ["g"])
+    assert [(line.member, line.version, line.task_id) for line in logs["g"].accepted] == [("en", 1, "g-en")]
+    assert logs["g"].taken == {("en", 1), ("ru", 1)}
+
+
 async def test_a_round_that_finds_a_task_no_longer_pending_when_it_packs_is_rolled_back(store, monkeypatch) -> None:
     """The pack moves only tasks still pending: one another writer took after the round read it (here in the round's
     own transaction, the same on both engines) makes the whole round roll back — no package, no event, the other

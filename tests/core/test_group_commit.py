@@ -4,13 +4,17 @@ failure among them is answered to its own writer alone."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from mainspring.core import outbox
 from mainspring.core.tables import events
 from mainspring.store import Store, Transaction
+
+OVERLAP_S = 0.5
+"""How long the open groups stay open: time enough for one group more to start, were it let."""
 
 
 class Refused(Exception):
@@ -120,3 +124,53 @@ async def test_reads_of_one_kind_arriving_together_are_read_in_one_call_and_an_e
     assert [a if not isinstance(a, Refused) else "refused" for a in answers] == [(0, 0), (1, 0), (2, 0), "refused", (4, 0), (5, 0)]
     assert sorted(n for call in calls for n in call) == list(range(6))
     assert len(calls) < 6, calls  # the first reads at once, the rest arrive while it does
+
+
+async def test_no_more_groups_are_open_at_once_than_the_store_allows(store: Store) -> None:
+    """At most ``parallel`` shared transactions at a time (one on SQLite, a few on PostgreSQL): a write arriving
+    while that many are open waits for one of them to commit, however long they take."""
+    parallel = store.group_commit.parallel
+    log: list[str] = []
+    one_more_started, opened = asyncio.Event(), asyncio.Event()
+
+    async def held_open(tx: Transaction) -> None:
+        log.append("open")
+        opened.set()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(one_more_started.wait(), OVERLAP_S)
+        log.append("committed")
+
+    async def one_more(tx: Transaction) -> None:
+        log.append("one more")
+        one_more_started.set()
+
+    writes = []
+    for _ in range(parallel):
+        # Each in a group of its own: the next arrives once the one before runs.
+        opened.clear()
+        writes.append(asyncio.create_task(store.grouped(held_open)))
+        await asyncio.wait_for(opened.wait(), 30)
+    writes.append(asyncio.create_task(store.grouped(one_more)))
+    await asyncio.gather(*writes)
+    assert log.index("one more") > log.index("committed"), log
+
+
+
+async def test_a_batch_among_other_writes_never_commits_alone_so_a_failed_group_writes_it_once(store: Store) -> None:
+    """A batch that is its transaction's only writer may commit its one statement at once (PostgreSQL's hot
+    paths); beside another kind of write it may not, since a failure among them runs each write again alone."""
+    async with store.transaction() as tx:
+        await tx.execute(text("CREATE TABLE written (n integer)"))
+    insert = text("INSERT INTO written (n) VALUES (1)")
+
+    async def write_all(tx: Transaction, items: list[int]) -> list[int]:
+        await (tx.execute_alone(insert) if tx.may_run_alone else tx.execute(insert))
+        return items
+
+    async def refused(tx: Transaction, items: list[int]) -> list[int]:
+        raise Refused("no")
+
+    answers = await asyncio.gather(store.grouped_batch("a", write_all, 1), store.grouped_batch("b", refused, 2), return_exceptions=True)
+    assert answers[0] == 1 and isinstance(answers[1], Refused)
+    async with store.read() as conn:
+        assert (await conn.execute(text("SELECT count(*) FROM written"))).scalar_one() == 1

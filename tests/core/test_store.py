@@ -162,3 +162,30 @@ async def test_fetch_answers_the_rows_execute_answers_inside_the_transaction(sto
         rows = (await tx.fetch(_PLAIN_ROWS, {"least": 2})).all()
     assert [tuple(r) for r in rows] == expected == [(2, 4), (3, 6)]
     assert (rows[1].id, rows[1].twice) == (3, 6)
+
+
+NUMBERING_LOCK_KEY = 1858941482
+"""``lock_key(outbox.NUMBERING_LOCK)`` as migrated databases hold it."""
+
+
+def test_a_lock_key_is_a_stable_signed_32_bit_number() -> None:
+    """pg_advisory_* is given a signed 32-bit key, and a migration (core_0006) baked the events' numbering key
+    into a column default: every key must fit, and the mapping may never change."""
+    from mainspring.store.postgres import lock_key
+
+    keys = [lock_key(f"key-{n}") for n in range(1000)]
+    assert all(-(2**31) <= key < 2**31 for key in keys)
+    assert min(keys) < 0 <= max(keys)
+    assert lock_key(outbox.NUMBERING_LOCK) == NUMBERING_LOCK_KEY
+
+
+async def test_advisory_locks_of_any_key_exclude_another_transaction(store: Store) -> None:
+    """Whatever a key hashes to (half of them below 2**31), its lock is taken and held until the commit: another
+    transaction's try answers False meanwhile (PostgreSQL; SQLite has one writer and needs none)."""
+    keys = [f"key-{n}" for n in range(8)]
+    async with store.transaction() as tx:
+        for key in keys:
+            await store.dialect.advisory_xact_lock(tx, key)
+        async with store.read() as other:
+            held = [await store.dialect.try_advisory_xact_lock(other, key) for key in keys]
+    assert held == [not store.is_postgres] * len(keys)

@@ -173,6 +173,22 @@ async def test_step8_replies_are_stored_at_ready_but_invisible_until_committed(c
     assert (await client.get(f"{out}/messages/{binary['id']}")).content == b"\x00\x01\x02"
 
 
+async def test_step8_a_reply_message_id_stored_already_or_given_twice_stores_one_message(client, exchange_dir):
+    out = "/v1/exchange/mailboxes/mobile-b/db-1"
+    earlier = await client.post(f"{out}/messages", content=b"answer", headers={"Message-Id": "r-1"})
+    assert earlier.status_code == 201
+    _, proc = await started(client, 1)
+    again = {"addressee": "mobile-b", "database": "db-1", "body": "answer", "message_id": "r-1"}
+    twice = {"addressee": "mobile-b", "database": "db-1", "body": "other answer", "message_id": "r-2"}
+    response = await client.post(f"{P}/{proc['id']}/ready", json={"replies": [again, twice, twice]})
+    assert response.status_code == 200, response.text
+    await client.post(f"{P}/{proc['id']}/committed")
+    visible = (await listed(client, out))["messages"]
+    assert sorted(m["size"] for m in visible) == [6, 12]
+    assert visible[0]["id"] == earlier.json()["id"] or visible[1]["id"] == earlier.json()["id"]
+    assert len(files_under(exchange_dir / "mailboxes" / "mobile-b")) == 2, "the files of the repeats are discarded"
+
+
 async def test_step8_bad_replies_are_422_and_the_process_stays_started(client):
     _, proc = await started(client, 1)
     for reply in ({"addressee": "x", "database": "y"}, {"addressee": "x", "database": "y", "body": "a", "body_base64": "AA=="},

@@ -75,6 +75,22 @@ async def test_repair_through_the_processor_returns_its_response_and_the_machine
     assert (await client.post(f"{BASE}/m1/call", json={})).json() == {"response": "fine"}
 
 
+async def test_the_repaired_event_says_whether_the_processor_repaired_the_machine(client: httpx.AsyncClient, fake: FakeProcessor) -> None:
+    fake.on("call", refuse)
+    fake.on("repair", lambda a, m: {"response": "ok"})
+    for machine_id, repair in (("by-processor", {"args": "patch"}), ("simply", {"simple": True})):
+        await client.post(BASE, json={"id": machine_id})
+        await client.post(f"{BASE}/{machine_id}/call", json={"args": 1})
+        assert (await client.post(f"{BASE}/{machine_id}/repair", json=repair)).status_code == 200
+
+    async def repaired() -> list[Any] | None:
+        events = (await client.get("/v1/events", params={"types": "machine.repaired"})).json()["events"]
+        return events if len(events) >= 2 else None
+
+    events = await eventually(repaired)
+    assert {e["data"]["id"]: e["data"]["simple"] for e in events} == {"by-processor": False, "simply": True}
+
+
 async def test_repair_of_a_working_machine_is_409_already_working(client: httpx.AsyncClient, fake: FakeProcessor) -> None:
     await client.post(BASE, json={"id": "m1"})
     for body in ({"args": 1}, {"simple": True}):
