@@ -41,8 +41,10 @@ from mainspring.machines.face import face as machines_face
 from mainspring.store import Clock, Store
 from mainspring.store.replication import why_not_synchronous
 from mainspring.ui.routes import dashboard, http_error
-from mainspring.web import openapi
+from mainspring.ui.web import page_headers
+from mainspring.web import openapi, transport
 from mainspring.web.docs_page import docs_routes, root_routes
+from mainspring.web.guard import WithHeaders
 from mainspring.web.http import Api, send_problem
 from mainspring.web.permissions import PUBLIC
 from mainspring.web.routing import Operation, Reply, Routes
@@ -75,6 +77,7 @@ def serve_app() -> Server:
     from mainspring.app import load_app
 
     settings = Settings.model_validate_json(os.environ[SERVE_SETTINGS_ENV])
+    transport.configure(settings.server)  # this process's connections
     configure_logging(settings.server.log_level, settings.server.log_format, access_log=settings.server.access_log)
     spec = os.environ.get(SERVE_APP_ENV)
     server = create_app(settings, registry=load_app(spec) if spec else None)
@@ -121,7 +124,7 @@ class Server(Starlette):
             if found is not None:
                 await self.api.serve(found[0], found[1], scope, receive, send)
                 return
-            if raw.startswith(b"/v1/") or raw == b"/v1":
+            if raw.startswith(b"/v1/") or raw == b"/v1" or self.api.table.allowed(raw):
                 await _no_operation(self.api, scope, raw, send)
                 return
         await super().__call__(scope, receive, send)
@@ -156,8 +159,9 @@ def service_routes(ctx: Context, store: Store, document: Callable[[], dict[str, 
         try:
             await asyncio.wait_for(store.ping(), 5)
         except Exception as exc:
+            # The driver's text names hosts, users and databases: the log has it, the public probe does not.
             log.warning("readiness check failed: %s", exc)
-            raise Unavailable(str(exc)[:200]) from None
+            raise Unavailable("the store does not answer (the server log says why)") from None
         return {"status": "ready", "engine": store.dialect.name}
 
     @routes.get("/metrics", permission=PUBLIC, content={CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}})
@@ -253,7 +257,7 @@ def create_app(
         *docs_routes("/openapi.json", title="Mainspring API"),
         *root_routes(openapi_url="/openapi.json", version=__version__),
         # The dashboard checks the token in its cookie itself (same tokens, `admin` or `ui` scope).
-        Mount("", app=dashboard()),
+        Mount("", app=WithHeaders(dashboard(), page_headers())),
     ])
     app.state.context = ctx
     app.state.authenticator = authenticator

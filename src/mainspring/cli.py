@@ -203,6 +203,7 @@ def serve(
     from mainspring.app import load_app
     from mainspring.core.logs import configure_logging
     from mainspring.core.runtime import bind_address
+    from mainspring.web import transport
 
     settings = settings_from(config, database, data_dir, host=host, port=port)
     configure_logging(settings.server.log_level, settings.server.log_format, access_log=settings.server.access_log)
@@ -249,6 +250,9 @@ def serve(
         ssl_certfile=settings.server.tls_certfile,
         ssl_keyfile=settings.server.tls_keyfile,
         access_log=settings.server.access_log,
+        # Bounds on the request head and the time to send it (httptools leaves both open); see web/transport.py.
+        http=transport.configure(settings.server),
+        timeout_keep_alive=max(1, round(settings.server.keep_alive_ms / 1000)),
     )
     # What uvicorn.run does, on the socket bound above.
     if workers > 1:

@@ -271,7 +271,7 @@ async def test_a_reply_with_a_media_type_sends_its_bytes_as_they_are() -> None:
 async def test_a_raw_body_is_described_as_bytes_and_reaches_the_handler_as_sent(client: httpx.AsyncClient) -> None:
     document = (await client.get("/openapi.json")).json()
     put = document["paths"]["/v1/exchange/mailboxes/{addressee}/{database}/messages"]["post"]
-    assert put["requestBody"]["content"] == {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
+    assert put["requestBody"]["content"] == {"application/octet-stream": {"schema": {"type": "string", "format": "binary", "minLength": 1}}}
     stored = await client.post("/v1/exchange/mailboxes/a/b/messages", content=b"\xff\x00{not json")
     assert stored.status_code == 201
     body = await client.get(f"/v1/exchange/mailboxes/a/b/messages/{stored.json()['id']}")

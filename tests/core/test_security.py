@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -153,3 +154,40 @@ async def test_a_json_body_sent_as_a_form_or_text_is_415(client: httpx.AsyncClie
         answer = await client.put("/v1/queues/q1", content=b'{"concurrency": 1}', headers={"Content-Type": media})
         assert answer.status_code == 415 and answer.json()["code"] == "unsupported_media_type", media
     assert (await client.put("/v1/queues/q1", json={"concurrency": 1})).status_code == 200
+
+
+async def test_a_body_refused_half_read_closes_the_connection_413_and_408(database_url: str, tmp_path: Path, store: Store) -> None:
+    app = open_app(database_url, tmp_path, store, body_timeout_ms=200)
+
+    async def too_much() -> Any:
+        for _ in range(20):
+            yield b" " * 65536
+
+    async def stalls() -> Any:
+        yield b'{"data": '
+        await asyncio.sleep(1)
+        yield b"1}"
+
+    async with app.router.lifespan_context(app), httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=LOCAL) as client:
+        json_type = {"content-type": "application/json"}
+        large = await client.post("/v1/queues/q/interactions", content=too_much(), headers=json_type)
+        assert (large.status_code, large.headers["connection"]) == (413, "close")
+        slow = await client.post("/v1/queues/q/interactions", content=stalls(), headers=json_type)
+        assert (slow.status_code, slow.json()["code"], slow.headers["connection"]) == (408, "request_timeout", "close")
+
+
+async def test_trace_is_405_on_every_path_an_operation_serves(client: httpx.AsyncClient) -> None:
+    for path in ("/healthz", "/readyz", "/metrics", "/openapi.json", "/v1/alerts"):
+        answer = await client.request("TRACE", path)
+        assert answer.status_code == 405 and "GET" in answer.headers["allow"], path
+
+
+async def test_readyz_says_the_store_does_not_answer_without_the_drivers_words(
+        client: httpx.AsyncClient, store: Store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    async def unreachable() -> None:
+        raise OSError("connection to server at db.internal (10.0.0.5), user ops: password authentication failed")
+
+    monkeypatch.setattr(store, "ping", unreachable)
+    answer = await client.get("/readyz")
+    assert answer.status_code == 503 and "db.internal" not in answer.text and "ops" not in answer.json()["detail"]
+    assert "db.internal" in caplog.text

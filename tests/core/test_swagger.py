@@ -25,3 +25,20 @@ async def test_the_root_sends_a_browser_to_the_dashboard_and_names_the_docs_to_a
     other = await client.get("/")
     assert other.status_code == 200
     assert {"ui": "/ui/", "docs": "/docs", "openapi": "/openapi.json", "api": "/v1"}.items() <= other.json().items()
+
+
+async def test_docs_and_dashboard_pages_cannot_be_framed_and_run_only_their_own_scripts(client: httpx.AsyncClient) -> None:
+    for path in ("/docs", "/ui/login", "/ui/static/ui.css", "/docs/static/swagger-ui.css"):
+        page = await client.get(path)
+        assert page.status_code == 200, path
+        assert page.headers["x-frame-options"] == "DENY" and page.headers["x-content-type-options"] == "nosniff", path
+    docs, ui = (await client.get("/docs")).headers, (await client.get("/ui/login")).headers
+    for csp in (docs["content-security-policy"], ui["content-security-policy"]):
+        assert "frame-ancestors 'none'" in csp and "script-src 'self' " in csp and "'unsafe-inline'" not in csp.split("style-src")[0]
+
+
+async def test_docs_static_serves_only_the_files_the_page_loads_not_swagger_uis_stock_index(client: httpx.AsyncClient) -> None:
+    for path in ("/docs/static/", "/docs/static/index.html", "/docs/static/swagger-initializer.js",
+                 "/docs/static/oauth2-redirect.html", "/docs/static/../index.html"):
+        answer = await client.get(path)
+        assert answer.status_code == 404 and "petstore" not in answer.text, path

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import pytest
 
 from mainspring.machines.processor import Unprocessable
 from mainspring.store import ManualClock
@@ -311,3 +312,15 @@ async def test_remove_deletes_the_machine_with_its_history(client: httpx.AsyncCl
 async def test_remove_of_a_missing_machine_is_404(client: httpx.AsyncClient, fake: FakeProcessor) -> None:
     reply = await client.delete(f"{BASE}/ghost")
     assert reply.status_code == 404 and reply.json()["code"] == "machine_not_found"
+
+
+async def test_a_processor_failure_answers_502_without_what_the_processor_raised(
+        client: httpx.AsyncClient, fake: FakeProcessor, caplog: pytest.LogCaptureFixture) -> None:
+    def broken(args: Any, m: Any) -> Any:
+        raise RuntimeError("password=hunter2 at db.internal:5432")
+
+    fake.on("init", broken)
+    reply = await client.post(BASE, json={"id": "m1"})
+    assert reply.status_code == 502 and reply.json()["code"] == "processor_failed"
+    assert "hunter2" not in reply.text and "db.internal" not in reply.text
+    assert "hunter2" in caplog.text  # the operator still sees it

@@ -48,6 +48,10 @@ class TooLarge(MainspringError):
     status, code, title = 413, "too_large", "Request body too large"
 
 
+class RequestTimeout(MainspringError):
+    status, code, title = 408, "request_timeout", "The request body stalled"
+
+
 class UnsupportedMediaType(MainspringError):
     status, code, title = 415, "unsupported_media_type", "The body's Content-Type is not one this operation takes"
 

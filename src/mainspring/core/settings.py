@@ -27,6 +27,16 @@ class ServerSettings(BaseModel):
     """Backstop for wake-ups: no background loop sleeps longer than this."""
     max_json_bytes: int = Field(1 << 20, ge=1024)
     """Largest JSON request body; exchange message bodies have their own limit."""
+    max_head_bytes: int = Field(32 * 1024, ge=1024)
+    """Largest request head (request line and headers) the server reads; past it, ``431`` and the connection is
+    closed, counted as the bytes arrive."""
+    head_timeout_ms: int = Field(10_000, ge=100)
+    """A connection that has not sent a whole request head within this is closed (``408``): a client that
+    connects and sends nothing, or sends its headers a byte at a time."""
+    body_timeout_ms: int = Field(30_000, ge=100)
+    """A request body that sends nothing for this long is refused (``408``, connection closed)."""
+    keep_alive_ms: int = Field(5000, ge=100)
+    """An idle connection between requests is closed after this."""
     max_wait_ms: int = Field(60_000, ge=0)
     """Cap on every long poll (``wait_ms``) a client asks for."""
     graceful_shutdown_ms: int = Field(10_000, ge=0)

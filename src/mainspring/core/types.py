@@ -16,13 +16,14 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
 
 MAX_JSON_DEPTH = 64
+MAX_JSON_CONTAINERS = 50_000
+"""Arrays and objects in one stored value: a 1 MiB body holds 340,000 empty arrays, and every later step
+(events, storing, reading back) pays for each; no real payload needs that many."""
 
 
-def _check_json(value: Any, depth: int = 0) -> Any:
+def _check_scalar(value: Any) -> None:
     # PostgreSQL cannot store NUL, lone surrogates or NaN in text or jsonb; refusing them here keeps
     # both engines equal and turns what would be a 500 into a 422.
-    if depth > MAX_JSON_DEPTH:
-        raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
     if isinstance(value, float):
         if not math.isfinite(value):
             raise ValueError("NaN and Infinity are not JSON")
@@ -33,13 +34,27 @@ def _check_json(value: Any, depth: int = 0) -> Any:
             value.encode("utf-8")
         except UnicodeEncodeError as exc:
             raise ValueError("strings must be valid Unicode (no lone surrogates)") from exc
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            _check_json(key, depth + 1)
-            _check_json(item, depth + 1)
-    elif isinstance(value, list):
-        for item in value:
-            _check_json(item, depth + 1)
+
+
+def _check_json(value: Any) -> Any:
+    if not isinstance(value, (dict, list)):
+        _check_scalar(value)
+        return value
+    # Each array or object is counted as it is met, so a refusal costs no more than the limit.
+    containers = 1
+    pending: list[tuple[Any, int]] = [(value, 0)]
+    while pending:
+        container, depth = pending.pop()
+        for child in (part for pair in container.items() for part in pair) if isinstance(container, dict) else container:
+            if depth >= MAX_JSON_DEPTH:
+                raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
+            if isinstance(child, (dict, list)):
+                containers += 1
+                if containers > MAX_JSON_CONTAINERS:
+                    raise ValueError(f"more than {MAX_JSON_CONTAINERS} arrays and objects in one value")
+                pending.append((child, depth + 1))
+            else:
+                _check_scalar(child)
     return value
 
 
@@ -74,7 +89,8 @@ def check_media_type(value: str) -> str:
     return value
 
 
-MediaType = Annotated[str, StringConstraints(max_length=255), AfterValidator(check_media_type)]
+MediaType = Annotated[str, StringConstraints(max_length=255), AfterValidator(check_media_type),
+                      Field(json_schema_extra={"pattern": f"^{_MEDIA_TYPE.pattern}$"})]
 
 # Durations in milliseconds: non-negative, at most about 10 years.
 DurationMs = Annotated[int, Field(ge=0, le=315_360_000_000)]

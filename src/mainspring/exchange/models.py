@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
@@ -64,8 +64,8 @@ class Reply(BaseModel):
 
     addressee: Name
     database: Name
-    body: str | None = None
-    body_base64: str | None = None
+    body: Annotated[str, Field(min_length=1)] | None = None
+    body_base64: Annotated[str, Field(min_length=1)] | None = None
     content_type: MediaType | None = None
     message_id: Name | None = None
 

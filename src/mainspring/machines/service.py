@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
+import logging
 import time
 import uuid
 import weakref
@@ -67,6 +68,8 @@ from mainspring.store import Transaction, format_time
 from mainspring.store.dialect import Executor
 from mainspring.store.errors import is_unavailable
 
+log = logging.getLogger("mainspring.machines")
+
 
 @dataclass
 class Reply:
@@ -98,7 +101,11 @@ def _processor_error(error: ProcessorError) -> MainspringError:
     processor_failed / 504 processor_timeout), which a client may retry."""
     if error.permanent:
         return ProcessorRefused(error.detail)
-    return ProcessorTimeout(error.detail) if error.timeout else ProcessorFailed(error.detail)
+    # What the processor raised or where it lives is for the operator (the log), not for whoever called.
+    log.warning("a processor call failed: %s", error.detail)
+    if error.timeout:
+        return ProcessorTimeout("the processor did not answer in time (the server log has more)")
+    return ProcessorFailed("the processor failed (the server log has what it raised)")
 
 
 async def _replay(ctx: Context, namespace: str, machine_id: str, key: str | None, kind: str) -> Reply | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import re
 from collections.abc import Awaitable, Callable
@@ -25,6 +27,7 @@ from mainspring.machines.models import check_machine_name
 from mainspring.store import parse_time
 from mainspring.ui.charts import bar_chart
 from mainspring.web import permissions
+from mainspring.web.docs_page import PAGE_HEADERS, content_security_policy
 from mainspring.web.guard import check_browser_request
 from mainspring.web.permissions import Permission
 from mainspring.web.routing import MissingPermission
@@ -101,6 +104,15 @@ templates.env.globals["machine_path"] = machine_path
 templates.env.filters["segment"] = lambda value: quote(str(value), safe="")
 templates.env.filters["pretty"] = _pretty
 templates.env.globals["bar_chart"] = bar_chart
+
+
+def page_headers() -> dict[str, str]:
+    """What every dashboard answer carries: never framed, nothing sniffed, and a CSP that lets the pages run only
+    the server's own scripts and the inline ``onclick`` handlers of the templates (allowed by their hashes)."""
+    handlers = sorted({value for template in (HERE / "templates").glob("*.html")
+                       for value in re.findall(r'\son[a-z]+="([^"]*)"', template.read_text())})
+    hashes = tuple(f"'sha256-{base64.b64encode(hashlib.sha256(h.encode()).digest()).decode()}'" for h in handlers)
+    return {**PAGE_HEADERS, "Content-Security-Policy": content_security_policy("", extra_script_hashes=hashes)}
 
 
 def request_context(request: Request) -> Context:

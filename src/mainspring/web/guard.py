@@ -72,3 +72,25 @@ def check_browser_request(scope: Mapping[str, Any], settings: ServerSettings, *,
             raise CrossSiteRefused("a page of another site may not write to an open server (server.allowed_origins)")
     elif headers.get(b"sec-fetch-site") not in ("same-origin", "none"):
         raise CrossSiteRefused("a page of another site may not write to an open server (server.allowed_origins)")
+
+
+class WithHeaders:
+    """An ASGI app whose every HTTP answer also carries ``headers`` (a page's CSP, ``X-Frame-Options``), unless
+    the answer set them itself."""
+
+    def __init__(self, app: Any, headers: Mapping[str, str]) -> None:
+        self.app = app
+        self.headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                present = {key for key, _ in message.get("headers", ())}
+                message["headers"] = [*message.get("headers", ()), *(h for h in self.headers if h[0] not in present)]
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)

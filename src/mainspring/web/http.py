@@ -7,6 +7,7 @@ A 2xx is sent only after the handler returned, so it still means what the handle
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import logging
@@ -27,6 +28,7 @@ from mainspring.core.errors import (
     MainspringError,
     NotFound,
     RateLimited,
+    RequestTimeout,
     TooLarge,
     Unavailable,
     UnsupportedMediaType,
@@ -206,7 +208,8 @@ class Api:
             return await self._send_result(operation, result, scope, receive, send)
         except MainspringError as exc:
             headers = {"Retry-After": str(exc.extra.pop("retry_after"))} if "retry_after" in exc.extra else None
-            return await _send_problem(send, exc.problem(), headers=headers)
+            # A body refused half-read leaves the rest on the wire: the connection cannot carry another request.
+            return await _send_problem(send, exc.problem(), headers=headers, close=isinstance(exc, (TooLarge, RequestTimeout)))
         except ClientGone:
             # Nothing happened and nobody reads the answer.
             log.info("client went away during %s %s", scope["method"], scope["path"])
@@ -220,7 +223,7 @@ class Api:
             return await _send_problem(send, _problem(500, "internal", "Internal error", "internal error; see the server log"))
 
     async def _body(self, operation: Operation, scope: Scope, receive: Receive, limit: int) -> object:
-        raw = await _read_body(receive, limit)
+        raw = await _read_body(receive, limit, self.ctx.settings.server.body_timeout_ms / 1000)
         if operation.body is RawBody:
             return raw
         if not raw:
@@ -322,11 +325,14 @@ def _query(operation: Operation, scope: Scope) -> BaseModel:
         raise _invalid(_clean_errors(exc.errors(include_input=False), ("query",))) from None
 
 
-async def _read_body(receive: Receive, limit: int) -> bytes:
+async def _read_body(receive: Receive, limit: int, timeout_s: float) -> bytes:
     chunks: list[bytes] = []
     size = 0
     while True:
-        message = await receive()
+        try:
+            message = await asyncio.wait_for(receive(), timeout_s)
+        except TimeoutError:
+            raise RequestTimeout(f"no byte of the request body for {timeout_s:g} s") from None
         if message["type"] == "http.disconnect":
             raise ClientGone()
         chunk = message.get("body", b"")

@@ -58,7 +58,7 @@ def _operation(op: Operation, schemas: dict[Any, Any]) -> dict[str, Any]:
     if parameters:
         out["parameters"] = parameters
     if op.body is RawBody:
-        out["requestBody"] = {"required": True, "content": dict(op.content or {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}})}
+        out["requestBody"] = {"required": True, "content": dict(op.content or {"application/octet-stream": {"schema": {"type": "string", "format": "binary", "minLength": 1}}})}
     elif op.body is not None:
         out["requestBody"] = {"required": op.body_required,
                               "content": {"application/json": {"schema": schemas[((id(op), "body"), "validation")]}}}
