@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # Both cores: the suite is mostly waiting on databases and child servers.
 PYTEST_ARGS ?= -n 2
 
-.PHONY: setup run test lint services browser clean sync-clients config-docs mutation
+.PHONY: setup run test lint services browser clean sync-clients config-docs mutation dist
 
 setup: $(VENV)/.installed
 
@@ -59,6 +59,11 @@ config-docs: setup
 mutation: setup
 	scripts/mutation.sh $(or $(TARGETS),all)
 
+## The wheel and the sdist of this version (mainspring.__version__) in dist/ (DIST=… elsewhere), as a release ships them.
+DIST ?= dist
+dist: setup
+	$(BIN)/python -m build --outdir $(DIST) .
+
 services:
 	scripts/ensure-services
 
@@ -67,4 +72,4 @@ browser:
 	scripts/ensure-browser
 
 clean:
-	rm -rf $(VENV) mainspring-data .pytest_cache
+	rm -rf $(VENV) mainspring-data .pytest_cache dist
