@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from mainspring.core.settings import KafkaSecurity
+
 
 class RetryPolicy(BaseModel):
     """Exponential backoff for timers and notifications whose processor call failed transiently."""
@@ -108,11 +110,9 @@ class NamespaceConfig(BaseModel):
     """Machinegun's event Modernizer (None: ``Modernize`` throws NamespaceNotFound, as Machinegun does)."""
 
 
-class MachinegunSink(BaseModel):
+class MachinegunSink(KafkaSecurity):
     """Machine events to Kafka as Machinegun's Thrift-binary ``SinkEvent`` records, keyed ``"<ns> <id>"`` and
-    partitioned by ``erlang:phash2`` of the key, as Machinegun's."""
-
-    model_config = ConfigDict(use_attribute_docstrings=True)
+    partitioned by ``erlang:phash2`` of the key, as Machinegun's; TLS and SASL as the event publishers'."""
 
     bootstrap_servers: str = "127.0.0.1:9092"
     """The Kafka brokers, comma-separated."""
