@@ -72,6 +72,21 @@ async def test_the_next_fair_lease_sweeps_expired_leases_first_and_frees_the_own
     assert swept["error"] == leasing.LEASE_EXPIRED
 
 
+async def test_a_lease_of_a_paused_fair_queue_still_sweeps_its_expired_leases(store: Store, settings: Settings, clock: ManualClock) -> None:
+    """Found by test_fair_lease_differential.py: the function answered a paused queue before looking for expired
+    leases, so an item whose last attempt had expired stayed processing where the transaction failed it."""
+    cfg = settings.interactions
+    await service.put_queue(store, cfg, "q", {**FAIR, "max_attempts": 1})
+    await service.create_many(store, cfg, "q", [{"user": "alice"} for _ in range(3)])
+    [first] = await taken(store, cfg, 1, lease_ms=1_000)
+    assert len(await taken(store, cfg, 1)) == 1  # the one-call lease, learnt
+    await service.pause_queue(store, cfg, "q", True)
+    clock.advance(2_000)
+    assert await taken(store, cfg, 5) == []
+    swept = await service.read(store, first["id"])
+    assert swept["status"] == "failed" and swept["error"] == leasing.LEASE_EXPIRED
+
+
 async def test_a_fair_lease_is_no_earlier_than_a_finish_it_did_not_count(store: Store, settings: Settings, clock: ManualClock, engine: str) -> None:
     """A release that committed before the lease counted what is processing finished no later than the lease began:
     here a finish stamped by a clock running ahead (another server's), then a lease by a clock behind it."""

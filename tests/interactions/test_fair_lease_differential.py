@@ -77,6 +77,9 @@ async def state_of(store: Store, queue: str) -> dict[str, Any]:
     return {"owners": [tuple(o) for o in owners], "queue": tuple(row), "items": [tuple(i) for i in items]}
 
 
+# 60 scenarios of up to 44 steps, each step twice on PostgreSQL: ~35 s on a quiet machine, several times that under
+# the suite's load — a timeout mid-scenario reads to hypothesis as a flaky failure.
+@pytest.mark.timeout(600)
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(configured=queue_settings, script=steps)
 async def test_the_fair_lease_function_picks_as_the_transaction_does(

@@ -49,6 +49,18 @@ async def test_the_next_lease_sweeps_expired_leases_first(store: Store, settings
     assert swept["status"] in ("scheduled", "ready") and swept["error"] == leasing.LEASE_EXPIRED
 
 
+async def test_a_lease_of_a_paused_queue_still_sweeps_its_expired_leases(store: Store, settings: Settings, clock: ManualClock) -> None:
+    cfg = settings.interactions
+    first, *_ = await fill(store, cfg, 2)
+    assert await taken(store, cfg, 1, lease_ms=1_000) == [first]
+    assert len(await taken(store, cfg, 1, lease_ms=60_000)) == 1  # the one-statement lease, learnt
+    await service.pause_queue(store, cfg, "q", True)
+    clock.advance(2_000)
+    assert await taken(store, cfg, 10) == []
+    swept = await service.read(store, first)
+    assert swept["status"] in ("scheduled", "ready") and swept["error"] == leasing.LEASE_EXPIRED
+
+
 async def test_a_lease_runs_no_longer_than_the_queues_processing_timeout(store: Store, settings: Settings, clock: ManualClock) -> None:
     cfg = settings.interactions
     await fill(store, cfg, 2)

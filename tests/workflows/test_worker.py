@@ -24,7 +24,10 @@ def test_a_worker_says_it_runs_the_apps_workflows() -> None:
 async def test_a_worker_takes_over_the_runs_of_a_killed_server(servers: Any, settings: Settings, tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WORKER_DIR", str(tmp_path))
-    (server,) = servers(1, env={"WORKER_DIR": str(tmp_path)}, args=["--app", "tests.workflows.workerapp:app"])
+    # The server leases a sleeping run up to timer_lookahead_ms before its timer: killed then, it holds the run
+    # until that lease lapses (lease_ms plus the machines' margin), so a short lease keeps the takeover quick.
+    env = {"WORKER_DIR": str(tmp_path), "MAINSPRING_WORKFLOWS__LEASE_MS": "1000", "MAINSPRING_MACHINES__LEASE_MARGIN_MS": "500"}
+    (server,) = servers(1, env=env, args=["--app", "tests.workflows.workerapp:app"])
     async with httpx.AsyncClient(base_url=server.url) as client:
         assert (await client.post("/v1/workflows/naps/runs", json={"id": "n1"})).status_code == 201
         await eventually(lambda: _status(client, "n1", "sleeping"), what="the run sleeping")

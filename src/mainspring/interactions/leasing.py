@@ -372,7 +372,7 @@ async def _lease_alone(store: Store, queue: str, worker: str, max_items: int, le
     if got is None:
         return None
     q = got.queue
-    if q.paused:
+    if q.paused and not got.has_expired:
         return Leased([], None, q.processing_timeout_ms, lease_ms or q.lease_ms)
     if got.taken is None:
         store.extras["interactions:limited"][queue] = q.limited
@@ -402,7 +402,9 @@ async def _fair_lease_alone(store: Store, queue: str, worker: str, max_items: in
     if got.status == "other":
         _fair_here(store)[queue] = False
     if got.status == "paused":
-        return Leased([], None, got.processing_timeout_ms, lease_ms or got.lease_ms)
+        # The function answers a paused queue before it looks for expired leases, which a lease of a paused queue
+        # still sweeps (the transaction's order): a paused queue is not a hot path, so the transaction answers it.
+        return None
     if got.taken is None:
         return None
     rows = got.taken.rows
