@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # Both cores: the suite is mostly waiting on databases and child servers.
 PYTEST_ARGS ?= -n 2
 
-.PHONY: setup run test lint services browser clean sync-clients config-docs mutation
+.PHONY: setup run test lint services browser clean sync-clients config-docs http-docs mutation dist
 
 setup: $(VENV)/.installed
 
@@ -45,10 +45,15 @@ lint: setup
 	$(BIN)/mypy --strict --follow-imports=silent $(STRICT)
 	$(BIN)/python scripts/sync_clients.py --check
 	$(BIN)/python scripts/config_docs.py --check
+	$(BIN)/python scripts/http_docs.py --check
 
 ## Regenerate the sync clients (client/_sync) from the async ones (client/_async).
 sync-clients: setup
 	$(BIN)/python scripts/sync_clients.py
+
+## Regenerate docs/http.md (the HTTP API reference) from the route table.
+http-docs: setup
+	$(BIN)/python scripts/http_docs.py
 
 ## Regenerate docs/configuration.md from the settings models.
 config-docs: setup
@@ -60,6 +65,11 @@ config-docs: setup
 mutation: setup
 	scripts/mutation.sh $(if $(SAMPLE),--sample $(SAMPLE)) $(or $(TARGETS),all)
 
+## The wheel and the sdist of this version (mainspring.__version__) in dist/ (DIST=… elsewhere), as a release ships them.
+DIST ?= dist
+dist: setup
+	$(BIN)/python -m build --outdir $(DIST) .
+
 services:
 	scripts/ensure-services
 
@@ -68,4 +78,4 @@ browser:
 	scripts/ensure-browser
 
 clean:
-	rm -rf $(VENV) mainspring-data .pytest_cache
+	rm -rf $(VENV) mainspring-data .pytest_cache dist

@@ -102,3 +102,27 @@ def test_a_bare_install_serves_on_sqlite_with_the_dashboard_and_has_the_clients(
     finally:
         server.terminate()
         server.wait(30)
+
+
+def test_make_dist_builds_the_wheel_and_the_sdist_of_the_one_version(tmp_path: Path) -> None:
+    from mainspring import __version__
+
+    run("make", "dist", f"DIST={tmp_path}", cwd=ROOT)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"mainspring-{__version__}-py3-none-any.whl", f"mainspring-{__version__}.tar.gz"]
+    import tarfile
+
+    with tarfile.open(tmp_path / f"mainspring-{__version__}.tar.gz") as sdist:
+        names = sdist.getnames()
+    assert f"mainspring-{__version__}/CHANGELOG.md" in names and f"mainspring-{__version__}/src/mainspring/store/releases.py" in names
+
+
+def test_every_released_version_has_its_changelog_section_and_its_store_heads() -> None:
+    """A release a team can upgrade to: the changelog says what changed, store.releases what its stores are at."""
+    import re
+
+    from mainspring import __version__
+    from mainspring.store.releases import RELEASED_HEADS
+
+    sections = re.findall(r"^## \[([^\]]+)\]", (ROOT / "CHANGELOG.md").read_text(), flags=re.M)
+    assert sections[0] == "Unreleased" and sections[1:] == list(reversed(RELEASED_HEADS)), sections
+    assert __version__ in RELEASED_HEADS or __version__.endswith(".dev0"), __version__

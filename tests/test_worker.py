@@ -173,3 +173,48 @@ async def test_one_sigterm_stops_a_worker_with_a_health_port_gracefully_and_its_
     assert "by force" not in output, output
     done = (await client.get(f"/v1/interactions/{item}")).json()
     assert done["status"] == "completed" and done["result"] == {"finished": True}, f"{done}\n{output}"
+
+
+async def test_a_worker_registers_the_apps_periodic_schedules_and_two_workers_fire_each_tick_once(settings: Settings) -> None:
+    from sqlalchemy import select, update
+
+    from mainspring.interactions import periodic
+    from mainspring.interactions.tables import interaction_schedules, interactions
+    from mainspring.store import Store
+
+    handled: list[Any] = []
+    app = App()
+
+    @app.periodic("* * * * *", queue="reports", data={"kind": "nightly"})
+    async def nightly(item: Interaction) -> None:
+        handled.append(item.message_id)
+
+    assert "schedules nightly (* * * * * into reports)" in runnable(app)
+    # No server runs: the two workers alone keep the schedule (both on the wall clock, as in production).
+    store = Store(settings.server.database_url(), clock=Clock())
+    await store.start()
+    stop = asyncio.Event()
+    starts = [asyncio.Event(), asyncio.Event()]
+    workers = [asyncio.create_task(run(settings, app, stop=stop, started=started)) for started in starts]
+    try:
+        for started in starts:
+            await asyncio.wait_for(started.wait(), 30)
+        assert [(s["name"], s["source"], s["queue"]) for s in await periodic.list_schedules(store)] == [("nightly", "app", "reports")]
+        # Make the last minute's tick due now: both workers' loops find it.
+        minute = Clock().now_ms() // 60_000 * 60_000
+        async with store.transaction() as tx:
+            await tx.execute(update(interaction_schedules).values(next_tick=minute))
+
+        async def ran() -> bool:
+            return bool(handled)
+
+        await eventually(ran, 30, "a worker fired the tick and handled its interaction")
+    finally:
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(*workers), 30)
+    async with store.read() as conn:
+        created = [r[0] for r in (await conn.execute(select(interactions.c.message_id).where(interactions.c.queue == "reports"))).all()]
+    await store.close()
+    assert created[0] == f"periodic:nightly:{minute}", created
+    # Each tick once, whichever worker fired it, and handled once (a minute may have turned meanwhile).
+    assert len(created) == len(set(created)) and sorted(handled) == sorted(set(handled)) and set(handled) <= set(created)

@@ -201,6 +201,7 @@ def serve(
 
     from mainspring.api import SERVE_APP_ENV, SERVE_SETTINGS_ENV, create_app
     from mainspring.app import load_app
+    from mainspring.config import check_installed
     from mainspring.core.logs import configure_logging
     from mainspring.core.runtime import bind_address
     from mainspring.web import transport
@@ -211,6 +212,7 @@ def serve(
         settings = with_machinegun_config(settings, machinegun_config)
     if workers > 1 and not settings.server.database_url().startswith("postgresql"):
         raise typer.BadParameter("several workers need PostgreSQL: SQLite has one writer, so more processes add only contention", param_hint="--workers")
+    check_installed(settings)
     registry = load_app(app) if app else None
     # Bind first: a taken port must fail the start before a store is created or recovery runs (on a shared
     # PostgreSQL, recovery turns live commits of the server that holds the port IN_DOUBT).

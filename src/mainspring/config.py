@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import importlib
 import os
 import tomllib
 import types
@@ -155,6 +156,19 @@ def unknown_variables(environ: Mapping[str, str]) -> list[str]:
         meant = difflib.get_close_matches(upper, known, n=1, cutoff=0.8)
         found.append(f"{name} names no setting{f' (did you mean {meant[0]}?)' if meant else ''}")
     return found
+
+
+def check_installed(settings: Settings) -> None:
+    """A ``ConfigError`` naming the extra to install when the settings use a publisher or sink whose module is
+    missing: at start, not a traceback every second from a background loop while the server says ready."""
+    wanted = [("events.kafka", "aiokafka", "kafka")] if settings.events.kafka is not None else []
+    wanted += [("events.nats", "nats", "nats")] if settings.events.nats is not None else []
+    wanted += [("machines.machinegun.sinks", "aiokafka", "machinegun")] if settings.machines.machinegun.sinks else []
+    for what, module, extra in wanted:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            raise ConfigError(f"{what} needs {module}, which is not installed: pip install 'mainspring[{extra}]'") from None
 
 
 def load_settings(config_file: Path | None = None, **sections: dict[str, Any]) -> Settings:

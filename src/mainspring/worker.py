@@ -31,6 +31,7 @@ from mainspring.client._async.interactions import AsyncInteractionsClient
 from mainspring.client.errors import NotFound, ServiceUnavailable
 from mainspring.config import Settings
 from mainspring.core.runtime import Context
+from mainspring.interactions.face import periodic_loop, sync_app_schedules
 from mainspring.interactions.sources import LONG_POLL_MS, HttpQueues, QueueSource
 from mainspring.interactions.worker import Worker as QueueWorker
 from mainspring.machines.background import ONLY, machines_loop
@@ -54,6 +55,8 @@ def runnable(app: App) -> str:
         parts.append("batchers " + ", ".join(f"{n} (concurrency {r.options.get('concurrency', 1)})" for n, r in sorted(app.batchers.items())))
     if app.workflows:
         parts.append("workflows " + ", ".join(sorted(app.workflows)))
+    if app.schedules:
+        parts.append("schedules " + ", ".join(f"{n} ({r.options['cron']} into {r.options['queue']})" for n, r in sorted(app.schedules.items())))
     processors = sorted(set(app.processors) - set(app.workflows))
     if not parts:
         only = f" (it registers only processors: {', '.join(processors)}; run them with `mainspring serve --app`)" if processors else ""
@@ -141,6 +144,11 @@ async def run(settings: Settings, app: App, *, http_host: str = "127.0.0.1", htt
             ctx = Context(settings=settings, store=store, registry=app, stopping=stopping)
             await batching_worker.recover(ctx)
             queue_source, package_source = store, batching_worker.StoreCafe(ctx)
+            if app.schedules:
+                # @app.periodic as under `serve --app`: stored, and fired by this worker too; each tick is created
+                # once across every worker and server (the tick is its idempotency key).
+                await sync_app_schedules(ctx)
+                resources.push_async_callback(_stop_tasks, [asyncio.create_task(periodic_loop(ctx), name="interactions:periodic")], stopping)
             if app.workflows:
                 # The due runs of this app's workflows only (a namespace's machines are the workflow's runs).
                 ctx.extras[ONLY] = sorted(app.workflows)
@@ -156,6 +164,11 @@ async def run(settings: Settings, app: App, *, http_host: str = "127.0.0.1", htt
             items = await resources.enter_async_context(AsyncInteractionsClient(remote.url, remote.token))
             packages = await resources.enter_async_context(AsyncBatchingClient(remote.url, remote.token))
             await wait_for_server(items, packages, app, server.startup_wait_ms)
+            for name, registration in sorted(app.schedules.items()):
+                # Through the API the server stores the schedule and its periodic loop fires the ticks.
+                options = registration.options
+                await items.put_periodic(name, cron=options["cron"], queue=options["queue"], data=options["data"],
+                                         timezone=options["timezone"], catch_up_ms=options["catch_up_ms"])
             queue_source = HttpQueues(items, long_poll_ms=remote.long_poll_ms)
             package_source = batching_worker.HttpCafe(packages, long_poll_ms=remote.long_poll_ms)
         queues = QueueWorker(queue_source, app, settings.interactions, poll_ms=server.poll_interval_ms)

@@ -23,8 +23,9 @@ database and data dir in the environment too, so ``mainspring.producer()`` opens
 
 from __future__ import annotations
 
-import ast
 import asyncio
+import contextlib
+import io
 import os
 import re
 import shlex
@@ -172,16 +173,25 @@ class Runner:
             raise AssertionError(f"{block.where}: no way to run a {block.language!r} block")
 
     async def run_python(self, code: str, block: Block) -> None:
-        compiled = compile(code, block.where, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+        # As pasted into a file: no top-level await (a reader's `python file.py` has none), and in a thread of its
+        # own, so that a block's `asyncio.run(main())` runs as it does for the reader, outside any event loop.
+        compiled = compile(code, block.where, "exec")
+        printed = await asyncio.to_thread(self._exec, compiled)
+        if "checked" in block.flags:
+            # ```python checked: each `print(...)  # shown` line's comment is what the block prints.
+            for shown in re.findall(r"^\s*print\(.*\)\s+#\s*(.+?)\s*$", block.code, flags=re.M):
+                assert shown in printed, f"{block.where}: the comment says {shown!r}; the block printed:\n{printed}"
+
+    def _exec(self, compiled: Any) -> str:
         cwd = os.getcwd()
         os.chdir(self.workdir)
         sys.path.insert(0, str(self.workdir))
         saved = {k: os.environ.get(k) for k in self.env if k.startswith("MAINSPRING_")}
         os.environ.update({k: self.env[k] for k in saved})
+        output = io.StringIO()
         try:
-            result = eval(compiled, self.namespace)
-            if asyncio.iscoroutine(result):
-                await result
+            with contextlib.redirect_stdout(output):
+                exec(compiled, self.namespace)
         finally:
             for key, value in saved.items():
                 if value is None:
@@ -190,6 +200,7 @@ class Runner:
                     os.environ[key] = value
             sys.path.remove(str(self.workdir))
             os.chdir(cwd)
+        return output.getvalue()
 
     def run_command(self, command: str, block: Block) -> None:
         done = subprocess.run(["bash", "-eo", "pipefail", "-c", command], cwd=self.workdir, env=self.env,

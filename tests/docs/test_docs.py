@@ -37,3 +37,38 @@ async def test_the_code_blocks_of_a_page_run_against_a_real_server(path: Path, d
                 await runner.run(block)
     finally:
         server.kill()
+
+
+def test_the_docs_stand_alone_with_the_http_reference_in_the_repository() -> None:
+    """A reader has the repository only: no links out of it, no words of the project's private design notes."""
+    import re
+
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        for link in re.findall(r"\]\(([^)#]+)", text):
+            if not link.startswith(("http://", "https://", "mailto:")):
+                assert (page.parent / link).resolve().is_relative_to(ROOT), f"{page.name}: {link} is outside the repository"
+                assert (page.parent / link).exists(), f"{page.name}: {link} does not exist"
+        for word in (r"\bseed\b", r"\bGedemin\b", r"API\.md"):
+            assert not re.search(word, text, flags=re.I), f"{page.name}: {word}"
+    assert "## Interactions" in (ROOT / "docs" / "http.md").read_text(encoding="utf-8")
+
+
+def test_configuration_and_machinegun_agree_that_every_worker_process_serves_the_listener() -> None:
+    configuration = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    [listen] = [line for line in configuration.splitlines() if line.startswith("| `listen` |")]
+    assert "every process serves it" in listen, listen
+    assert "every process serves the\nlistener" in (ROOT / "docs" / "machinegun.md").read_text(encoding="utf-8")
+
+
+def test_the_build_report_example_repeats_on_its_first_call() -> None:
+    """docs/interactions.md's build_report: a handler sees attempts == 1 on its first call, so that is when the
+    `Repeat` must fire."""
+    from mainspring import Repeat
+    from mainspring.interactions.models import Interaction
+
+    [block] = [b for b in code_blocks(read_page(ROOT / "docs" / "interactions.md")) if "def build_report" in b.code]
+    namespace: dict[str, object] = {}
+    exec(compile(block.code, block.where, "exec"), namespace)
+    first_call = Interaction.model_construct(id="1", queue="reports", data={"wait_for_data": True}, attempts=1)
+    assert isinstance(namespace["build_report"](first_call), Repeat)  # type: ignore[operator]

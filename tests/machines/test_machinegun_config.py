@@ -75,3 +75,74 @@ def test_serve_machinegun_config_adds_its_namespaces_to_the_toml_settings(tmp_pa
     bad.write_text("namespaces:\n  a:\n    processor:\n      url: ftp://nope\n")
     with pytest.raises(ConfigError):
         with_machinegun_config(load_settings(toml), bad)
+
+
+SECURED = """
+kafka:
+    secure_client:
+        endpoints:
+            - host: "kafka1"
+              port: 9093
+        ssl:
+            cacertfile: "/etc/kafka/ca.crt"
+            certfile: "/etc/kafka/client.crt"
+            keyfile: "/etc/kafka/client.key"
+        sasl:
+            mechanism: scram_sha_512
+            username: "mg"
+            password: "secret"
+namespaces:
+    invoice:
+        processor:
+            url: http://hellgate:8022/v1/stateproc/invoice
+        event_sinks:
+            kafka:
+                type: kafka
+                client: secure_client
+                topic: mg-invoice
+"""
+
+
+def test_import_config_keeps_the_kafka_clients_tls_and_sasl_on_its_sinks() -> None:
+    imported = import_machinegun_config(SECURED, {})
+    [sink] = imported.machines["machinegun"]["sinks"]
+    assert sink == {"bootstrap_servers": "kafka1:9093", "topic": "mg-invoice", "namespaces": ["invoice"],
+                    "ssl_cafile": "/etc/kafka/ca.crt", "ssl_certfile": "/etc/kafka/client.crt", "ssl_keyfile": "/etc/kafka/client.key",
+                    "sasl_mechanism": "SCRAM-SHA-512", "sasl_plain_username": "mg", "sasl_plain_password": "secret",
+                    "security_protocol": "SASL_SSL"}
+    assert not [key for key, _why in imported.ignored if ".ssl" in key or ".sasl" in key]
+
+
+def test_a_sinks_tls_and_sasl_settings_become_aiokafkas_producer_options(tmp_path: Path) -> None:
+    import ssl
+
+    from mainspring.machines.settings import MachinegunSink
+
+    plain = MachinegunSink(topic="t").producer_options()
+    assert plain == {"security_protocol": "PLAINTEXT"}
+    secured = MachinegunSink(topic="t", security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-256", sasl_plain_username="mg",
+                             sasl_plain_password="secret").producer_options()
+    assert isinstance(secured.pop("ssl_context"), ssl.SSLContext)
+    assert secured == {"security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-256", "sasl_plain_username": "mg",
+                       "sasl_plain_password": "secret"}
+
+
+def test_serve_with_a_sink_whose_module_is_missing_stops_at_start_naming_the_extra(tmp_path: Path) -> None:
+    from tests.conftest import free_port
+    from tests.test_cli import mainspring, one_line_error
+
+    hidden = tmp_path / "hide"
+    (hidden / "aiokafka").mkdir(parents=True)
+    (hidden / "aiokafka" / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'aiokafka'\", name='aiokafka')\n")
+    config = tmp_path / "mainspring.toml"
+    config.write_text('[[machines.machinegun.sinks]]\ntopic = "mg-invoice"\n')
+    done = mainspring("serve", "--config", str(config), "--port", str(free_port()), "--data-dir", str(tmp_path / "data"),
+                      env={"PYTHONPATH": str(hidden)})
+    one_line_error(done, 2, "machines.machinegun.sinks needs aiokafka", "pip install 'mainspring[machinegun]'")
+    assert not (tmp_path / "data").exists()
+
+
+def test_the_machinegun_extra_installs_the_kafka_client_its_sinks_use() -> None:
+    root = Path(__file__).resolve().parents[2]
+    extras = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(requirement.startswith("aiokafka") for requirement in extras["machinegun"])

@@ -10,6 +10,7 @@ more: at least once. NATS gets ``Nats-Msg-Id`` = the event id, so JetStream drop
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import json
@@ -19,11 +20,12 @@ from typing import Any, Protocol
 
 import httpx
 
-from mainspring.core import data, outbox
+from mainspring.core import alerts, data, outbox
 from mainspring.core.leases import new_token
 from mainspring.core.runtime import Context, run_loop
 from mainspring.core.settings import EventsSettings, KafkaSink, NatsSink, WebhookSink
 from mainspring.store import Store
+from mainspring.store.errors import STORE_ERRORS
 
 log = logging.getLogger("mainspring.publishers")
 
@@ -121,7 +123,7 @@ class KafkaPublisher:
         if self._producer is None:
             from aiokafka import AIOKafkaProducer
 
-            producer = AIOKafkaProducer(bootstrap_servers=self.config.bootstrap_servers, acks="all")
+            producer = AIOKafkaProducer(bootstrap_servers=self.config.bootstrap_servers, acks="all", **self.config.producer_options())
             await producer.start()
             self._producer = producer
         return self._producer
@@ -182,8 +184,17 @@ async def run_publisher(ctx: Context, sink: Sink, types: Sequence[str] | None = 
     types = ctx.settings.events.types if types is None else types
 
     async def step() -> int | None:
-        while await publish_once(ctx.store, sink, token, types) >= BATCH:
-            pass
+        try:
+            while await publish_once(ctx.store, sink, token, types) >= BATCH:
+                pass
+        except Exception as exc:
+            # Once: an open alert on this publisher is not raised again (core.alerts); the loop retries. When the
+            # store itself is down there is nowhere to write it: the loop's warning says so.
+            with contextlib.suppress(*STORE_ERRORS):
+                async with ctx.store.transaction() as tx:
+                    await alerts.raise_alert(tx, "publisher_failing", "publisher", sink.name,
+                                             f"{sink.name} cannot publish: {type(exc).__name__}: {exc}")
+            raise
         return None
 
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -125,10 +126,41 @@ class NatsSink(BaseModel):
     """Events are published as ``<prefix>.<event type>``."""
 
 
-class KafkaSink(BaseModel):
-    """Publish every event to a Kafka topic."""
+class KafkaSecurity(BaseModel):
+    """How a Kafka producer reaches a secured cluster: TLS and SASL, as aiokafka takes them."""
 
     model_config = ConfigDict(use_attribute_docstrings=True)
+
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    """``SSL`` or ``SASL_SSL`` for TLS (with the files below, or the system's CAs); ``SASL_*`` to log in."""
+    ssl_cafile: str | None = None
+    """The CA bundle the brokers' certificates are checked against (None: the system's)."""
+    ssl_certfile: str | None = None
+    """The client certificate, for brokers that require one (mutual TLS)."""
+    ssl_keyfile: str | None = None
+    """The client certificate's key."""
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "PLAIN"
+    """The SASL mechanism, with ``SASL_PLAINTEXT`` or ``SASL_SSL``."""
+    sasl_plain_username: str | None = None
+    """The SASL user."""
+    sasl_plain_password: str | None = None
+    """The SASL password (keep it in ``MAINSPRING_…`` environment variables rather than the file)."""
+
+    def producer_options(self) -> dict[str, Any]:
+        """The options of ``AIOKafkaProducer`` these settings make."""
+        options: dict[str, Any] = {"security_protocol": self.security_protocol}
+        if self.security_protocol in ("SSL", "SASL_SSL"):
+            from aiokafka.helpers import create_ssl_context
+
+            options["ssl_context"] = create_ssl_context(cafile=self.ssl_cafile, certfile=self.ssl_certfile, keyfile=self.ssl_keyfile)
+        if self.security_protocol.startswith("SASL"):
+            options |= {"sasl_mechanism": self.sasl_mechanism, "sasl_plain_username": self.sasl_plain_username,
+                        "sasl_plain_password": self.sasl_plain_password}
+        return options
+
+
+class KafkaSink(KafkaSecurity):
+    """Publish every event to a Kafka topic."""
 
     bootstrap_servers: str = "127.0.0.1:9092"
     """The Kafka brokers, comma-separated."""

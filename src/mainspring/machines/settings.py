@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from mainspring.core.settings import KafkaSecurity
+
 
 class RetryPolicy(BaseModel):
     """Exponential backoff for timers and notifications whose processor call failed transiently."""
@@ -49,7 +51,7 @@ class ProcessorConfig(BaseModel):
     timeout_ms: int = Field(30_000, ge=1, le=3_600_000)
     """How long the server waits for the processor's answer."""
     protocol: Literal["json", "machinegun"] = "json"
-    """How the server talks to ``url``: ``json`` (API.md §2) or ``machinegun`` (Machinegun's Thrift
+    """How the server talks to ``url``: ``json`` (docs/http.md, Machines) or ``machinegun`` (Machinegun's Thrift
     ``Processor`` service over woody, for processors written for Machinegun; docs/machinegun.md)."""
 
 
@@ -108,11 +110,9 @@ class NamespaceConfig(BaseModel):
     """Machinegun's event Modernizer (None: ``Modernize`` throws NamespaceNotFound, as Machinegun does)."""
 
 
-class MachinegunSink(BaseModel):
+class MachinegunSink(KafkaSecurity):
     """Machine events to Kafka as Machinegun's Thrift-binary ``SinkEvent`` records, keyed ``"<ns> <id>"`` and
-    partitioned by ``erlang:phash2`` of the key, as Machinegun's."""
-
-    model_config = ConfigDict(use_attribute_docstrings=True)
+    partitioned by ``erlang:phash2`` of the key, as Machinegun's; TLS and SASL as the event publishers'."""
 
     bootstrap_servers: str = "127.0.0.1:9092"
     """The Kafka brokers, comma-separated."""
@@ -134,7 +134,8 @@ class MachinegunSettings(BaseModel):
     listen: str | None = Field(None, pattern=r"^.+:[0-9]{1,5}$")
     """``host:port`` of a listener of its own serving ``/v1/automaton`` and ``/v1/event_sink``, Machinegun's
     paths, as Machinegun is deployed (port 8022 on the services' network); None: only the main server's
-    paths above. One server process only (not with ``--workers``)."""
+    paths above. Under ``serve --workers N`` every process serves it (``SO_REUSEPORT``); an address already
+    taken fails the start."""
     event_sinks: dict[str, list[str]] = {}
     """Polling event sinks by id (``EventSink.GetHistory``'s ``event_sink_id``) → the namespaces whose
     events they show (empty: every namespace)."""

@@ -119,7 +119,7 @@ def import_machinegun_config(text: str, environ: dict[str, str], name: str = "co
     kafka_clients = config.get("kafka") or {}
     for client, settings in kafka_clients.items():
         for key in settings or {}:
-            if key != "endpoints":
+            if key not in ("endpoints", "ssl", "sasl"):
                 out.ignored.append((f"kafka.{client}.{key}", "the Kafka producer is aiokafka's with acks=all, one batch in flight per partition"))
     for ns, ns_config in (config.get("namespaces") or {}).items():
         _namespace(out, str(ns), ns_config or {}, kafka_clients)
@@ -172,7 +172,8 @@ def _event_sink(out: Imported, ns: str, where: str, sink: dict[str, Any], kafka_
     if sink.get("type") == "kafka":
         client = kafka_clients.get(sink.get("client"), {}) or {}
         endpoints = ",".join(f"{e['host']}:{e['port']}" for e in client.get("endpoints", []))
-        entry = {"bootstrap_servers": endpoints or "127.0.0.1:9092", "topic": str(sink["topic"]), "namespaces": [ns]}
+        entry = {"bootstrap_servers": endpoints or "127.0.0.1:9092", "topic": str(sink["topic"]), "namespaces": [ns],
+                 **_kafka_security(out, f"kafka.{sink.get('client')}", client)}
         for existing in machinegun.setdefault("sinks", []):
             if (existing["bootstrap_servers"], existing["topic"]) == (entry["bootstrap_servers"], entry["topic"]):
                 existing["namespaces"].append(ns)
@@ -182,6 +183,33 @@ def _event_sink(out: Imported, ns: str, where: str, sink: dict[str, Any], kafka_
         machinegun.setdefault("event_sinks", {}).setdefault(str(sink["machine_id"]), []).append(ns)
     else:
         out.unknown.append(f"{where}.type={sink.get('type')}")
+
+
+SASL_MECHANISMS = {"plain": "PLAIN", "scram_sha_256": "SCRAM-SHA-256", "scram_sha_512": "SCRAM-SHA-512"}
+"""brod's SASL mechanisms (Machinegun's Kafka client) by aiokafka's names."""
+
+
+def _kafka_security(out: Imported, where: str, client: dict[str, Any]) -> dict[str, Any]:
+    """A brod client's ``ssl`` (``true``, or its ``cacertfile``/``certfile``/``keyfile``) and ``sasl``
+    (``mechanism``, ``username``, ``password``) as a sink's TLS and SASL settings (``KafkaSecurity``)."""
+    ssl, sasl = client.get("ssl"), client.get("sasl")
+    found: dict[str, Any] = {}
+    if isinstance(ssl, dict):
+        files = {"cacertfile": "ssl_cafile", "certfile": "ssl_certfile", "keyfile": "ssl_keyfile"}
+        found |= {files[k]: str(v) for k, v in ssl.items() if k in files}
+        out.ignored += [(f"{where}.ssl.{k}", "TLS takes the CA, the certificate and its key only") for k in ssl if k not in files]
+    if isinstance(sasl, dict):
+        mechanism = str(sasl.get("mechanism", "plain")).lower()
+        if mechanism not in SASL_MECHANISMS:
+            raise ConfigError(f"{where}.sasl.mechanism: {mechanism!r} is not one of {', '.join(SASL_MECHANISMS)}")
+        found |= {"sasl_mechanism": SASL_MECHANISMS[mechanism], "sasl_plain_username": sasl.get("username"),
+                  "sasl_plain_password": sasl.get("password")}
+    tls = bool(ssl)
+    if sasl:
+        found["security_protocol"] = "SASL_SSL" if tls else "SASL_PLAINTEXT"
+    elif tls:
+        found["security_protocol"] = "SSL"
+    return found
 
 
 def _policy(out: Imported, where: str, policy: dict[str, Any]) -> dict[str, Any] | None:

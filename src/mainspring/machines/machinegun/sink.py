@@ -79,7 +79,7 @@ class ThriftKafkaSink(KafkaPublisher):
     publisher (``acks="all"``, one batch in flight per partition) with Machinegun's record format."""
 
     def __init__(self, config: MachinegunSink) -> None:
-        super().__init__(KafkaSink(bootstrap_servers=config.bootstrap_servers, topic=config.topic))
+        super().__init__(KafkaSink(**config.model_dump(exclude={"namespaces"})))
         self.sink_config = config
         self.name = f"machinegun-kafka:{config.topic}"  # face.machinegun_publishers names it too (retention)
 
@@ -87,7 +87,8 @@ class ThriftKafkaSink(KafkaPublisher):
         if self._producer is None:
             from aiokafka import AIOKafkaProducer
 
-            producer = AIOKafkaProducer(bootstrap_servers=self.config.bootstrap_servers, acks="all", partitioner=partition_of)
+            producer = AIOKafkaProducer(bootstrap_servers=self.config.bootstrap_servers, acks="all", partitioner=partition_of,
+                                        **self.config.producer_options())
             await producer.start()
             self._producer = producer
         return self._producer
