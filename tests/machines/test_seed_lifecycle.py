@@ -311,3 +311,13 @@ async def test_remove_deletes_the_machine_with_its_history(client: httpx.AsyncCl
 async def test_remove_of_a_missing_machine_is_404(client: httpx.AsyncClient, fake: FakeProcessor) -> None:
     reply = await client.delete(f"{BASE}/ghost")
     assert reply.status_code == 404 and reply.json()["code"] == "machine_not_found"
+
+
+def test_a_machine_subject_names_its_machine_back_and_a_hashed_one_none() -> None:
+    """Events and alerts carry a machine as one subject; the dashboard and the alerts' closing read it back."""
+    from mainspring.machines.data import machine_subject, subject_machine
+
+    for namespace, machine_id in (("ns", "m1"), ("a/b", "c/d#e"), ("ns", "%2F")):
+        assert subject_machine(machine_subject(namespace, machine_id)) == (namespace, machine_id)
+    assert subject_machine(machine_subject("ns", "x" * 1000)) is None
+    assert subject_machine("ns") is None and subject_machine("a/b/c") is None
