@@ -198,6 +198,28 @@ async def test_a_move_recorded_for_the_decision_before_the_quarantine_leaves_the
     assert tuple(after) == ("QUARANTINED", f"unknown/{pid}/{ids[0]}", False)
 
 
+async def test_a_move_recorded_for_an_older_decision_leaves_the_commit_pending(app, client, store):
+    """A message quarantined by one process, given back, then committed by the next: the late record of the
+    quarantine's move (two decisions ago) must not mark the commit's delete done."""
+    ids, first = await started(client, 1)
+    await client.post(f"{PR}/{first}/ready")
+    async with store.transaction() as tx:
+        await data.put_in_doubt(tx, [first], store.now_ms())
+    async with store.read() as conn:
+        quarantined = (await conn.execute(select(M).where(M.c.id == ids[0]))).one()
+    resolved = await client.post(f"{PR}/{first}/resolve", json={"committed": False})
+    assert resolved.status_code == 200, resolved.text
+    second = (await start(client, ids)).json()["id"]
+    await client.post(f"{PR}/{second}/ready")
+    async with store.transaction() as tx:
+        await data.commit_process_messages(tx, second, False, store.now_ms())
+    async with store.transaction() as tx:
+        await record_file_moves(app.state.context, tx, [Outcome(MessageRow(*quarantined), done=True)], store.now_ms())
+    async with store.read() as conn:
+        after = (await conn.execute(select(M.c.state, M.c.synced).where(M.c.id == ids[0]))).one()
+    assert tuple(after) == ("COMMITTED", False)
+
+
 async def test_recording_the_same_file_moves_twice_at_once_never_deadlocks(app, client, store):
     """Recovery, the watchdog and a process's own cleanup (on any server) may record overlapping file moves
     at once, each from its own query order (a full-suite run met a PostgreSQL deadlock between two of them)."""
