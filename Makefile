@@ -34,7 +34,7 @@ test: setup services browser lint
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 # The typed public surface: the clients, the App and what handlers receive, the CLI.
-STRICT := src/mainspring/client src/mainspring/__init__.py src/mainspring/app.py src/mainspring/worker.py \
+STRICT := src/mainspring/client src/mainspring/__init__.py src/mainspring/app.py src/mainspring/producer.py src/mainspring/worker.py \
 	src/mainspring/config.py src/mainspring/interactions/outcomes.py src/mainspring/interactions/models.py \
 	src/mainspring/cli.py src/mainspring/core/cli.py src/mainspring/exchange/cli.py src/mainspring/machines/cli.py \
 	src/mainspring/interactions/cli.py src/mainspring/batching/cli.py src/mainspring/workflows/cli.py

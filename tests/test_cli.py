@@ -289,3 +289,97 @@ async def test_a_url_that_is_not_the_servers_root_says_there_is_no_mainspring_ap
     # A resource that is not there is still its own error, not this one.
     missing = await invoke("interactions", "show", "999999", "--url", live_url)
     assert missing.exit_code == 1 and "interaction_not_found" in missing.output, missing.output
+
+
+def test_the_first_token_says_it_closes_the_open_server_and_revoking_the_last_says_it_stays_closed(database_url: str) -> None:
+    db = ["--database", database_url]
+    first = CliRunner().invoke(cli, ["token", "create", "--scope", "admin", *db], env={"COLUMNS": "200"})
+    assert first.exit_code == 0, first.output
+    assert "The server is no longer open" in first.output and "revoking this one later does not open" in first.output
+    second = CliRunner().invoke(cli, ["token", "create", "--scope", "ui", *db], env={"COLUMNS": "200"})
+    assert "no longer open" not in second.output
+    ids = [line.split()[1] for result in (first, second) for line in result.output.splitlines() if line.startswith("id:")]
+    assert "No active token" not in CliRunner().invoke(cli, ["token", "revoke", ids[0], *db]).output
+    last = CliRunner().invoke(cli, ["token", "revoke", ids[1], *db], env={"COLUMNS": "200"})
+    assert last.exit_code == 0 and "No active token is left: the server stays closed" in last.output
+
+
+def test_a_wrong_postgresql_role_is_one_line_naming_the_role_and_exit_code_3() -> None:
+    from tests.conftest import pg_url
+
+    wrong = pg_url("postgres").replace("postgres@", "no_such_role@", 1)
+    done = mainspring("migrate", "--database", wrong)
+    assert done.returncode == 3, done.stderr
+    assert done.stderr.strip().splitlines() == [  # "migrating" is the progress line on a pipe
+        "migrating the store…", f"error: store_refused: the store at {wrong.split('@')[-1]} refused the connection: "
+        'role "no_such_role" does not exist']
+
+
+def test_an_unreachable_database_says_at_once_how_long_it_keeps_trying_then_one_line_and_exit_code_3() -> None:
+    down = f"postgresql://postgres@127.0.0.1:{free_port()}/nowhere"
+    done = mainspring("migrate", "--database", down, env={"MAINSPRING_SERVER__STARTUP_WAIT_MS": "1500"})
+    assert done.returncode == 3, done.stderr
+    lines = done.stderr.strip().splitlines()
+    waiting = [line for line in lines if "store unavailable" in line]
+    assert waiting and "retrying for up to 1.5 s (server.startup_wait_ms)" in waiting[0], lines
+    assert lines[-1].startswith("error: unreachable: the store at 127.0.0.1:") and "did not answer within 1.5 s" in lines[-1], lines
+    assert "Traceback" not in done.stderr
+
+
+def test_a_mistyped_config_file_key_says_which_key_it_meant(tmp_path: Path) -> None:
+    typo = tmp_path / "typo.toml"
+    typo.write_text("[server]\nprot = 9000\n[interactions]\nlease_tiemout_ms = 1\n")
+    one_line_error(mainspring("migrate", "--config", str(typo)), 2, "server.prot (did you mean server.port?)")
+
+
+async def test_a_reader_that_closes_the_pipe_ends_the_command_quietly(live_url: str, client: Any) -> None:
+    for number in range(5):
+        assert (await client.post("/v1/queues/mail/interactions", json={"data": number})).status_code == 201
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("MAINSPRING_")}
+    # `mainspring events tail | head -2`: the reader takes two lines and goes away.
+    tail = await asyncio.create_subprocess_exec(sys.executable, "-m", "mainspring.cli", "events", "tail", "--url", live_url,
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=clean)
+    assert tail.stdout is not None and tail.stderr is not None
+    for _ in range(2):
+        assert json.loads(await asyncio.wait_for(tail.stdout.readline(), 60))["type"]
+    tail.stdout.feed_eof()
+    transport = tail._transport  # type: ignore[attr-defined]
+    transport.get_pipe_transport(1).close()  # as `head` exits: the read end is closed
+    for number in range(5, 10):  # new events make the command write into the closed pipe
+        await client.post("/v1/queues/mail/interactions", json={"data": number})
+    stderr = await asyncio.wait_for(tail.stderr.read(), 60)
+    assert await asyncio.wait_for(tail.wait(), 60) == 0, stderr
+    assert stderr == b"", stderr
+
+
+async def test_the_queue_commands_pause_resume_and_change_settings_keeping_the_rest(live_url: str, client: Any) -> None:
+    await client.put("/v1/queues/jobs", json={"concurrency": 3, "max_attempts": 10})
+    paused = await invoke("interactions", "pause", "jobs", "--url", live_url)
+    assert paused.exit_code == 0 and paused.output == "jobs paused\n", paused.output
+    assert (await client.get("/v1/queues/jobs")).json()["paused"] is True
+    resumed = await invoke("interactions", "resume", "jobs", "--url", live_url)
+    assert resumed.exit_code == 0 and resumed.output == "jobs resumed\n", resumed.output
+    assert (await client.get("/v1/queues/jobs")).json()["paused"] is False
+    changed = await invoke("interactions", "settings", "jobs", "--backoff", "exponential", "--max-attempts", "4",
+                           "--rate-limit", '{"count": 5, "per_ms": 1000}', "--url", live_url)
+    assert changed.exit_code == 0, changed.output
+    stored = (await client.get("/v1/queues/jobs")).json()
+    assert (stored["backoff"], stored["max_attempts"], stored["rate_limit"], stored["concurrency"]) == \
+        ("exponential", 4, {"count": 5, "per_ms": 1000}, 3)
+    bad = await invoke("interactions", "settings", "jobs", "--backoff", "sometimes", "--url", live_url)
+    assert bad.exit_code == 2
+
+
+async def test_the_schedules_commands_put_list_and_delete_a_cron_schedule(live_url: str) -> None:
+    put = await invoke("interactions", "schedules", "put", "nightly", "--cron", "0 3 * * *", "--queue", "reports",
+                       "--data", '{"kind": "daily"}', "--url", live_url)
+    assert put.exit_code == 0, put.output
+    assert {k: json.loads(put.output)[k] for k in ("name", "cron", "queue", "data")} == \
+        {"name": "nightly", "cron": "0 3 * * *", "queue": "reports", "data": {"kind": "daily"}}
+    listed = await invoke("interactions", "schedules", "list", "--json", "--url", live_url)
+    assert [s["name"] for s in json.loads(listed.output)] == ["nightly"]
+    bad = await invoke("interactions", "schedules", "put", "broken", "--cron", "not a cron", "--queue", "reports", "--url", live_url)
+    assert bad.exit_code == 1 and "error:" in bad.output
+    deleted = await invoke("interactions", "schedules", "delete", "nightly", "--url", live_url)
+    assert deleted.exit_code == 0 and deleted.output == "nightly deleted\n"
+    assert json.loads((await invoke("interactions", "schedules", "list", "--json", "--url", live_url)).output) == []

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from mainspring.app import App, AppError, BatcherOptions, QueueOptions
     from mainspring.batching.worker import BatchPackage as Package
     from mainspring.batching.worker import BatchTask as PackageTask
-    from mainspring.core.errors import MainspringError
+    from mainspring.core.errors import ForeignConnection, MainspringError, NeedsPostgres
     from mainspring.interactions.models import Interaction
     from mainspring.interactions.outcomes import Complete, Fail, Outcome, Repeat, Retry, Wait
     from mainspring.interactions.worker import HandlerContext
@@ -35,6 +35,8 @@ _EXPORTS = {
     "Package": ("mainspring.batching.worker", "BatchPackage"),
     "PackageTask": ("mainspring.batching.worker", "BatchTask"),
     "MainspringError": ("mainspring.core.errors", "MainspringError"),
+    "ForeignConnection": ("mainspring.core.errors", "ForeignConnection"),
+    "NeedsPostgres": ("mainspring.core.errors", "NeedsPostgres"),
     "Interaction": ("mainspring.interactions.models", "Interaction"),
     "Complete": ("mainspring.interactions.outcomes", "Complete"),
     "Fail": ("mainspring.interactions.outcomes", "Fail"),
@@ -58,9 +60,11 @@ __all__ = [
     "ChildFailed",
     "Complete",
     "Fail",
+    "ForeignConnection",
     "HandlerContext",
     "Interaction",
     "MainspringError",
+    "NeedsPostgres",
     "Outcome",
     "Package",
     "PackageTask",

@@ -198,13 +198,13 @@ def create_app(
     ctx = Context(settings=settings, store=store, registry=registry or App())
     if settings.server.tracing and tracing.enable():
         tracing.instrument_engine(getattr(store.backend.engine, "sync_engine", store.backend.engine))
-    authenticator = Authenticator(store, settings.auth.tokens, settings.auth.cache_ms)
+    authenticator = Authenticator(store, settings.auth.tokens, settings.auth.cache_ms,
+                                  open_when_all_revoked=settings.auth.open_when_all_revoked)
 
     async def start_up() -> None:
         """Everything before serving; re-run whole if the store goes away meanwhile (recovery is idempotent)."""
         await store.start()
-        if await authenticator.is_open():
-            log.warning("no API tokens are configured: the server is OPEN to anyone who can reach it")
+        await authenticator.is_open()  # logs whether the server is open
         if settings.server.require_sync_replica:
             await warn_unless_sync_replica(store)
         for face in FACES:

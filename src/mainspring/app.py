@@ -18,18 +18,23 @@ option or a value of the wrong type is an error there, and under mypy.
 
 from __future__ import annotations
 
+import functools
 import importlib
+import inspect
 import os
 import sys
-from collections.abc import Callable
+import typing
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Generic, Literal, ParamSpec, Protocol, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from mainspring.core.errors import MainspringError
 
 T = TypeVar("T")
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class AppError(MainspringError):
@@ -112,6 +117,191 @@ class BatcherOptions(BaseModel):
     incomplete_group: Literal["reject", "carry"] | None = None
 
 
+class TaskArgumentsError(MainspringError, TypeError):
+    """A task's arguments do not fit its function's signature (an unknown or missing argument, a value of the
+    wrong type): raised by ``defer``/``enqueue`` before anything is written."""
+
+    status, code, title = 422, "invalid_task_arguments", "Invalid task arguments"
+
+
+class NoSender(MainspringError):
+    """A task was deferred or enqueued with nothing to send it through: ``app.use(…)`` (or ``.using(…)``) names
+    a producer or a client."""
+
+    status, code, title = 400, "no_sender", "Nothing to send the task through"
+
+
+class AsyncSender(Protocol):
+    """What ``enqueue`` writes through: a ``mainspring.producer()`` or an ``AsyncInteractionsClient``."""
+
+    async def create(self, queue: str, data: Any = None, **fields: Any) -> Any: ...
+
+    async def result(self, interaction_id: str, *, timeout_s: float | None = None) -> Any: ...
+
+
+class SyncSender(Protocol):
+    """What ``defer`` writes through: an ``InteractionsClient``."""
+
+    def create(self, queue: str, data: Any = None, **fields: Any) -> Any: ...
+
+    def result(self, interaction_id: str, *, timeout_s: float | None = None) -> Any: ...
+
+
+class Enqueued(Generic[R]):
+    """A task's item, created by ``await task.enqueue(…)``: ``id``, ``item`` (as created) and its result."""
+
+    def __init__(self, item: Mapping[str, Any], sender: AsyncSender) -> None:
+        self.item = dict(item)
+        self.id = str(item["id"])
+        self._sender = sender
+
+    async def result(self, timeout_s: float | None = None) -> R:
+        """The function's return value (as JSON brings it back) once the item is completed;
+        ``InteractionFailed`` or ``InteractionCancelled`` (``mainspring.client``) when it ends otherwise,
+        ``ResultTimeout`` (a ``TimeoutError``) when ``timeout_s`` passes first."""
+        return typing.cast(R, await self._sender.result(self.id, timeout_s=timeout_s))
+
+
+class Deferred(Generic[R]):
+    """A task's item, created by ``task.defer(…)`` (blocking): ``id``, ``item`` and its result."""
+
+    def __init__(self, item: Mapping[str, Any], sender: SyncSender) -> None:
+        self.item = dict(item)
+        self.id = str(item["id"])
+        self._sender = sender
+
+    def result(self, timeout_s: float | None = None) -> R:
+        """As ``Enqueued.result``, blocking."""
+        return typing.cast(R, self._sender.result(self.id, timeout_s=timeout_s))
+
+
+class TaskDecorator(Protocol):
+    """``@app.task(…)``: a function becomes a ``Task`` of its parameters and (awaited) return type."""
+
+    @typing.overload
+    def __call__(self, function: Callable[P, Awaitable[R]]) -> Task[P, R]: ...
+
+    @typing.overload
+    def __call__(self, function: Callable[P, R]) -> Task[P, R]: ...
+
+
+TASK_FIELDS = ("message_id", "priority", "process_at", "process_in_ms", "channel", "user", "source", "name", "parent_id")
+"""What ``Task.configure`` may set of the item (fields of ``POST /v1/queues/{queue}/interactions``)."""
+
+
+class Task(Generic[P, R]):
+    """A function registered with ``@app.task``: its queue's handler, and a typed way to create its items.
+
+    ``await task.enqueue(**kwargs)`` / ``task.defer(**kwargs)`` check the arguments against the function's
+    signature (mypy does too), then create an item whose ``data`` holds them; a worker calls the function with
+    them and completes the item with its return value. ``configure(message_id=…, priority=…, process_in_ms=…,
+    connection=…)`` sets the item's fields for one call; ``using(sender)`` the producer or client it goes
+    through (default: the app's, ``app.use(…)``). Calling the task calls the function itself.
+    """
+
+    def __init__(self, app: App, queue: str, function: Callable[P, Any], fields: Mapping[str, Any] | None = None,
+                 sender: Any = None) -> None:
+        self.app = app
+        self.queue = queue
+        self.function = function
+        self.fields = dict(fields or {})
+        self.sender = sender
+        self.signature = inspect.signature(function)
+        functools.update_wrapper(self, function)
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Any:
+        return self.function(*args, **kwargs)
+
+    def configure(self, *, connection: Any = None, **fields: Any) -> Task[P, R]:
+        """This task with the item's fields set (``message_id``, ``priority``, ``process_at``, ``process_in_ms``,
+        ``channel``, ``user``, ``source``, ``name``, ``parent_id``) and, for ``enqueue`` through a producer,
+        ``connection``: created in your own open transaction (PostgreSQL)."""
+        unknown = sorted(set(fields) - set(TASK_FIELDS))
+        if unknown:
+            raise TaskArgumentsError(f"task {self.queue!r}: configure() takes {', '.join(TASK_FIELDS)}, not {', '.join(unknown)}")
+        given = {**self.fields, **fields}
+        if connection is not None:
+            given["connection"] = connection
+        return Task(self.app, self.queue, self.function, given, self.sender)
+
+    def using(self, sender: AsyncSender | SyncSender) -> Task[P, R]:
+        """This task sent through ``sender`` (a producer, or an async or blocking interactions client)."""
+        return Task(self.app, self.queue, self.function, self.fields, sender)
+
+    def arguments(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """The item's ``data`` for these arguments: bound to the signature (positional ones by name), each
+        value checked against its annotation. ``TaskArgumentsError`` when they do not fit."""
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise TaskArgumentsError(f"task {self.queue!r}: {exc}") from None
+        hints = _hints(self.function)
+        for name, value in bound.arguments.items():
+            parameter = self.signature.parameters[name]
+            if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+                raise TaskArgumentsError(f"task {self.queue!r}: *args and **kwargs cannot be sent as an item's data")
+            if name in hints:
+                try:
+                    TypeAdapter(hints[name]).validate_python(value)
+                except ValidationError as exc:
+                    problem = exc.errors()[0]["msg"]
+                    raise TaskArgumentsError(f"task {self.queue!r}: argument {name!r}: {problem}") from None
+        return dict(bound.arguments)
+
+    async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Enqueued[R]:
+        """Create this task's item through the producer or async client (``app.use``, ``using``); answers it,
+        with ``await .result(timeout_s=…)``."""
+        data = self.arguments(*args, **kwargs)
+        sender = self._sender()
+        item = sender.create(self.queue, data, **self.fields)
+        if not inspect.isawaitable(item):
+            raise NoSender(f"task {self.queue!r}: enqueue() needs a producer or an AsyncInteractionsClient; use defer() with a blocking client")
+        return Enqueued(await item, sender)
+
+    def defer(self, *args: P.args, **kwargs: P.kwargs) -> Deferred[R]:
+        """Create this task's item through a blocking ``InteractionsClient`` (``app.use``, ``using``); answers
+        it, with ``.result(timeout_s=…)``."""
+        data = self.arguments(*args, **kwargs)
+        sender = self._sender()
+        if inspect.iscoroutinefunction(sender.create):
+            raise NoSender(f"task {self.queue!r}: defer() needs a blocking InteractionsClient; await enqueue() with {type(sender).__name__}")
+        return Deferred(sender.create(self.queue, data, **self.fields), sender)
+
+    def _sender(self) -> Any:
+        sender = self.sender if self.sender is not None else self.app.sender
+        if sender is None:
+            raise NoSender(f"task {self.queue!r}: nothing to send it through: app.use(producer or client), or task.using(…)")
+        return sender
+
+    def handler(self) -> Callable[[Any], Any]:
+        """The queue handler a worker runs: the function called with the item's data as its arguments."""
+        function: Callable[..., Any] = self.function
+        name = self.queue
+
+        def arguments_of(item: Any) -> dict[str, Any]:
+            if not isinstance(item.data, dict):
+                raise TaskArgumentsError(f"task {name!r}: the item's data is not an object of arguments")
+            return item.data
+
+        if inspect.iscoroutinefunction(function):
+            async def run_async(item: Any) -> Any:
+                return await function(**arguments_of(item))
+
+            return run_async
+
+        def run(item: Any) -> Any:
+            return function(**arguments_of(item))
+
+        return run
+
+
+def _hints(function: Callable[..., Any]) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(function)
+    except Exception:  # an annotation that does not resolve is not checked here (the worker's call still is)
+        return {}
+
+
 @dataclass
 class Registration:
     """One registered handler, processor or batch worker and its options (as given)."""
@@ -134,6 +324,43 @@ class App:
         self.batchers: dict[str, Registration] = {}
         self.schedules: dict[str, Registration] = {}
         self.workflows: dict[str, Registration] = {}
+        self.tasks: dict[str, Task[Any, Any]] = {}
+        self.sender: Any = None
+        """What ``Task.enqueue``/``defer`` send through by default (``use``)."""
+
+    def use(self, sender: AsyncSender | SyncSender) -> App:
+        """Send this app's tasks (``@app.task``) through ``sender``: a ``mainspring.producer()`` or an
+        ``AsyncInteractionsClient`` for ``await task.enqueue(…)``, an ``InteractionsClient`` for ``task.defer(…)``.
+        Answers ``self``."""
+        self.sender = sender
+        return self
+
+    def task(self, queue: str | None = None, **options: Any) -> TaskDecorator:
+        """Register the decorated function (async or sync) as a task: the handler of queue ``queue`` (default:
+        the function's name; ``options`` are ``queue``'s) called with each item's ``data`` as its keyword
+        arguments, completing the item with its return value. Answers a ``Task``: ``await f.enqueue(**kwargs)``,
+        ``f.defer(**kwargs)``, then ``.result(timeout_s=…)``.
+
+        ```python
+        @app.task(max_attempts=3)
+        async def send_email(to: str, subject: str = "hello") -> dict[str, bool]:
+            return {"sent": True}
+
+        job = await send_email.enqueue(to="ada@example.com")   # checked against the signature first
+        print(await job.result(timeout_s=10))
+        ```
+        """
+
+        def decorator(function: Callable[..., Any]) -> Task[Any, Any]:
+            if not callable(function):
+                raise AppError(f"task {queue!r}: {function!r} is not callable")
+            name = queue or str(getattr(function, "__name__", ""))
+            task: Task[Any, Any] = Task(self, name, function)
+            self.queue(name, **options)(task.handler())
+            self.tasks[name] = task
+            return task
+
+        return typing.cast(TaskDecorator, decorator)
 
     def queue(
         self,
@@ -267,6 +494,7 @@ class App:
         self.processors.update(other.processors)
         self.schedules.update(other.schedules)
         self.workflows.update(other.workflows)
+        self.tasks.update(other.tasks)
         return self
 
     def describe(self) -> str:

@@ -8,6 +8,7 @@ traceback.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -20,11 +21,13 @@ import typer
 from mainspring import __version__
 from mainspring.core.cli import (
     DEFAULT_URL,
+    EXIT_UNREACHABLE,
     Debug,
     JsonOpt,
     LazyGroup,
     TokenOpt,
     UrlOpt,
+    describe,
     out,
     print_json,
     print_table,
@@ -146,17 +149,28 @@ def run_with_store(settings: Settings, work: Callable[[Store], Awaitable[T]], *,
     """``work`` on the store, once it is reachable (``waiting`` names what waits in the log) and migrated."""
     import asyncio
 
+    from mainspring.core.errors import StoreRefused, StoreUnreachable
     from mainspring.core.runtime import retry_while_unavailable
     from mainspring.store import Store
+    from mainspring.store.errors import is_unavailable, refusal
     from mainspring.store.migrate import migrate as run_migrations
 
     async def main() -> T:
         store = Store(settings.server.database_url(), pool_size=2, sqlite_synchronous=settings.server.sqlite_synchronous)
+        where = settings.server.database_url().split("@")[-1]
         try:
             if migrate:
                 await retry_while_unavailable(waiting, lambda: run_migrations(store), settings.server.startup_wait_ms)
                 return await work(store)
             return await retry_while_unavailable(waiting, lambda: work(store), settings.server.startup_wait_ms)
+        except Exception as exc:
+            refused = refusal(exc)
+            if refused is not None:
+                raise StoreRefused(f"the store at {where} refused the connection: {refused}") from exc
+            if is_unavailable(exc):
+                raise StoreUnreachable(f"the store at {where} did not answer within {settings.server.startup_wait_ms / 1000:g} s "
+                                       f"(server.startup_wait_ms): {describe(exc)}") from exc
+            raise
         finally:
             await store.close()
 
@@ -183,10 +197,12 @@ def serve(
 ) -> None:
     """Migrate the store (creating it if new), then serve the HTTP API, the dashboard and the background work."""
     import uvicorn
+    from uvicorn.supervisors import Multiprocess
 
     from mainspring.api import SERVE_APP_ENV, SERVE_SETTINGS_ENV, create_app
     from mainspring.app import load_app
     from mainspring.core.logs import configure_logging
+    from mainspring.core.runtime import bind_address
 
     settings = settings_from(config, database, data_dir, host=host, port=port)
     configure_logging(settings.server.log_level, settings.server.log_format, access_log=settings.server.access_log)
@@ -195,14 +211,31 @@ def serve(
     if workers > 1 and not settings.server.database_url().startswith("postgresql"):
         raise typer.BadParameter("several workers need PostgreSQL: SQLite has one writer, so more processes add only contention", param_hint="--workers")
     registry = load_app(app) if app else None
+    # Bind first: a taken port must fail the start before a store is created or recovery runs (on a shared
+    # PostgreSQL, recovery turns live commits of the server that holds the port IN_DOUBT).
+    main_socket = bind_address(settings.server.host, settings.server.port)
+    listener_socket = None
+    if settings.machines.machinegun.listen is not None:
+        from mainspring.machines.machinegun.listener import bind_listener
+
+        listener_socket = bind_listener(settings, shared=workers > 1)
+    if listener_socket is not None and workers > 1:
+        # Each process binds the listener itself (SO_REUSEPORT); this socket only proved the address is free.
+        listener_socket.close()
     run_with_store(settings, _noop)
     if workers > 1:
         # Each worker process builds its own server from the same settings (uvicorn imports the factory there).
         os.environ[SERVE_SETTINGS_ENV] = settings.model_dump_json()
         if app:
             os.environ[SERVE_APP_ENV] = app
-    server_app: Any = "mainspring.api:serve_app" if workers > 1 else create_app(settings, registry=registry)
-    uvicorn.run(
+    server_app: Any = "mainspring.api:serve_app"
+    if workers == 1:
+        server_app = create_app(settings, registry=registry)
+        if listener_socket is not None:
+            from mainspring.machines.machinegun.listener import LISTENER_SOCKET
+
+            server_app.state.context.extras[LISTENER_SOCKET] = listener_socket
+    server_config = uvicorn.Config(
         server_app,
         factory=workers > 1,
         workers=workers,
@@ -217,6 +250,15 @@ def serve(
         ssl_keyfile=settings.server.tls_keyfile,
         access_log=settings.server.access_log,
     )
+    # What uvicorn.run does, on the socket bound above.
+    if workers > 1:
+        Multiprocess(server_config, sockets=[main_socket]).run()
+        return
+    server = uvicorn.Server(server_config)
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run(sockets=[main_socket])
+    if not server.started:
+        raise typer.Exit(EXIT_UNREACHABLE)
 
 
 @cli.command()
@@ -282,8 +324,19 @@ def token_create(
 
     settings = settings_from(config, database, data_dir)
     existing_store(settings)
-    token_id, token = run_with_store(settings, lambda s: auth.create_token(s, name, scope))
+
+    async def create(store: Store) -> tuple[bool, str, str]:
+        was_open = await auth.server_state(store, settings.auth) == "open"
+        return (was_open, *await auth.create_token(store, name, scope))
+
+    was_open, token_id, token = run_with_store(settings, create)
     out.print(f"id: {token_id}\ntoken: [bold]{token}[/bold]\n(store it now: it cannot be shown again)")
+    if was_open:
+        # The first token turns an open server into a closed one; nobody should learn it from a 401.
+        out.print(f"[bold yellow]The server is no longer open:[/bold yellow] this is its first token, so within "
+                  f"auth.cache_ms ({settings.auth.cache_ms} ms) every server on this store refuses any request without a "
+                  "token — the dashboard, workers with --url and CLI commands included. Give each of them a token; "
+                  "revoking this one later does not open the server again.")
 
 
 @token_cli.command("list")
@@ -313,8 +366,19 @@ def token_revoke(
 
     settings = settings_from(config, database, data_dir)
     existing_store(settings)
-    run_with_store(settings, lambda s: auth.revoke_token(s, token_id))
+
+    async def revoke(store: Store) -> str:
+        await auth.revoke_token(store, token_id)
+        return await auth.server_state(store, settings.auth)
+
+    state = run_with_store(settings, revoke)
     out.print(f"revoked {token_id}")
+    if state == "open":
+        out.print("[bold yellow]No token is left and auth.open_when_all_revoked is set: the server is OPEN to "
+                  "anyone who can reach it.[/bold yellow]")
+    elif state == "locked":
+        out.print("[bold yellow]No active token is left: the server stays closed and refuses every request[/bold yellow] "
+                  "until a token is created (or auth.open_when_all_revoked is set).")
 
 
 @events_cli.command("tail")

@@ -89,7 +89,9 @@ def unknown_keys(data: Any, model: type[BaseModel], prefix: str = "") -> list[st
         field = model.model_fields.get(key)
         name = f"{prefix}{key}"
         if field is None:
-            found.append(name)
+            # As for a mistyped environment variable (unknown_variables): the key it most likely meant.
+            meant = difflib.get_close_matches(str(key), list(model.model_fields), n=1, cutoff=0.6)
+            found.append(f"{name} (did you mean {prefix}{meant[0]}?)" if meant else name)
             continue
         for nested in _models_in(field.annotation):
             if isinstance(value, list):

@@ -22,6 +22,8 @@ a server does that.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, cast
@@ -31,8 +33,9 @@ from pydantic import JsonValue
 from mainspring.batching import service as batching
 from mainspring.batching.models import Task, TaskIn
 from mainspring.client import models as answers
-from mainspring.client.errors import error_from_problem
+from mainspring.client.errors import ResultTimeout, error_from_problem, result_of
 from mainspring.config import Settings, load_settings
+from mainspring.core.errors import ForeignConnection, NeedsPostgres
 from mainspring.core.runtime import Context
 from mainspring.exchange import messages
 from mainspring.exchange.models import Message
@@ -41,7 +44,11 @@ from mainspring.interactions.models import CreateIn, Interaction
 from mainspring.machines import service as machines
 from mainspring.machines.namespaces import close_processors
 from mainspring.store import Store
+from mainspring.store.errors import UnusableConnection
 from mainspring.store.migrate import migrate
+
+RESULT_POLL_S = 30.0
+"""How long one wait for a result lasts before it looks again (wake-ups are hints)."""
 
 
 class Producer:
@@ -71,16 +78,48 @@ class Producer:
     async def __aexit__(self, *_exc: type[BaseException] | BaseException | TracebackType | None) -> None:
         await self.close()
 
-    async def create(self, queue: str, data: Any = None, **fields: Any) -> answers.Interaction:
+    async def create(self, queue: str, data: Any = None, *, connection: Any = None, **fields: Any) -> answers.Interaction:
         """Create an interaction in ``queue`` (fields as in ``POST /v1/queues/{queue}/interactions``:
         ``parent_id``, ``name``, ``message_id``, ``channel``, ``user``, ``source``, ``priority``, ``process_at`` or
         ``process_in_ms``, ``completed`` and ``result``). A ``message_id`` already used in the queue answers
-        the existing interaction."""
-        body = CreateIn.model_validate({"data": data, **fields})
-        created, _ = await interactions.create(
-            self.store, self.settings.interactions, queue, interactions.spec_from(body, self.store.now_ms())
-        )
-        return cast(answers.Interaction, Interaction.model_validate(created).model_dump(mode="json"))
+        the existing interaction.
+
+        ``connection``: write in the transaction you have open on it (PostgreSQL: an asyncpg ``Connection``, a
+        psycopg ``AsyncConnection``, a SQLAlchemy ``AsyncConnection`` or ``AsyncSession``) — the item, its event
+        and its wake-up exist once you commit, and not at all if you roll back. A SQLite store refuses it
+        (``NeedsPostgres``), a connection to another database too (``ForeignConnection``)."""
+        if connection is None:
+            body = CreateIn.model_validate({"data": data, **fields})
+            created, _ = await interactions.create(
+                self.store, self.settings.interactions, queue, interactions.spec_from(body, self.store.now_ms())
+            )
+            return cast(answers.Interaction, Interaction.model_validate(created).model_dump(mode="json"))
+        return (await self.create_many(queue, [{"data": data, **fields}], connection=connection))[0]
+
+    async def create_many(self, queue: str, items: Sequence[Mapping[str, Any]], *, connection: Any = None) -> list[answers.Interaction]:
+        """Create interactions in ``queue`` in one transaction, all or none, answered in order: each of
+        ``items`` holds ``data`` and the fields of ``create``. ``connection`` as in ``create``."""
+        now = self.store.now_ms()
+        specs = [interactions.spec_from(CreateIn.model_validate(dict(item)), now) for item in items]
+        if connection is not None and not self.store.is_postgres:
+            raise NeedsPostgres("this store is SQLite: create without connection= (the producer's own connection writes)")
+        try:
+            created = await interactions.create_many(self.store, self.settings.interactions, queue, specs, connection)
+        except UnusableConnection as exc:
+            raise ForeignConnection(str(exc)) from None
+        return [cast(answers.Interaction, Interaction.model_validate(item).model_dump(mode="json")) for item, _ in created]
+
+    async def result(self, interaction_id: str, *, timeout_s: float | None = None) -> Any:
+        """The item's ``result`` once it is completed, as ``InteractionsClient.result``: ``InteractionFailed``
+        or ``InteractionCancelled`` when it ends otherwise, ``ResultTimeout`` when ``timeout_s`` passes first."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            left = RESULT_POLL_S if deadline is None else max(0.0, deadline - time.monotonic())
+            item = await interactions.wait_finished(self.store, interaction_id, int(min(RESULT_POLL_S, left) * 1000))
+            if item["status"] in interactions.FINISHED:
+                return result_of(Interaction.model_validate(item).model_dump(mode="json"))
+            if deadline is not None and time.monotonic() >= deadline:
+                raise ResultTimeout(Interaction.model_validate(item).model_dump(mode="json"), timeout_s or 0)
 
     async def submit(self, batcher: str, *, id: str, group: str, member: str, content: JsonValue, data: JsonValue = None) -> answers.Task:
         """Submit a task to ``batcher`` (as ``POST /v1/batchers/{batcher}/tasks``). A known id answers the

@@ -15,6 +15,13 @@ What each face promises (``ok``: the client got a 2xx; ``unknown``: no answer, s
 - batching: an accepted task is in exactly one completed package and is ``done``; no task is in two completed
   packages, whatever its submit was answered (or not); no package is completed twice; no task in a package was
   never submitted; a task answered ``rejected`` (a duplicate content) is in no package.
+- workflows: an ok start's run exists, a refused one does not; per step of a run (its place in the body), its
+  function ran at most twice, with the same ``wf.key`` each time; every record answers a call that happened; a
+  completed run's result is its records' results in order; a recorded step is never called again by a server
+  that could know its record: neither by the server that recorded it (its own later call) nor by a server
+  process that started after the record was surely committed (once the recorder called the next step). A step
+  called again by a server that held the run at the same time — the recorder had lost its lease to it, killed,
+  paused, starved or clock-jumped — is allowed: the version fence keeps one record, and the key is the same.
 - never stuck (``drained``: faults stopped and the quiet period passed): no message still available, no
   process undecided, every timer fired, no machine failed, every interaction and task finished.
 """
@@ -70,6 +77,15 @@ class FinalState:
     """task id → {"status", "package_id"}."""
     batch_packages: dict[str, dict[str, Any]] = field(default_factory=dict)
     """package id → {"status", "task_ids"}."""
+    # workflows
+    workflow_runs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """run id → {"status", "result", "error", "steps": the run's timeline (API.md §5)}."""
+    workflow_calls: list[dict[str, Any]] = field(default_factory=list)
+    """Every call of a step's function, in the order they happened: {"run", "place", "key", "token", "pid", "at"}."""
+    workflow_processes: dict[int, float] = field(default_factory=dict)
+    """Server process id → when it started (the true time, as the calls' ``at``)."""
+    workflow_steps: int = 0
+    """Steps each run makes (``act1`` … ``actN``; the place is the number)."""
 
 
 def _outcomes(ops: list[Op], face: str, kind: str) -> dict[str, set[str]]:
@@ -264,9 +280,73 @@ def check_batching(ops: list[Op], final: FinalState) -> list[Violation]:
     return found
 
 
+def _could_know(call: dict[str, Any], recorded: dict[str, Any], next_call_at: float | None, started: dict[int, float]) -> bool:
+    """Whether the server making ``call`` could have read the record of ``recorded``: it made that call itself, or
+    it started after the recorder went on to the next step (which it does only once the record is committed)."""
+    if call.get("pid") == recorded.get("pid"):
+        return True
+    began = started.get(int(call.get("pid") or 0))
+    return next_call_at is not None and began is not None and began > next_call_at
+
+
+def check_workflows(ops: list[Op], final: FinalState) -> list[Violation]:
+    found: list[Violation] = []
+    started = {key: _verdict(o) for key, o in _outcomes(ops, "workflows", "start").items()}
+    calls: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    for call in final.workflow_calls:
+        calls[(str(call["run"]), int(call["place"]))].append(call)
+    for run_id, verdict in started.items():
+        run = final.workflow_runs.get(run_id)
+        if run is None:
+            if verdict == OK:
+                found.append(Violation("workflows", "lost", run_id, "started (2xx) but not found"))
+            continue
+        if verdict == FAIL:
+            found.append(Violation("workflows", "refused_but_started", run_id, "the start was refused yet the run exists"))
+        records = {int(s["name"].removeprefix("act")): s for s in run.get("steps") or []
+                   if s.get("kind") == "step" and str(s.get("name", "")).startswith("act")}
+        for place in sorted(set(records) | {p for r, p in calls if r == run_id}):
+            key = f"{run_id}/act{place}"
+            made = calls.get((run_id, place), [])
+            if len(made) > 2:
+                found.append(Violation("workflows", "step_ran_more_than_twice", key, f"its function ran {len(made)} times"))
+            if len({c["key"] for c in made}) > 1:
+                found.append(Violation("workflows", "key_changed", key, f"wf.key differed between calls: {sorted({str(c['key']) for c in made})}"))
+            record = records.get(place)
+            if record is None:
+                continue
+            tokens = [c["token"] for c in made]
+            if record.get("result") not in tokens:
+                found.append(Violation("workflows", "record_without_call", key, f"recorded result {record.get('result')!r} from no call"))
+            else:
+                recorded = made[tokens.index(record.get("result"))]
+                after = [c for c in calls.get((run_id, place + 1), []) if c.get("pid") == recorded.get("pid")
+                         and float(c.get("at") or 0) >= float(recorded.get("at") or 0)]
+                next_call_at = min((float(c.get("at") or 0) for c in after), default=None)
+                later = [c for c in made[tokens.index(record.get("result")) + 1:]
+                         if _could_know(c, recorded, next_call_at, final.workflow_processes)]
+                if later:
+                    found.append(Violation("workflows", "recorded_step_ran_again", key,
+                                           f"called {len(later)} more times after the call it recorded, by a server that could know the record"))
+        if run.get("status") == "completed":
+            expected = [records[p].get("result") if p in records else None for p in range(1, final.workflow_steps + 1)]
+            if run.get("result") != expected:
+                found.append(Violation("workflows", "result_mismatch", run_id, f"result {run.get('result')!r}, records {expected!r}"))
+        if final.drained and run.get("status") != "completed":
+            found.append(Violation("workflows", "stuck", run_id, f"status {run.get('status')}: {run.get('error')}"))
+    for run_id in final.workflow_runs:
+        if run_id not in started:
+            found.append(Violation("workflows", "invented", run_id, "a run nobody started"))
+    for run_id, place in calls:
+        if run_id not in final.workflow_runs:
+            found.append(Violation("workflows", "invented", f"{run_id}/act{place}", "a step call of a run that does not exist"))
+    return found
+
+
 def check(ops: list[Op], final: FinalState) -> list[Violation]:
     """Every violation of DESIGN.md's invariants this history and final state show."""
-    return [*check_exchange(ops, final), *check_machines(ops, final), *check_interactions(ops, final), *check_batching(ops, final)]
+    return [*check_exchange(ops, final), *check_machines(ops, final), *check_interactions(ops, final), *check_batching(ops, final),
+            *check_workflows(ops, final)]
 
 
 __all__ = ["FAIL", "OK", "UNKNOWN", "FinalState", "Violation", "check"]

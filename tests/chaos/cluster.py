@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 
+from tests.chaos.flowapp import CALLS_FILE, calls_path
 from tests.chaos.ha import HaPostgres
 from tests.chaos.proxy import Proxy
 from tests.conftest import ServerProcess, _migrate, _pg_admin, pg_url
@@ -32,7 +33,11 @@ SERVER_ENV = {
     "MAINSPRING_EXCHANGE__CLEANUP_RETRY_MAX_MS": "2000",
     "MAINSPRING_MACHINES__LEASE_MARGIN_MS": "1000",
     "MAINSPRING_INTERACTIONS__EXPIRY_INTERVAL_MS": "250",
+    # A killed server's runs go to the others this long after its last write.
+    "MAINSPRING_WORKFLOWS__LEASE_MS": "3000",
 }
+APP = "tests.chaos.flowapp:app"
+"""Every server runs the workflows workload's workflow."""
 HA_SERVER_ENV = {
     # A server restarted while no primary is up says so; the runs' logs show when that happened.
     "MAINSPRING_SERVER__REQUIRE_SYNC_REPLICA": "true",
@@ -168,7 +173,7 @@ class Cluster:
         self.workdir = workdir
         self.count = servers
         self.ha = ha
-        self.env = {**SERVER_ENV, **(HA_SERVER_ENV if ha else {}), **(env or {})}
+        self.env = {**SERVER_ENV, **(HA_SERVER_ENV if ha else {}), CALLS_FILE: str(calls_path(workdir)), **(env or {})}
         self.database = f"mschaos_{uuid.uuid4().hex[:10]}"
         self.database_url = ha.database_url(self.database) if ha else pg_url(self.database)
         self.data_dir = workdir / "data"
@@ -181,7 +186,7 @@ class Cluster:
         self.disk.mount()
         for index in range(self.count):
             clock = Clock(self.workdir / f"clock-{index}.faketime")
-            process = ServerProcess(self.database_url, self.data_dir, {**self.env, **clock.env()})
+            process = ServerProcess(self.database_url, self.data_dir, {**self.env, **clock.env()}, args=["--app", APP])
             process.log_path = self.workdir / f"server-{index}.log"
             proxy = await Proxy(process.port).start()
             self.servers.append(Server(index, process, proxy, clock))

@@ -30,6 +30,7 @@ def clean_run() -> tuple[list[Op], FinalState]:
         _op("machines", "notify", "n1", machine="k1"),
         _op("interactions", "create", "i-msg-1", id="I1"), _op("interactions", "complete", "I1"),
         _op("batching", "submit", "t1", status="pending"), _op("batching", "submit", "t2", status="pending"),
+        _op("workflows", "start", "f1"), _op("workflows", "start", "f2", UNKNOWN),
         _op("batching", "complete", "P1", task_ids=["t1", "t2"]),
     ]
     final = FinalState(
@@ -44,8 +45,20 @@ def clean_run() -> tuple[list[Op], FinalState]:
         interaction_completed_events={"I1": 1},
         batch_tasks={"t1": {"status": "done", "package_id": "P1"}, "t2": {"status": "done", "package_id": "P1"}},
         batch_packages={"P1": {"status": "done", "task_ids": ["t1", "t2"]}},
+        workflow_steps=3, workflow_processes={1: 10.0, 2: 50.0},
+        workflow_runs={"f1": {"status": "completed", "result": ["a", "b2", "c"], "error": None, "steps": [
+            {"n": 1, "kind": "step", "name": "act1", "result": "a"}, {"n": 2, "kind": "step", "name": "act2", "result": "b2"},
+            {"n": 3, "kind": "sleep", "name": None}, {"n": 4, "kind": "step", "name": "act3", "result": "c"},
+        ]}},
+        # act2 ran twice: its server died after the first call, before its record; the second call was recorded.
+        workflow_calls=[_call("f1", 1, "a", at=100), _call("f1", 2, "b1", at=101, pid=2), _call("f1", 2, "b2", at=103),
+                        _call("f1", 3, "c", at=105)],
     )
     return ops, final
+
+
+def _call(run: str, place: int, token: str, key: str | None = None, at: float = 100.0, pid: int = 1) -> dict[str, Any]:
+    return {"run": run, "place": place, "key": key or f"{run}:{place}", "token": token, "at": at, "pid": pid}
 
 
 def invariants(violations: list[Violation]) -> set[tuple[str, str]]:
@@ -72,6 +85,18 @@ def test_an_exchange_message_still_available_is_fine_until_the_quiet_period_ends
     assert check(ops, final) == []
     final.drained = True
     assert invariants(check(ops, final)) == {("exchange", "stuck")}
+
+
+def test_a_recorded_step_called_again_by_a_server_that_held_the_run_at_the_same_time_is_allowed() -> None:
+    ops, final = clean_run()
+    final.workflow_calls.insert(2, _call("f1", 1, "a2", at=102, pid=2))  # process 2 started before act2 was called
+    assert check(ops, final) == []
+    final.workflow_processes[2] = 100.5  # ... but after process 1 recorded act1 and went on to act2
+    final.workflow_calls[2]["at"] = 100.7
+    final.workflow_calls[0]["at"] = 99.0
+    final.workflow_calls[1]["at"] = 100.2
+    final.workflow_calls.insert(2, _call("f1", 2, "b0", at=100.1))
+    assert ("workflows", "recorded_step_ran_again") in invariants(check(ops, final))
 
 
 def test_an_owner_within_its_limit_at_every_moment_is_no_limit_exceeded() -> None:
@@ -181,6 +206,24 @@ PLANTED: dict[str, tuple[Plant, set[tuple[str, str]]]] = {
     "accepted_task_gone": (lambda ops, final: final.batch_tasks.pop("t2"), {("batching", "lost")}),
     "task_done_without_package": (_task_done_without_package, {("batching", "done_without_package")}),
     "task_unfinished": (lambda ops, final: final.batch_tasks["t2"].update(status="claimed"), {("batching", "stuck")}),
+    # workflows
+    "started_run_lost": (lambda ops, final: final.workflow_runs.clear(), {("workflows", "lost"), ("workflows", "invented")}),
+    "refused_start_exists": (lambda ops, final: (ops.append(_op("workflows", "start", "f3", FAIL)),
+                                                 final.workflow_runs.update(f3={"status": "completed", "result": [None] * 3, "steps": []})),
+                             {("workflows", "refused_but_started")}),
+    "step_ran_three_times": (lambda ops, final: final.workflow_calls.insert(1, _call("f1", 2, "b0")),
+                             {("workflows", "step_ran_more_than_twice")}),
+    "key_changed_on_the_rerun": (lambda ops, final: final.workflow_calls[1].update(key="f1:other"), {("workflows", "key_changed")}),
+    "recorded_step_called_again": (lambda ops, final: final.workflow_calls.append(_call("f1", 1, "a2", at=106)),
+                                   {("workflows", "recorded_step_ran_again")}),
+    "record_of_no_call": (lambda ops, final: final.workflow_calls.pop(), {("workflows", "record_without_call")}),
+    "result_not_its_records": (lambda ops, final: final.workflow_runs["f1"].update(result=["a", "b1", "c"]),
+                               {("workflows", "result_mismatch")}),
+    "run_failed": (lambda ops, final: final.workflow_runs["f1"].update(status="failed", error={"type": "x"}), {("workflows", "stuck")}),
+    "run_nobody_started": (lambda ops, final: final.workflow_runs.update(f9={"status": "completed", "result": [None] * 3, "steps": []}),
+                           {("workflows", "invented")}),
+    "step_of_a_run_that_does_not_exist": (lambda ops, final: final.workflow_calls.append(_call("f8", 1, "z")),
+                                          {("workflows", "invented")}),
 }
 
 

@@ -23,12 +23,14 @@ import uvicorn
 from sqlalchemy import Column, Integer, MetaData, String, Table, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 
+from mainspring.client import AsyncWorkflowsClient
 from mainspring.client.batching import AsyncBatchingClient, BatchingError
 from mainspring.client.errors import ServiceUnavailable
 from mainspring.client.exchange import AsyncExchangeClient, ExchangeError, ExchangeProcessor, InboundMessage
 from mainspring.client.interactions import AsyncInteractionsClient, InteractionsError
 from mainspring.client.machines import AsyncMachinesClient, MachinesError
 from mainspring.machines.host import processor_app
+from tests.chaos import flowapp
 from tests.chaos.checker import FinalState
 from tests.chaos.history import OK, UNKNOWN, History, outcome_of
 from tests.conftest import free_port
@@ -557,5 +559,73 @@ class BatchingWorkload(Workload):
             await client.aclose()
 
 
-ALL = (ExchangeWorkload, MachinesWorkload, InteractionsWorkload, BatchingWorkload)
+# --- workflows -----------------------------------------------------------------------------------------
+
+WORKFLOW_FINISHED = ("completed", "failed", "cancelled")
+
+
+class WorkflowsWorkload(Workload):
+    """Producers start runs of ``chaosflow`` (served by every server: ``serve --app tests.chaos.flowapp:app``),
+    each a few steps and a durable sleep, retrying an unanswered start with the same run id (start is idempotent
+    by id). The steps log every call of their function to a shared file, so the checker sees which ran twice."""
+
+    face = "workflows"
+    name = "chaosflow"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.clients = [AsyncWorkflowsClient(u, timeout=CLIENT_TIMEOUT, attempts=1) for u in self.urls]
+        self.seq = count(1)
+
+    async def produce(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            run_id = f"f{next(self.seq)}"
+
+            async def start(run_id: str = run_id) -> Any:
+                with self.history.op("workflows", "start", run_id) as op:
+                    run = await random.choice(self.clients).start(self.name, {"sleep_ms": 300}, id=run_id)
+                    op.value["status"] = run["status"]
+                    return run
+
+            await _attempts(start)
+            await _pause(stop, random.expovariate(self.rate))
+
+    async def _runs(self, with_steps: bool) -> dict[str, dict[str, Any]]:
+        found: dict[str, dict[str, Any]] = {}
+        async with AsyncWorkflowsClient(self.direct, timeout=30) as client:
+            async for run in client.list(self.name, limit=1000):
+                found[run["id"]] = dict(run)
+            if with_steps:
+                semaphore = asyncio.Semaphore(16)
+
+                async def read(run_id: str) -> None:
+                    async with semaphore:
+                        found[run_id] = dict(await client.get(self.name, run_id))
+
+                await asyncio.gather(*(read(run_id) for run_id in found))
+        return found
+
+    async def outstanding(self) -> int:
+        return sum(1 for run in (await self._runs(False)).values() if run["status"] not in WORKFLOW_FINISHED)
+
+    async def read_final(self, final: FinalState) -> None:
+        final.workflow_steps = flowapp.STEPS
+        for run_id, run in (await self._runs(True)).items():
+            final.workflow_runs[run_id] = {"status": run["status"], "result": run.get("result"), "error": run.get("error"),
+                                           "steps": run.get("steps") or []}
+        path = flowapp.calls_path(self.workdir)
+        if path.exists():
+            for line in path.read_text().splitlines():
+                entry = json.loads(line)
+                if "started" in entry:
+                    final.workflow_processes[int(entry["started"])] = float(entry["at"])
+                else:
+                    final.workflow_calls.append(entry)
+
+    async def close(self) -> None:
+        for client in self.clients:
+            await client.aclose()
+
+
+ALL = (ExchangeWorkload, MachinesWorkload, InteractionsWorkload, BatchingWorkload, WorkflowsWorkload)
 __all__ = ["ALL", "BatchingError", "ExchangeError", "InteractionsError", "MachinesError"]

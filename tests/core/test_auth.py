@@ -78,3 +78,33 @@ def test_scope_wildcards_match_only_at_the_end() -> None:
     assert not scope_allows("exchange:send:*", "exchange:receive:shop-1")
     assert not scope_allows("queues:email", "queues:emails")
     assert not scope_allows("queues:emails", "queues:email")
+
+
+def open_settings(database_url: str, tmp_path: Any, **auth: Any) -> Settings:
+    return load_settings(None, server={"database": database_url, "data_dir": tmp_path / "data"}, auth={"cache_ms": 0, **auth})
+
+
+async def test_revoking_the_last_stored_token_leaves_the_server_closed_and_says_so(
+        database_url: str, tmp_path: Any, store: Store, caplog: pytest.LogCaptureFixture) -> None:
+    app = create_app(open_settings(database_url, tmp_path), store=store, run_background=False)
+    async with app.router.lifespan_context(app), httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+        assert (await client.get("/v1/alerts")).status_code == 200
+        assert "the server is OPEN" in caplog.text
+        token_id, token = await create_token(store, "ops", ["admin"])
+        assert (await client.get("/v1/alerts")).status_code == 401
+        assert "the server is now CLOSED" in caplog.text
+        await revoke_token(store, token_id)
+        assert (await client.get("/v1/alerts")).status_code == 401
+        assert (await client.post("/v1/queues/victim/pause", headers=bearer("garbage"))).status_code == 401
+        assert (await client.get("/v1/alerts", headers=bearer(token))).status_code == 401
+        assert "every stored token is revoked: the server is CLOSED" in caplog.text
+
+
+async def test_a_server_whose_tokens_were_all_revoked_opens_only_when_configured_to(
+        database_url: str, tmp_path: Any, store: Store, caplog: pytest.LogCaptureFixture) -> None:
+    token_id, _ = await create_token(store, "ops", ["admin"])
+    await revoke_token(store, token_id)
+    app = create_app(open_settings(database_url, tmp_path, open_when_all_revoked=True), store=store, run_background=False)
+    async with app.router.lifespan_context(app), httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+        assert (await client.get("/v1/alerts")).status_code == 200
+    assert "every stored token is revoked and auth.open_when_all_revoked is set" in caplog.text

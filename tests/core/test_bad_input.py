@@ -122,14 +122,14 @@ def test_json_values_refuse_what_postgresql_cannot_store() -> None:
     assert adapter.validate_python({"ok": [1, 2.5, "ü", None]}) == {"ok": [1, 2.5, "ü", None]}
 
 
-async def test_a_form_body_is_refused_saying_a_json_body_was_expected(client: httpx.AsyncClient) -> None:
+async def test_a_form_body_is_refused_415_saying_a_json_body_was_expected(client: httpx.AsyncClient) -> None:
     # `curl -d '{…}'` sends application/x-www-form-urlencoded: the answer must say so, not "not a dictionary".
     form = {"content-type": "application/x-www-form-urlencoded"}
     for method, path in (("PUT", "/v1/queues/emails"), ("POST", "/v1/queues/emails/interactions"), ("POST", "/v1/queues/emails/lease")):
         response = await client.request(method, path, content=b'{"worker": "w1", "max": 1}', headers=form)
-        assert response.status_code == 422, (path, response.text)
+        assert response.status_code == 415, (path, response.text)
         problem = response.json()
-        assert problem["code"] == "invalid_request"
+        assert problem["code"] == "unsupported_media_type"
         assert problem["detail"] == "expected a JSON body, got Content-Type application/x-www-form-urlencoded (send Content-Type: application/json)"
     plain = await client.post("/v1/queues/emails/lease", json={"worker": "w1", "max": "many"})
     assert plain.json()["detail"] == "the request does not match the schema"

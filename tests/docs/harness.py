@@ -16,7 +16,9 @@ The docs write the default address ``127.0.0.1:8080`` / ``localhost:8080``; the 
 page's server. Commands see ``MAINSPRING_URL`` and the server's database and data dir in the environment.
 ``<!-- docs-test: serve ARGS -->`` in a page starts its server with ``ARGS`` (for example ``--app
 examples.machines.invoices:app``); ``<!-- docs-test: skip REASON -->`` right before a block leaves that
-one block out, and says why.
+one block out, and says why; ``<!-- docs-test: postgres -->`` runs a block only when the page's store is
+PostgreSQL (what only PostgreSQL does: writing in the caller's own transaction). Python blocks see the server's
+database and data dir in the environment too, so ``mainspring.producer()`` opens the page's store.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ ROOT = Path(__file__).resolve().parents[2]
 NOT_CODE = {"", "mermaid", "text"}
 LONG_RUNNING = re.compile(r"^(?:\w+=\S*\s+)*(?:mainspring|\S*/mainspring)\s+(?:serve|worker)\b")
 SKIP = re.compile(r"<!--\s*docs-test:\s*skip\s+(?P<reason>.+?)\s*-->")
+POSTGRES_ONLY = re.compile(r"<!--\s*docs-test:\s*postgres\s*-->")
 SERVE = re.compile(r"<!--\s*docs-test:\s*serve\s+(?P<args>.*?)\s*-->")
 
 
@@ -54,6 +57,7 @@ class Block:
     flags: dict[str, str]
     code: str
     skip: str | None = None
+    postgres_only: bool = False
 
     @property
     def where(self) -> str:
@@ -82,7 +86,7 @@ def read_page(path: Path) -> Page:
         before = "\n".join(lines[max(0, token.map[0] - 2):token.map[0]])
         skipped = SKIP.search(before)
         page.blocks.append(Block(path, token.map[0] + 1, language.lower(), flags, token.content,
-                                 skipped["reason"] if skipped else None))
+                                 skipped["reason"] if skipped else None, bool(POSTGRES_ONLY.search(before))))
     return page
 
 
@@ -141,6 +145,8 @@ class Runner:
         return code
 
     async def run(self, block: Block) -> None:
+        if block.postgres_only and not self.database_url.startswith("postgresql"):
+            return
         code = self.localize(block.code)
         if block.language == "python":
             if "file" in block.flags:
@@ -170,11 +176,18 @@ class Runner:
         cwd = os.getcwd()
         os.chdir(self.workdir)
         sys.path.insert(0, str(self.workdir))
+        saved = {k: os.environ.get(k) for k in self.env if k.startswith("MAINSPRING_")}
+        os.environ.update({k: self.env[k] for k in saved})
         try:
             result = eval(compiled, self.namespace)
             if asyncio.iscoroutine(result):
                 await result
         finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
             sys.path.remove(str(self.workdir))
             os.chdir(cwd)
 

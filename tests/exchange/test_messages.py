@@ -104,3 +104,16 @@ async def test_read_one_of_another_mailbox_or_unknown_is_404(client):
     other = await client.get(f"/v1/exchange/mailboxes/mobile-b/db-1/messages/{m['id']}")
     assert other.status_code == 404 and other.json()["code"] == "message_not_found"
     assert (await client.get(f"{MAILBOX}/messages/m-nothing")).status_code == 404
+
+
+async def test_an_empty_message_body_is_422_and_nothing_is_stored(client, exchange_dir):
+    response = await client.post(f"{MAILBOX}/messages", content=b"", headers={"Content-Type": "text/plain"})
+    assert response.status_code == 422 and response.json()["code"] == "invalid_request"
+    assert (await listed(client))["messages"] == [] and files_under(exchange_dir) == set()
+
+
+async def test_a_message_whose_content_type_is_not_a_media_type_is_422_and_nothing_is_stored(client, exchange_dir):
+    for content_type in ("text/plain; charset=no-such-charset", "html", "text/plain; q"):
+        response = await client.post(f"{MAILBOX}/messages", content=b"x", headers={"Content-Type": content_type})
+        assert response.status_code == 422 and response.json()["code"] == "invalid_request", content_type
+    assert (await listed(client))["messages"] == [] and files_under(exchange_dir) == set()

@@ -360,3 +360,33 @@ async def test_start_ready_and_committed_answer_the_process_as_stored(client):
     assert ready == await process(client, proc["id"]) and ready["state"] == "READY_TO_COMMIT"
     committed = (await client.post(f"{P}/{proc['id']}/committed")).json()
     assert committed["state"] == "DONE" and committed == await process(client, proc["id"])
+
+
+async def test_a_reply_whose_content_type_cannot_go_out_as_a_header_is_422_and_the_process_stays_started(client):
+    _, proc = await started(client, 1)
+    for content_type in ("text/html\r\nX-Injected: yes", "text/plain; charset=€", "text/plain; charset=no-such-charset",
+                         "html", "text/plain\x00", "text/plain; charset"):
+        reply = {"addressee": "mobile-b", "database": "db-1", "body": "<b>hi</b>", "content_type": content_type}
+        response = await client.post(f"{P}/{proc['id']}/ready", json={"replies": [reply]})
+        assert response.status_code == 422 and response.json()["code"] == "invalid_request", content_type
+    assert (await process(client, proc["id"]))["state"] == "STARTED"
+
+
+async def test_a_committed_reply_is_read_with_its_media_type_and_nosniff(client):
+    _, proc = await started(client, 1)
+    reply = {"addressee": "mobile-b", "database": "db-1", "body": "<b>hi</b>", "content_type": 'text/html; charset="windows-1251"'}
+    assert (await client.post(f"{P}/{proc['id']}/ready", json={"replies": [reply]})).status_code == 200
+    await client.post(f"{P}/{proc['id']}/committed")
+    out = "/v1/exchange/mailboxes/mobile-b/db-1"
+    [message] = (await listed(client, out))["messages"]
+    read = await client.get(f"{out}/messages/{message['id']}")
+    assert read.status_code == 200 and read.content == b"<b>hi</b>"
+    assert read.headers["content-type"] == 'text/html; charset="windows-1251"'
+    assert read.headers["x-content-type-options"] == "nosniff"
+
+
+async def test_an_empty_reply_body_is_422(client):
+    _, proc = await started(client, 1)
+    for reply in ({"addressee": "mobile-b", "database": "db-1", "body": ""}, {"addressee": "mobile-b", "database": "db-1", "body_base64": ""}):
+        response = await client.post(f"{P}/{proc['id']}/ready", json={"replies": [reply]})
+        assert response.status_code == 422, reply

@@ -55,6 +55,35 @@ async def test_an_operator_finds_a_failed_machine_and_repairs_it_from_the_comman
     assert bad_args.exit_code == 2
 
 
+async def test_a_simple_repair_prints_the_machines_status_not_null(
+    client: httpx.AsyncClient, fake: FakeProcessor, live_url: str
+) -> None:
+    assert (await client.post(f"/v1/namespaces/{NS}/machines", json={"id": "bad2"})).status_code == 201
+
+    def refuse(args: Any, machine: Any) -> Any:
+        raise Unprocessable("the ledger is corrupt")
+
+    fake.on("call", refuse)
+    assert (await client.post(f"/v1/namespaces/{NS}/machines/bad2/call", json={"args": 1})).status_code == 502
+    repaired = await run_cli("repair", NS, "bad2", "--simple", "--url", live_url)
+    assert repaired.exit_code == 0, repaired.output
+    assert repaired.output == "bad2 working (repaired without calling the processor)\n"
+
+
+async def test_the_machine_commands_start_call_and_notify(client: httpx.AsyncClient, fake: FakeProcessor, live_url: str) -> None:
+    started = await run_cli("start", NS, "m1", "--args", '{"amount": 5}', "--key", "s1", "--url", live_url)
+    assert started.exit_code == 0, started.output
+    assert json.loads(started.output)["id"] == "m1"
+    fake.on("call", lambda args, machine: {"response": {"echo": args}})
+    called = await run_cli("call", NS, "m1", "--args", '{"ping": 1}', "--url", live_url)
+    assert called.exit_code == 0, called.output
+    assert json.loads(called.output) == {"echo": {"ping": 1}}
+    notified = await run_cli("notify", NS, "m1", "--args", '"wake"', "--url", live_url)
+    assert notified.exit_code == 0 and notified.output.strip(), notified.output
+    again = await run_cli("start", NS, "m1", "--url", live_url)
+    assert again.exit_code == 1 and "machine_already_exists" in again.output
+
+
 def test_the_machines_group_is_part_of_the_mainspring_command() -> None:
     shown = subprocess.run([sys.executable, "-m", "mainspring.cli", "machines", "--help"], capture_output=True, text=True, check=False)
     assert shown.returncode == 0, shown.stderr

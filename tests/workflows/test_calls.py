@@ -232,3 +232,71 @@ async def test_now_and_uuid_are_recorded_once_and_the_same_on_replay(registry: A
     now, uid, later = run["result"]
     assert now == started_at and later == started_at + 1000 and len(uid) == 36
     assert [(s["kind"], s["result"]) for s in run["steps"] if s["kind"] in ("now", "uuid")] == [("now", now), ("uuid", uid), ("now", later)]
+
+
+async def test_a_run_knows_its_id_name_and_args(registry: App, client: httpx.AsyncClient) -> None:
+    @registry.workflow("selves")
+    async def selves(wf: Workflow, args: Any) -> Any:
+        return [wf.id, wf.name, wf.args]
+
+    await start(client, "selves", "me", {"k": [1, 2]})
+    assert (await finished(client, "selves", "me"))["result"] == ["me", "selves", {"k": [1, 2]}]
+
+
+async def test_a_read_with_wait_ms_answers_when_the_run_finishes_or_the_wait_ends(registry: App, client: httpx.AsyncClient,
+                                                                                  clock: ManualClock) -> None:
+    @registry.workflow("slow")
+    async def slow(wf: Workflow, args: Any) -> str:
+        await wf.sleep(1000)
+        return "done"
+
+    await start(client, "slow", "w1")
+    await until_status(client, "slow", "w1", "sleeping")
+    unfinished = await client.get("/v1/workflows/slow/runs/w1", params={"wait_ms": 100})
+    assert unfinished.status_code == 200 and unfinished.json()["status"] == "sleeping"
+    waiting = asyncio.create_task(client.get("/v1/workflows/slow/runs/w1", params={"wait_ms": 20_000}))
+    await asyncio.sleep(0.1)
+    assert not waiting.done()
+    clock.advance(1000)
+    answer = await asyncio.wait_for(waiting, 20)
+    assert answer.json()["status"] == "completed" and answer.json()["result"] == "done"
+    assert (await client.get("/v1/workflows/slow/runs/w1", params={"wait_ms": 60_001})).status_code == 422
+
+
+async def test_a_cancelled_task_or_child_is_TaskFailed_or_ChildFailed_in_its_parent(registry: App, client: httpx.AsyncClient) -> None:
+    @registry.queue("manual")
+    async def never(item: Interaction) -> Any:
+        await asyncio.sleep(3600)  # cancelled with its interaction
+
+    @registry.workflow("idle")
+    async def idle(wf: Workflow, args: Any) -> Any:
+        return await wf.wait("never")
+
+    @registry.workflow("boss")
+    async def boss(wf: Workflow, args: Any) -> Any:
+        found = []
+        try:
+            await wf.task("manual", {"x": 1}, source="erp", channel="web")
+        except TaskFailed as failed:
+            found.append(["task", failed.error])
+        try:
+            await wf.child("idle", "i1")
+        except ChildFailed as failed:
+            found.append(["child", failed.type])
+        return found
+
+    await start(client, "boss", "b1")
+    run = await until_status(client, "boss", "b1", "waiting")
+    item = (await client.get(f"/v1/interactions/{run['waiting_for']['task']}")).json()
+    assert item["source"] == "erp" and item["channel"] == "web"
+    assert (await client.post(f"/v1/interactions/{item['id']}/cancel")).status_code == 200
+    for _ in range(400):  # the child exists once the task's end woke its parent
+        if (await client.get("/v1/workflows/idle/runs/i1")).status_code == 200:
+            break
+        await asyncio.sleep(0.05)
+    await until_status(client, "idle", "i1", "waiting")
+    assert (await client.post("/v1/workflows/idle/runs/i1/cancel")).status_code == 200
+    run = await finished(client, "boss", "b1")
+    assert run["status"] == "completed", run
+    (task, task_error), (child, child_type) = run["result"]
+    assert (task, child) == ("task", "child") and task_error and child_type

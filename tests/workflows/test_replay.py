@@ -6,9 +6,11 @@ import asyncio
 from typing import Any
 
 import httpx
+import pytest
 
 from mainspring import App, Workflow
 from mainspring.config import Settings
+from mainspring.machines import driven
 from mainspring.store import ManualClock
 from tests.workflows.conftest import finished, run_of, until_status
 
@@ -203,3 +205,31 @@ async def test_the_machines_face_shows_the_same_run_and_its_events_are_on_the_ou
     page = (await client.get("/v1/workflows/visible/runs", params={"limit": 1})).json()
     rest = (await client.get("/v1/workflows/visible/runs", params={"limit": 1, "cursor": page["cursor"]})).json()
     assert [r["id"] for r in page["runs"] + rest["runs"]] == ["bad", "ok"] and rest["cursor"] is None
+
+
+async def test_a_record_whose_write_meets_an_unavailable_store_is_written_again_and_its_step_not_called_again(
+        registry: App, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+    cut = [1]
+    apply = driven.apply
+
+    async def cut_once(store: Any, machine: Any, change: driven.Change) -> Any:
+        if cut[0] and any(isinstance(e, dict) and e.get("wf") == "step" for e in change.events):
+            cut[0] -= 1
+            raise ConnectionResetError("the store restarted")  # what a cut connection raises
+        return await apply(store, machine, change)
+
+    monkeypatch.setattr(driven, "apply", cut_once)
+
+    async def pay() -> str:
+        calls.append("pay")
+        return "paid"
+
+    @registry.workflow("outage")
+    async def outage(wf: Workflow, args: Any) -> Any:
+        return await wf.step(pay)
+
+    await start(client, "outage", "o1")
+    run = await finished(client, "outage", "o1")
+    assert run["status"] == "completed" and run["result"] == "paid" and cut == [0]
+    assert calls == ["pay"]

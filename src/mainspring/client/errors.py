@@ -151,6 +151,50 @@ class WorkflowCancelled(MainspringError):
         self.run = dict(run)
 
 
+class InteractionFailed(MainspringError):
+    """The item whose result was awaited (``result``) ended ``failed``: ``error`` and ``error_detail`` are its
+    (``error_detail``: the handler's exception ``type``, ``message``, ``traceback``, when it raised); ``item``
+    is the item."""
+
+    status, code, title = 409, "interaction_failed", "The interaction failed"
+
+    def __init__(self, item: Mapping[str, Any]) -> None:
+        super().__init__(f"interaction {item.get('id')} of queue {item.get('queue')!r} failed: {item.get('error')}")
+        self.item = dict(item)
+        self.error = item.get("error")
+        self.error_detail = item.get("error_detail")
+
+
+class InteractionCancelled(MainspringError):
+    """The item whose result was awaited (``result``) was cancelled; ``item`` is the item."""
+
+    status, code, title = 409, "interaction_cancelled", "The interaction was cancelled"
+
+    def __init__(self, item: Mapping[str, Any]) -> None:
+        super().__init__(f"interaction {item.get('id')} of queue {item.get('queue')!r} was cancelled")
+        self.item = dict(item)
+
+
+class ResultTimeout(MainspringError, TimeoutError):
+    """``result(…, timeout_s=…)`` ran out before the item finished (a ``TimeoutError`` too); ``item`` is the
+    item as it was last read."""
+
+    status, code, title = 408, "result_timeout", "The interaction did not finish in time"
+
+    def __init__(self, item: Mapping[str, Any], timeout_s: float) -> None:
+        super().__init__(f"interaction {item.get('id')} of queue {item.get('queue')!r} is still {item.get('status')} after {timeout_s} s")
+        self.item = dict(item)
+
+
+def result_of(item: Mapping[str, Any]) -> Any:
+    """A finished item's result, or its end raised as ``InteractionFailed`` / ``InteractionCancelled``."""
+    if item["status"] == "failed":
+        raise InteractionFailed(item)
+    if item["status"] == "cancelled":
+        raise InteractionCancelled(item)
+    return item["result"]
+
+
 class InvalidURL(MainspringError, ValueError):
     """The server URL is not ``http://…`` or ``https://…``."""
 

@@ -89,6 +89,19 @@ class Queue(TypedDict):
     counts: NotRequired[dict[str, int] | None]
 
 
+class Periodic(TypedDict):
+    name: str
+    cron: str
+    timezone: str
+    queue: str
+    data: Any
+    catch_up_ms: int
+    next_tick: str
+    source: str
+    created_at: str
+    updated_at: str
+
+
 class ErrorDetail(TypedDict):
     type: str
     message: str

@@ -32,6 +32,13 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an ``Authorization`` header as HTTP defines it: the scheme in any case, whitespace around
+    and between ignored; None when there is no bearer token."""
+    parts = (authorization or "").split(None, 1)
+    return parts[1].strip() if len(parts) == 2 and parts[0].lower() == "bearer" else None
+
+
 def scope_allows(granted: str, required: str) -> bool:
     if granted == "admin" or granted == required:
         return True
@@ -60,6 +67,25 @@ class Principal:
 OPEN = Principal("anonymous", ("admin",), open=True)
 
 
+def open_without_token(configured: bool, active: bool, ever_stored: bool, open_when_all_revoked: bool) -> bool:
+    """Whether a server serves requests without a token: only while it never had one, unless the operator
+    opened a server whose tokens were all revoked on purpose (``auth.open_when_all_revoked``)."""
+    if configured or active:
+        return False
+    return not ever_stored or open_when_all_revoked
+
+
+async def server_state(store: Store, auth: Any) -> str:
+    """What servers on ``store`` with the ``auth`` settings do now (what the ``token`` commands tell): ``open``
+    (serve everyone), ``closed`` (serve valid tokens), or ``locked`` (closed, with no valid token left)."""
+    async with store.read() as conn:
+        active = bool(await data.active_tokens(conn))
+        ever_stored = active or await data.any_token_stored(conn)
+    if open_without_token(bool(auth.tokens), active, ever_stored, auth.open_when_all_revoked):
+        return "open"
+    return "closed" if auth.tokens or active else "locked"
+
+
 TOKENS_CHANNEL = "auth-tokens"
 """Signalled when a stored token is created or revoked, on every server."""
 
@@ -69,13 +95,20 @@ class Authenticator:
 
     The stored ones are re-read when a token is created or revoked (a wake-up on ``TOKENS_CHANNEL``, which
     reaches other servers through NOTIFY), in the background once half of ``cache_ms`` has passed, and
-    before answering once all of it has (the backstop should a wake-up be lost)."""
+    before answering once all of it has (the backstop should a wake-up be lost).
 
-    def __init__(self, store: Store, configured: list[Any], cache_ms: int) -> None:
+    Open (everyone is ``admin``) only while no token was ever configured or stored: revoking the last stored
+    token leaves the server closed unless ``open_when_all_revoked`` says otherwise. Each change between open and
+    closed is logged as a warning, on every server, when it notices it."""
+
+    def __init__(self, store: Store, configured: list[Any], cache_ms: int, *, open_when_all_revoked: bool = False) -> None:
         self._store = store
         self._configured = {t.token_sha256: Principal(t.name, tuple(t.scopes)) for t in configured}
         self._cache_ms = cache_ms
+        self._open_when_all_revoked = open_when_all_revoked
         self._stored: dict[str, Principal] = {}
+        self._had_stored = False
+        self._state: str | None = None
         self._loaded_at: float | None = None
         self._changed: Waiter | None = None
         self._background: asyncio.Task[None] | None = None
@@ -85,9 +118,35 @@ class Authenticator:
         loaded_at = time.monotonic()
         async with self._store.read() as conn:
             tokens = await data.active_tokens(conn)
+            had_stored = bool(tokens) or await data.any_token_stored(conn)
         self._stored = {t.token_sha256: Principal(t.name, tuple(t.scopes)) for t in tokens}
+        self._had_stored = had_stored
         self._loaded_at = loaded_at
         self._changed = changed
+        self._say_state()
+
+    def _open_now(self) -> bool:
+        return open_without_token(bool(self._configured), bool(self._stored), self._had_stored, self._open_when_all_revoked)
+
+    def _say_state(self) -> None:
+        """Log the open or closed state when it is first known and whenever it changes: an operator must never
+        learn from an attacker that the server opened or closed."""
+        if self._open_now():
+            state = "open"
+        else:
+            state = "closed" if self._configured or self._stored else "locked"
+        before, self._state = self._state, state
+        if state == before:
+            return
+        if state == "open":
+            why = ("every stored token is revoked and auth.open_when_all_revoked is set" if self._had_stored
+                   else "no API tokens are configured or stored")
+            log.warning("the server is OPEN to anyone who can reach it: %s", why)
+        elif state == "locked":
+            log.warning("every stored token is revoked: the server is CLOSED and refuses every request until a "
+                        "token is created (mainspring token create), or auth.open_when_all_revoked is set")
+        elif before is not None:
+            log.warning("the server is now CLOSED: a token was created, and every request needs one")
 
     async def _refresh_quietly(self) -> None:
         with contextlib.suppress(Exception):
@@ -106,14 +165,24 @@ class Authenticator:
 
     async def is_open(self) -> bool:
         await self._current()
-        return not self._configured and not self._stored
+        return self._open_now()
+
+    def known_token(self, authorization: str | None) -> str | None:
+        """The sha256 of the request's token when it is a valid one (from the current copy), else None: what
+        the rate limit counts a request against (the same token however it is written)."""
+        token = bearer_token(authorization)
+        if token is None:
+            return None
+        digest = hash_token(token)
+        return digest if digest in self._configured or digest in self._stored else None
 
     async def authenticate(self, authorization: str | None) -> Principal:
         if await self.is_open():
             return OPEN
-        if not authorization or not authorization.lower().startswith("bearer "):
+        token = bearer_token(authorization)
+        if token is None:
             raise Unauthenticated()
-        digest = hash_token(authorization[7:].strip())
+        digest = hash_token(token)
         for known in (self._configured, self._stored):
             for candidate, principal in known.items():
                 if hmac.compare_digest(candidate, digest):

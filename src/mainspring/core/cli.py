@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import json
+import os
 import sys
 import traceback
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -171,6 +172,11 @@ class CommandGroup(TyperGroup):
             return super().invoke(ctx)
         except (typer.Exit, typer.Abort, typer.TyperException, KeyboardInterrupt):
             raise
+        except BrokenPipeError:
+            # The reader went away (`mainspring events tail | head -2`): stop quietly, as a Unix filter does. Python's
+            # recipe: point stdout at /dev/null so that flushing it at exit does not fail again.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(0) from None
         except Exception as exc:
             if Debug.enabled:
                 traceback.print_exc(file=sys.stderr)

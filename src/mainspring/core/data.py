@@ -126,10 +126,23 @@ _INSERT_EVENTS = text(
 async def insert_numbered_events(tx: Executor, batch: Sequence[tuple[Event, int]]) -> None:
     """Insert each (event, at) of ``batch`` in order, numbered by the store as it writes them (PostgreSQL):
     the numbering lock is held from here until the transaction ends, so this is its last statement."""
-    await tx.execute(_INSERT_EVENTS, {
+    await tx.execute(_INSERT_EVENTS, _event_columns(batch))
+
+
+_INSERT_EVENTS_AT_COMMIT = text(str(_INSERT_EVENTS).replace("INSERT INTO events ", "INSERT INTO events_at_commit ", 1))
+
+
+async def insert_events_at_commit(tx: Executor, batch: Sequence[tuple[Event, int]]) -> None:
+    """Stage each (event, at) of ``batch``, in order, to be moved into ``events`` and numbered when the
+    transaction commits (PostgreSQL, a caller's own transaction: migration interactions_0017)."""
+    await tx.execute(_INSERT_EVENTS_AT_COMMIT, _event_columns(batch))
+
+
+def _event_columns(batch: Sequence[tuple[Event, int]]) -> dict[str, list[Any]]:
+    return {
         "types": [e.type for e, _ in batch], "ats": [at for _, at in batch], "kinds": [e.subject_kind for e, _ in batch],
         "subjects": [e.subject_id for e, _ in batch], "data": [json.dumps(e.data) for e, _ in batch],
-    })
+    }
 
 
 async def head_position(conn: Executor) -> int:
@@ -277,6 +290,11 @@ def _token(row: Any) -> Token:
 
 async def active_tokens(conn: Executor) -> list[Token]:
     return [_token(r) for r in (await conn.execute(select(api_tokens).where(api_tokens.c.revoked_at.is_(None)))).all()]
+
+
+async def any_token_stored(conn: Executor) -> bool:
+    """Whether a token was ever stored, revoked ones included (a store that has had tokens stays closed)."""
+    return (await conn.execute(select(api_tokens.c.id).limit(1))).first() is not None
 
 
 async def all_tokens(conn: Executor) -> list[Token]:

@@ -46,7 +46,12 @@ async def emit_many(tx: Transaction, batch: Sequence[Event]) -> None:
 
 
 async def _write_events(tx: Transaction, batches: list[tuple[Sequence[Event], int]]) -> None:
-    await data.insert_numbered_events(tx, [(event, at) for batch, at in batches for event in batch])
+    events = [(event, at) for batch, at in batches for event in batch]
+    if tx.events_at_commit:
+        # The caller's transaction, which may stay open long: numbered by its commit (migration interactions_0017).
+        await data.insert_events_at_commit(tx, events)
+    else:
+        await data.insert_numbered_events(tx, events)
 
 
 async def assign_positions(store: Store) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -11,6 +12,7 @@ from typing import Any, TypeVar
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
 
 from mainspring.core import tracing
+from mainspring.core.errors import CannotListen
 from mainspring.store import Store
 from mainspring.store import counts as kept_counts
 from mainspring.store.counts import CountsTable
@@ -22,6 +24,24 @@ T = TypeVar("T")
 SHARED_PORTS = "server:shared-ports"
 """Set in ``Context.extras`` by each process of ``serve --workers N``: a port a face listens on itself (beside
 the main one, which uvicorn shares) is bound by every process, with ``SO_REUSEPORT``."""
+
+
+def bind_address(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
+    """A socket bound to ``host:port`` and not yet listening (uvicorn listens on it when it serves), so that a
+    taken address fails the start before anything else happens, and a client is refused, not kept waiting,
+    until the server is ready. ``SO_REUSEADDR`` as uvicorn sets it; ``reuse_port`` for a port every process of
+    ``serve --workers N`` binds."""
+    host = host.strip("[]")
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+    except (OSError, AttributeError) as exc:  # AttributeError: no SO_REUSEPORT on this platform
+        sock.close()
+        raise CannotListen(f"cannot listen on {host}:{port}: {exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}") from None
+    return sock
 
 
 @dataclass
@@ -58,7 +78,10 @@ async def retry_while_unavailable(what: str, work: Callable[[], Awaitable[T]], w
         retry=retry_if_exception(is_unavailable),
         stop=stop_after_delay(within_ms / 1000),
         wait=wait_exponential_jitter(initial=0.1, max=2.0),
-        before_sleep=lambda state: log.warning("%s: store unavailable (%s); retrying", what, state.outcome.exception() if state.outcome else "?"),
+        before_sleep=lambda state: log.warning(
+            "%s: store unavailable (%s); retrying%s", what, state.outcome.exception() if state.outcome else "?",
+            # The first line says how long it keeps trying, so nobody waits for the end to learn why it waits.
+            f" for up to {within_ms / 1000:g} s (server.startup_wait_ms)" if state.attempt_number == 1 else ""),
         reraise=True,
     )
     async for attempt in retrying:

@@ -35,7 +35,16 @@ class ServerSettings(BaseModel):
     """How long a starting server or command waits for an unreachable store (a database still starting or
     restarting) before it gives up."""
     rate_limit: str | None = None
-    """Requests per client (token, or address when open), e.g. ``"200/second"``; over it: ``429 rate_limited``."""
+    """Requests per client on ``/v1``, e.g. ``"200/second"``; over it: ``429 rate_limited``. A client is its token
+    when that is valid (however the header spells ``Bearer``), else its address (unknown tokens included)."""
+    allowed_hosts: list[str] = []
+    """The names (``Host`` header, without the port) browsers may reach this server by; ``*.example.com``
+    matches any subdomain. Unset: an open server (no tokens) answers a browser only when reached as
+    ``localhost``, ``127.0.0.1``, ``::1`` or ``server.host`` (a page on another name that resolves here, DNS
+    rebinding, is refused 403 ``cross_site_refused``). Set: every request must name one of them."""
+    allowed_origins: list[str] = []
+    """Other sites (``https://ops.example.com``) whose pages may write to an open server; a page of this
+    server's own origin always may, any other is refused 403 ``cross_site_refused``."""
     tls_certfile: Path | None = None
     """Serve HTTPS with this certificate (PEM), together with ``tls_keyfile``."""
     tls_keyfile: Path | None = None
@@ -83,7 +92,12 @@ class AuthSettings(BaseModel):
     model_config = ConfigDict(use_attribute_docstrings=True)
 
     tokens: list[TokenConfig] = []
-    """Tokens of the config file, beside the stored ones. With no token at all the server is open."""
+    """Tokens of the config file, beside the stored ones. A server that never had a token (none configured, none
+    ever stored) is open to anyone who can reach it."""
+    open_when_all_revoked: bool = False
+    """Once a token was stored, revoking the last one leaves the server closed: it refuses every request until a
+    token is created (``mainspring token create`` opens the store, so it still works). Set this to open such a
+    server to everyone again instead, as one that never had a token."""
     cache_ms: int = Field(2000, ge=0)
     """How long a server trusts its copy of the stored tokens (a revoke reaches every server within this)."""
 

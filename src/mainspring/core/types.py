@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import codecs
 import math
+import re
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
@@ -49,6 +51,30 @@ Text = Annotated[str, StringConstraints(max_length=10_000), AfterValidator(_chec
 ShortText = Annotated[str, StringConstraints(max_length=400), AfterValidator(_check_json)]
 # Longer text a client sends: a handler's traceback (``error_detail``), kept to its last 16,000 characters.
 LongText = Annotated[str, StringConstraints(max_length=20_000), AfterValidator(_check_json)]
+
+# RFC 9110 §8.3.1: type "/" subtype *( OWS ";" OWS parameter ), parameter values a token or a quoted string.
+_TOKEN = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
+_QUOTED = r'"(?:[\t !#-\[\]-~]|\\[\t -~])*"'
+_MEDIA_TYPE = re.compile(rf"({_TOKEN})/({_TOKEN})((?:[ \t]*;[ \t]*{_TOKEN}=(?:{_TOKEN}|{_QUOTED}))*)")
+_PARAMETER = re.compile(rf"({_TOKEN})=({_TOKEN}|{_QUOTED})")
+
+
+def check_media_type(value: str) -> str:
+    """A ``Content-Type`` that can go out as a header and be read back: a media type by RFC 9110's grammar
+    (so no CR, LF or other control character), and a ``charset``, when named, that Python can decode."""
+    found = _MEDIA_TYPE.fullmatch(value)
+    if found is None:
+        raise ValueError("not a media type (type/subtype, then ; name=value parameters, in ASCII)")
+    for name, raw in _PARAMETER.findall(found.group(3)):
+        if name.lower() == "charset":
+            try:
+                codecs.lookup(raw.strip('"'))
+            except LookupError:
+                raise ValueError(f"unknown charset {raw[:40]!r}") from None
+    return value
+
+
+MediaType = Annotated[str, StringConstraints(max_length=255), AfterValidator(check_media_type)]
 
 # Durations in milliseconds: non-negative, at most about 10 years.
 DurationMs = Annotated[int, Field(ge=0, le=315_360_000_000)]

@@ -10,8 +10,10 @@ import secrets
 from typing import Any
 
 from mainspring.core import outbox
+from mainspring.core.errors import InvalidRequest
 from mainspring.core.paging import decode_cursor, encode_cursor
 from mainspring.core.runtime import Context
+from mainspring.core.types import check_media_type
 from mainspring.exchange import data, files
 from mainspring.exchange.data import MessageRow, NewMessage
 from mainspring.exchange.errors import (
@@ -94,6 +96,16 @@ def _same_or_conflict(existing: MessageRow, digest: str, key: str) -> dict[str, 
     return message_to_api(existing)
 
 
+def _media_type(content_type: str) -> str:
+    """The sender's Content-Type as it will be sent back to whoever reads the message."""
+    try:
+        if len(content_type) > 255:
+            raise ValueError("longer than 255 characters")
+        return check_media_type(content_type)
+    except ValueError as exc:
+        raise InvalidRequest(f"Content-Type: {exc}", errors=[{"loc": ["header", "Content-Type"], "msg": str(exc)}]) from None
+
+
 async def store_message(
     ctx: Context,
     addressee: str,
@@ -109,6 +121,10 @@ async def store_message(
     limit = ctx.settings.exchange.max_message_bytes
     if len(body) > limit:
         raise TooLarge(f"message body over {limit} bytes")
+    if not body:
+        raise InvalidRequest("a message needs a body", errors=[{"loc": ["body"], "msg": "empty"}])
+    if content_type is not None:
+        content_type = _media_type(content_type)
     digest = hashlib.sha256(body).hexdigest()
     if message_key is not None:
         existing = await _by_key(ctx, addressee, database, message_key)

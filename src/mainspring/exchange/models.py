@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
-from mainspring.core.types import Name, Page, ShortText, Text
+from mainspring.core.types import MediaType, Name, Page, Text
 
 State = Literal["STARTED", "READY_TO_COMMIT", "CLEANUP", "DONE", "CANCELLED", "ABORTED", "IN_DOUBT"]
 STATES: tuple[str, ...] = ("STARTED", "READY_TO_COMMIT", "CLEANUP", "DONE", "CANCELLED", "ABORTED", "IN_DOUBT")
@@ -66,7 +66,7 @@ class Reply(BaseModel):
     database: Name
     body: str | None = None
     body_base64: str | None = None
-    content_type: ShortText | None = None
+    content_type: MediaType | None = None
     message_id: Name | None = None
 
     @model_validator(mode="after")
@@ -78,6 +78,8 @@ class Reply(BaseModel):
                 base64.b64decode(self.body_base64, validate=True)
             except (binascii.Error, ValueError) as exc:
                 raise ValueError("body_base64 is not valid base64") from exc
+        if not self.data():
+            raise ValueError("a reply needs a body (an empty message is refused as a stored one is)")
         return self
 
     def data(self) -> bytes:

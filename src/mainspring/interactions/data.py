@@ -445,6 +445,11 @@ _CREATE_WITH_EVENTS = text(
     "SELECT * FROM ins ORDER BY id"
 ).columns(*items.c)
 
+# The same in a caller's own transaction: the events staged, numbered at its commit (migration interactions_0017).
+_CREATE_WITH_EVENTS_AT_COMMIT = text(
+    str(_CREATE_WITH_EVENTS).replace("ev AS (INSERT INTO events ", "ev AS (INSERT INTO events_at_commit ", 1)
+).columns(*items.c)
+
 # The same as a whole transaction of its own (autocommit, one round trip): it also sends the wake-ups to
 # other servers, delivered when it commits, if it inserted anything.
 _CREATE_WITH_EVENTS_ALONE = text(
@@ -514,7 +519,8 @@ async def insert_queued_with_events(
         params.update(pg_channel=PG_CHANNEL, channels=payloads([SEQUENCER_CHANNEL, *wake]))
         rows = [_item(r) for r in (await tx.fetch_alone(_CREATE_WITH_EVENTS_ALONE, params)).all()]
     else:
-        rows = [_item(r) for r in (await tx.execute(_CREATE_WITH_EVENTS, params)).all()]
+        statement = _CREATE_WITH_EVENTS_AT_COMMIT if tx.events_at_commit else _CREATE_WITH_EVENTS
+        rows = [_item(r) for r in (await tx.execute(statement, params)).all()]
     if rows:
         tx.notify(SEQUENCER_CHANNEL)
     # Rows come in array order minus the skipped ones, so a skipped item is one whose message_id is not next.

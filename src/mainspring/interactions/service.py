@@ -314,11 +314,14 @@ async def create(store: Store, cfg: InteractionsSettings, queue: str, spec: dict
 
 
 async def create_many(
-    store: Store, cfg: InteractionsSettings, queue: str, specs: Sequence[dict[str, Any]]
+    store: Store, cfg: InteractionsSettings, queue: str, specs: Sequence[dict[str, Any]], connection: Any = None
 ) -> list[tuple[dict[str, Any], bool]]:
-    """Create interactions in one transaction (all or none), answered in request order."""
+    """Create interactions in one transaction (all or none), answered in request order: a transaction of the
+    store's, or the one the caller has open on ``connection`` (``Store.borrowed_transaction``; committed when
+    the caller commits)."""
     batch = [new_interaction(queue, spec) for spec in specs]
-    async with store.transaction() as tx:
+    opened = store.transaction() if connection is None else store.borrowed_transaction(connection)
+    async with opened as tx:
         answers = await create_in(tx, cfg, batch)
     now = store.now_ms()
     return [(to_api(row, now), created) for row, created in answers]

@@ -16,11 +16,12 @@ from mainspring.core.cli import (
     TokenOpt,
     UrlOpt,
     json_arg,
+    out,
     print_json,
     print_table,
 )
 
-cli = typer.Typer(help="Machines of a running server: list, show, repair.", no_args_is_help=True, cls=CommandGroup)
+cli = typer.Typer(help="Machines of a running server: list, show, start, call, notify, repair.", no_args_is_help=True, cls=CommandGroup)
 
 NsArg = Annotated[str, typer.Argument(metavar="NS", help="The namespace.", show_default=False)]
 IdArg = Annotated[str, typer.Argument(metavar="ID", help="The machine.", show_default=False)]
@@ -69,7 +70,42 @@ def repair_command(
     url: UrlOpt = DEFAULT_URL,
     token: TokenOpt = None,
 ) -> None:
-    """Repair a failed machine (through its processor, or --simple); prints the processor's response."""
+    """Repair a failed machine (through its processor, or --simple); prints the processor's response, or with
+    --simple (there is no response) the machine's status."""
     value = json_arg(args, "--args")
     with MachinesClient(url, token) as client:
-        print_json(client.repair(ns, machine_id, value, simple=simple, idempotency_key=key))
+        response = client.repair(ns, machine_id, value, simple=simple, idempotency_key=key)
+        if not simple:
+            print_json(response)
+            return
+        status = client.get(ns, machine_id, limit=1)["status"]
+    out.print(f"{machine_id} {status} (repaired without calling the processor)", markup=False)
+
+
+ArgsOpt = Annotated[str | None, typer.Option(help="JSON arguments for the processor.", show_default="null")]
+KeyOpt = Annotated[str | None, typer.Option(help="Idempotency-Key, so a retried command is applied once.", show_default=False)]
+
+
+@cli.command("start")
+def start_command(ns: NsArg, machine_id: IdArg, args: ArgsOpt = None, key: KeyOpt = None,
+                  url: UrlOpt = DEFAULT_URL, token: TokenOpt = None) -> None:
+    """Start a machine (the processor's init); prints it as JSON."""
+    with MachinesClient(url, token) as client:
+        print_json(client.start(ns, machine_id, json_arg(args, "--args"), idempotency_key=key))
+
+
+@cli.command("call")
+def call_command(ns: NsArg, machine_id: IdArg, args: ArgsOpt = None, key: KeyOpt = None,
+                 timeout_ms: Annotated[int | None, typer.Option("--timeout-ms", min=1, help="How long the processor may take.", show_default="the namespace's")] = None,
+                 url: UrlOpt = DEFAULT_URL, token: TokenOpt = None) -> None:
+    """Call a machine (the processor's call); prints the processor's response as JSON."""
+    with MachinesClient(url, token) as client:
+        print_json(client.call(ns, machine_id, json_arg(args, "--args"), idempotency_key=key, timeout_ms=timeout_ms))
+
+
+@cli.command("notify")
+def notify_command(ns: NsArg, machine_id: IdArg, args: ArgsOpt = None, key: KeyOpt = None,
+                   url: UrlOpt = DEFAULT_URL, token: TokenOpt = None) -> None:
+    """Queue a notification for a machine (delivered later, in order); prints its id."""
+    with MachinesClient(url, token) as client:
+        out.print(client.notify(ns, machine_id, json_arg(args, "--args"), idempotency_key=key), markup=False)

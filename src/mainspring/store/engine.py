@@ -10,8 +10,10 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, Executable, Result, literal, select
 from sqlalchemy.engine import make_url
 
+from mainspring.store import borrowed
 from mainspring.store.clock import Clock
 from mainspring.store.dialect import Backend, Session
+from mainspring.store.errors import UnusableConnection
 from mainspring.store.group import GroupCommit, GroupRead
 from mainspring.store.notify import Notifier, PostgresListener
 from mainspring.store.urls import normalize_url, plain_dsn
@@ -35,11 +37,15 @@ LISTEN_APPLICATION_NAME = "mainspring-listen"
 class Transaction:
     """A write transaction: its statements, the wake-ups it sends and what runs once it has committed."""
 
-    __slots__ = ("_after_commit", "_before_last", "_last", "alone", "channels", "session", "shared", "statements", "store")
+    __slots__ = ("_after_commit", "_before_last", "_last", "alone", "channels", "events_at_commit", "session", "shared",
+                 "statements", "store")
 
-    def __init__(self, session: Session, store: Store, alone: bool = False, shared: bool = False) -> None:
+    def __init__(self, session: Session, store: Store, alone: bool = False, shared: bool = False, events_at_commit: bool = False) -> None:
         self.session = session
         self.store = store
+        self.events_at_commit = events_at_commit
+        """The caller's own transaction (``Store.borrowed_transaction``): its events are staged and numbered when
+        the caller commits, never holding the numbering lock while the caller's transaction stays open."""
         self.alone = alone
         """The transaction's only writer (group commit says so): it may run its one statement alone."""
         self.shared = shared
@@ -255,6 +261,39 @@ class Store:
         """Read ``item`` in one call ``read_all(session, items)`` with the other reads of ``key`` that arrive while
         the previous group is read; answers ``item``'s result."""
         return await self.group_read.run_joined(key, read_all, item)  # type: ignore[arg-type]
+
+    @contextlib.asynccontextmanager
+    async def borrowed_transaction(self, connection: Any) -> AsyncIterator[Transaction]:
+        """Write in the transaction the caller has open on ``connection`` (PostgreSQL; see ``store.borrowed``):
+        nothing is committed here, the events are numbered and the wake-ups sent by the caller's commit, and
+        a rollback leaves nothing. A failure leaves the caller's transaction as it was (a savepoint). What
+        waits for a commit (``after_commit``) is dropped: the commit is not seen here."""
+        if not self.is_postgres:
+            raise UnusableConnection("only a PostgreSQL store writes in the caller's transaction")
+        async with borrowed.sqlalchemy_connection(connection) as conn:
+            session = borrowed.BorrowedSession(conn)
+            name, started, ready = await borrowed.identity(session)
+            if (name, started) != await self._identity(refresh=False) and (name, started) != await self._identity(refresh=True):
+                raise UnusableConnection(f"the connection is to database {name!r}, not to the store's {self.extras['identity'][0]!r}")
+            if not ready:
+                raise UnusableConnection("the store's database is not migrated for writes in the caller's transaction")
+            await borrowed.savepoint(session)
+            try:
+                tx = Transaction(session, self, events_at_commit=True)
+                yield tx
+                await tx._write_last()
+                await borrowed.notify(session, tx.channels)
+            except BaseException:
+                await borrowed.back_to_savepoint(session)
+                raise
+            await borrowed.release_savepoint(session)
+
+    async def _identity(self, *, refresh: bool) -> tuple[str, str]:
+        if refresh or "identity" not in self.extras:
+            async with self.read() as session:
+                name, started, _ = await borrowed.identity(session)
+            self.extras["identity"] = (name, started)
+        return self.extras["identity"]  # type: ignore[no-any-return]
 
     @contextlib.asynccontextmanager
     async def read(self) -> AsyncIterator[Session]:

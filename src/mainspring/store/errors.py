@@ -9,6 +9,8 @@ try again.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 
 try:
@@ -35,6 +37,11 @@ SQLAlchemy, or straight from asyncpg where the store drives the connection itsel
 def is_unavailable(exc: BaseException) -> bool:
     """Whether ``exc`` (or what caused it) says the store is unreachable, restarting, or aborted the
     transaction for a retry."""
+    return any(_says_unavailable(error) for error in _chain(exc))
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and what caused it: its cause, its context and the driver's error SQLAlchemy wraps, each once."""
     seen: set[int] = set()
     pending: list[BaseException | None] = [exc]
     while pending:
@@ -42,10 +49,8 @@ def is_unavailable(exc: BaseException) -> bool:
         if error is None or id(error) in seen:
             continue
         seen.add(id(error))
-        if _says_unavailable(error):
-            return True
+        yield error
         pending.extend([error.__cause__, error.__context__, getattr(error, "orig", None)])
-    return False
 
 
 def _says_unavailable(error: BaseException) -> bool:
@@ -63,5 +68,23 @@ def _says_unavailable(error: BaseException) -> bool:
     return isinstance(sqlstate, str) and (sqlstate.startswith("08") or sqlstate in _TRANSIENT_SQLSTATES)
 
 
+_REFUSED_SQLSTATES = ("28000", "28P01", "3D000")
+"""invalid_authorization_specification (no such role), invalid_password, invalid_catalog_name (no such database):
+the database answered, and waiting will not change its answer."""
+
+
+def refusal(exc: BaseException) -> str | None:
+    """The database's own words when ``exc`` (or what caused it) is a refused connection, else None."""
+    for error in _chain(exc):
+        if getattr(error, "sqlstate", None) in _REFUSED_SQLSTATES:
+            return str(error).strip().splitlines()[0]
+    return None
+
+
 class TransactionAborted(Exception):
     """A COMMIT found its transaction already aborted by a failed statement: nothing was committed."""
+
+
+class UnusableConnection(Exception):
+    """A connection handed to the store to write in its transaction is not one it can use (another database,
+    another kind of connection, no transaction open). ``mainspring.producer`` raises it as ``ForeignConnection``."""

@@ -24,6 +24,7 @@ from mainspring.machines.data import subject_machine
 from mainspring.machines.models import check_machine_name
 from mainspring.store import parse_time
 from mainspring.ui.charts import bar_chart
+from mainspring.web.guard import check_browser_request
 
 COOKIE = "mainspring_ui_token"
 HERE = Path(__file__).parent
@@ -112,6 +113,7 @@ async def viewer(request: Request) -> Principal:
     except Unauthenticated as exc:
         raise LoginRequired() from exc
     principal.require_any(["admin", "ui"])
+    check_browser_request(request.scope, request_context(request).settings.server, open_server=principal.open)
     request.state.principal = principal
     return principal
 

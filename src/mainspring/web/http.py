@@ -7,7 +7,6 @@ A 2xx is sent only after the handler returned, so it still means what the handle
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -28,10 +27,13 @@ from mainspring.core.errors import (
     RateLimited,
     TooLarge,
     Unavailable,
+    UnsupportedMediaType,
 )
 from mainspring.core.logs import bind_request
 from mainspring.core.runtime import Context
+from mainspring.core.types import check_media_type
 from mainspring.store.errors import is_unavailable
+from mainspring.web.guard import check_browser_request
 from mainspring.web.routing import Call, Operation, PathParamError, RawBody, Reply, RouteTable
 
 log = logging.getLogger("mainspring.http")
@@ -106,9 +108,10 @@ class _Metrics:
 
 
 class _RateLimit:
-    """Per-client request rate on ``/v1`` (a moving window in this server's memory). A client is its bearer
-    token (hashed) or, without one, its address. It protects one server from a flood; limits that must hold
-    across servers (queue rate limits) live in the store instead."""
+    """Per-client request rate on ``/v1`` (a moving window in this server's memory). A client is its valid
+    token (its sha256, however the header writes it) or else its address — so unknown tokens, which cost a
+    lookup each, are limited with the address they come from. It protects one server from a flood; limits
+    that must hold across servers (queue rate limits) live in the store instead."""
 
     def __init__(self, rate: str) -> None:
         from limits import parse
@@ -118,8 +121,8 @@ class _RateLimit:
         self.rate = parse(rate)
         self.limiter = MovingWindowRateLimiter(MemoryStorage())
 
-    def check(self, scope: Mapping[str, Any], authorization: str | None) -> None:
-        client = hashlib.sha256(authorization.encode()).hexdigest() if authorization else str((scope.get("client") or ("?",))[0])
+    def check(self, scope: Mapping[str, Any], token_sha256: str | None) -> None:
+        client = f"token:{token_sha256}" if token_sha256 else f"address:{(scope.get('client') or ('?',))[0]}"
         if not self.limiter.hit(self.rate, client):
             reset = self.limiter.get_window_stats(self.rate, client).reset_time
             raise RateLimited(f"over {self.rate}", retry_after=max(1, int(reset - time.time() + 0.999)))
@@ -156,7 +159,9 @@ class Api:
         async def send_marked(message: Any) -> None:
             if message["type"] == "http.response.start":
                 sent.append(message["status"])
-                message["headers"] = [*message.get("headers", ()), (b"x-request-id", request_id.encode())]
+                # nosniff: a body goes out as its declared type (a message's HTML stays text to a browser).
+                message["headers"] = [*message.get("headers", ()), (b"x-request-id", request_id.encode()),
+                                      (b"x-content-type-options", b"nosniff")]
             await send(message)
 
         status = 500
@@ -175,12 +180,14 @@ class Api:
         try:
             authorization = _header(scope, b"authorization")
             if self.rate_limit is not None and not operation.public:
-                self.rate_limit.check(scope, authorization)
+                self.rate_limit.check(scope, self.authenticator.known_token(authorization))
             limit = self._body_limits[operation]
             declared = _header(scope, b"content-length")
             if declared is not None and declared.isdigit() and int(declared) > limit:
                 return await _send_problem(send, TooLarge(f"request body over {limit} bytes").problem(), close=True)
             principal = OPEN if operation.public else await self.authenticator.authenticate(authorization)
+            if not operation.public:
+                check_browser_request(scope, self.ctx.settings.server, open_server=principal.open)
             if isinstance(params, PathParamError):
                 raise _invalid([{"loc": ["path", params.name], "msg": str(params)}], f"path parameter {params.name}: {params}")
             if operation.scope is not None and not principal.open:
@@ -214,8 +221,8 @@ class Api:
             return None
         media = _media(_header(scope, b"content-type"))
         if not _is_json(media):
-            raise _invalid([{"loc": ["body"], "msg": "expected a JSON body"}],
-                           f"expected a JSON body, got Content-Type {media} (send Content-Type: application/json)")
+            # A browser's form or text/plain body is how another site writes without a preflight.
+            raise UnsupportedMediaType(f"expected a JSON body, got Content-Type {media[:100]} (send Content-Type: application/json)")
         try:
             return self._body_validators[operation](raw)
         except ValidationError as exc:
@@ -230,7 +237,7 @@ class Api:
             if result.media_type is not None:
                 content = result.content
                 raw = content if isinstance(content, bytes) else content.encode() if isinstance(content, str) else to_json(content)
-                return await _send(send, status, raw, [(b"content-type", result.media_type.encode("latin-1")), *extra])
+                return await _send(send, status, raw, [(b"content-type", _sendable(result.media_type)), *extra])
             headers = [*_JSON, *extra]
             result = result.content
         elif callable(result) and not isinstance(result, (BaseModel, dict, list)):
@@ -263,6 +270,15 @@ class Api:
 
             self._answer_checks[operation] = check
         check(result)
+
+
+def _sendable(media_type: str) -> bytes:
+    """A media type as a header value; one that is not a valid media type (stored before they were checked)
+    goes out as bytes, never as a broken header or a 500."""
+    try:
+        return check_media_type(media_type).encode("ascii")
+    except ValueError:
+        return b"application/octet-stream"
 
 
 def _json_validator(body: Any) -> Callable[[bytes], Any]:

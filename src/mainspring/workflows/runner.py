@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mainspring.core.leases import new_token
-from mainspring.core.runtime import Context, log_failure, run_loop
+from mainspring.core.runtime import Context, log_failure, retry_while_unavailable, run_loop
 from mainspring.interactions import service as interactions
 from mainspring.interactions.errors import InteractionFinished, InteractionNotFound
 from mainspring.machines import driven
@@ -308,7 +308,12 @@ class Runner:
         async with run.lock:
             run.writing = True
             try:
-                outcome, machine = await driven.apply(self.store, run.machine, change)
+                # A store that went away (a restart, a failover) is waited for, within the run's lease, and the
+                # same records written again: giving the run up would call its finished step once more on replay.
+                # Written after all (only the answer was lost), the retry meets the next version and the run is
+                # replayed from its records.
+                outcome, machine = await retry_while_unavailable(
+                    f"writing run {run.name}/{run.run_id}", lambda: driven.apply(self.store, run.machine, change), self.settings.lease_ms)
             finally:
                 run.writing = False
             if outcome is driven.Applied.APPLIED:

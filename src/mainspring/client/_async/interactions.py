@@ -3,25 +3,35 @@
 from __future__ import annotations
 
 import builtins
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Literal, cast
 from urllib.parse import quote
 
 from mainspring.client._async.base import AsyncBaseClient, body
+from mainspring.client.errors import ResultTimeout, result_of
 from mainspring.client.models import (
     Heartbeat,
     Interaction,
     InteractionPage,
     LeasesKept,
     LeasesReleased,
+    Periodic,
     PerOwner,
     Queue,
     RateLimit,
 )
 
+LONG_POLL_MS = 30_000
+FINISHED = ("completed", "failed", "cancelled")
+
 
 def _item(interaction_id: str | int) -> str:
     return f"/v1/interactions/{quote(str(interaction_id), safe='')}"
+
+
+def _periodic(name: str) -> str:
+    return f"/v1/periodic/{quote(name, safe='')}"
 
 
 def _queue(queue: str) -> str:
@@ -77,6 +87,20 @@ class AsyncInteractionsClient(AsyncBaseClient):
         """Lease from a paused ``queue`` again."""
         return cast(Queue, await self._json("POST", _queue(queue) + "/resume", idempotent=True))
 
+    async def put_periodic(self, name: str, *, cron: str, queue: str, data: Any = None, timezone: str | None = None,
+                           catch_up_ms: int | None = None) -> Periodic:
+        """Create or replace the cron schedule ``name``: one interaction in ``queue`` per tick, once across servers."""
+        sent = {"cron": cron, "queue": queue, "data": data, **body(timezone=timezone, catch_up_ms=catch_up_ms)}
+        return cast(Periodic, await self._json("PUT", _periodic(name), idempotent=True, json=sent))
+
+    async def list_periodic(self) -> builtins.list[Periodic]:
+        """Every cron schedule whose queue the token may see, with its next tick."""
+        return cast(builtins.list[Periodic], (await self._json("GET", "/v1/periodic", idempotent=True))["periodic"])
+
+    async def delete_periodic(self, name: str) -> None:
+        """Stop the cron schedule ``name`` (the interactions it created stay)."""
+        await self._json("DELETE", _periodic(name), idempotent=True)
+
     async def create(
         self,
         queue: str,
@@ -113,6 +137,19 @@ class AsyncInteractionsClient(AsyncBaseClient):
         """An interaction; with ``wait_ms``, answered as soon as it is finished (or when the wait is over)."""
         answer = await self._json("GET", _item(interaction_id), idempotent=True, params={"wait_ms": wait_ms}, wait_ms=wait_ms)
         return cast(Interaction, answer)
+
+    async def result(self, interaction_id: str, *, timeout_s: float | None = None) -> Any:
+        """The item's ``result`` once it is completed; ``InteractionFailed`` (with its ``error`` and
+        ``error_detail``) or ``InteractionCancelled`` when it ends otherwise, ``ResultTimeout`` (a ``TimeoutError``)
+        when ``timeout_s`` passes first (None: wait as long as it takes). Long-polls: no busy loop."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            left_ms = LONG_POLL_MS if deadline is None else int(max(0.0, deadline - time.monotonic()) * 1000)
+            item = await self.get(interaction_id, wait_ms=min(LONG_POLL_MS, left_ms) or None)
+            if item["status"] in FINISHED:
+                return result_of(item)
+            if deadline is not None and time.monotonic() >= deadline:
+                raise ResultTimeout(item, timeout_s or 0)
 
     async def list(
         self,

@@ -19,7 +19,8 @@ from typing import Any
 import uvicorn
 
 from mainspring.core.auth import Authenticator
-from mainspring.core.runtime import SHARED_PORTS, Context
+from mainspring.core.errors import CannotListen
+from mainspring.core.runtime import SHARED_PORTS, Context, bind_address
 from mainspring.machines.machinegun.automaton import woody_routes
 from mainspring.web.http import Api, send_problem
 
@@ -56,9 +57,24 @@ class _Server(uvicorn.Server):
 
 def listener_app(ctx: Context) -> ListenerApp:
     settings = ctx.settings
-    authenticator = Authenticator(ctx.store, settings.auth.tokens, settings.auth.cache_ms)
+    authenticator = Authenticator(ctx.store, settings.auth.tokens, settings.auth.cache_ms,
+                                  open_when_all_revoked=settings.auth.open_when_all_revoked)
     routes = woody_routes(settings, AUTOMATON_PATH, EVENT_SINK_PATH)
     return ListenerApp(Api(ctx, authenticator, routes.operations, max_json_bytes=settings.server.max_json_bytes))
+
+
+LISTENER_SOCKET = "machinegun:listener-socket"
+"""Set in ``Context.extras`` by ``mainspring serve``: the listener's address, bound before the store is opened (a
+taken address is fatal at start, docs/machinegun.md)."""
+
+
+def bind_listener(settings: Any, *, shared: bool = False) -> socket.socket | None:
+    """The listener's socket, bound (``CannotListen`` when the address is taken), or None when none is configured."""
+    listen = settings.machines.machinegun.listen
+    if listen is None:
+        return None
+    host, port = listen.rsplit(":", 1)
+    return bind_address(host, int(port), reuse_port=shared)
 
 
 async def run_listener(ctx: Context) -> None:
@@ -66,16 +82,16 @@ async def run_listener(ctx: Context) -> None:
     listen = ctx.settings.machines.machinegun.listen
     if listen is None:
         return
+    sock = ctx.extras.pop(LISTENER_SOCKET, None)
+    if sock is None:
+        try:
+            sock = bind_listener(ctx.settings, shared=bool(ctx.extras.get(SHARED_PORTS)))
+        except CannotListen as exc:
+            log.error("Machinegun's listener: %s", exc.detail)
+            return
     host, port = listen.rsplit(":", 1)
-    host = host.strip("[]")
-    try:
-        sock = socket.create_server((host, int(port)), family=socket.AF_INET6 if ":" in host else socket.AF_INET, backlog=2048,
-                                    reuse_port=bool(ctx.extras.get(SHARED_PORTS)))
-    except (OSError, ValueError) as exc:  # ValueError: no SO_REUSEPORT on this platform
-        log.error("Machinegun's listener could not listen on %s: %s", listen, exc)
-        return
-    server = _Server(uvicorn.Config(listener_app(ctx), host=host, port=int(port), lifespan="off", log_config=None,
-                                    access_log=ctx.settings.server.access_log))
+    server = _Server(uvicorn.Config(listener_app(ctx), host=host.strip("[]"), port=int(port), lifespan="off", log_config=None,
+                                    access_log=ctx.settings.server.access_log, backlog=2048))
     serving = asyncio.create_task(server.serve(sockets=[sock]))
     stopping = asyncio.create_task(ctx.stopping.wait())
     await asyncio.wait([serving, stopping], return_when=asyncio.FIRST_COMPLETED)
