@@ -161,3 +161,19 @@ async def test_a_package_read_by_id_lists_its_tasks_but_never_the_token(client, 
     assert read["lease"] is None and [t["id"] for t in read["tasks"]] == ids
     listed = (await client.get("/v1/batchers/books/packages", params={"status": "claimed"})).json()
     assert [p["id"] for p in listed["packages"]] == [package_id] and listed["next_cursor"] is None
+
+
+async def test_packages_are_listed_page_by_page_each_once(client, clock) -> None:
+    await put_batcher(client, max_size=2)
+    for book in range(3):
+        await submit_pair(client, f"b{book}")
+    await wait_status(client, [f"b{i}-en" for i in range(3)], "packed")
+    seen: list[str] = []
+    params: dict = {"limit": 2}
+    while True:
+        page = (await client.get("/v1/batchers/books/packages", params=params)).json()
+        seen += [p["id"] for p in page["packages"]]
+        if page["next_cursor"] is None:
+            break
+        params["cursor"] = page["next_cursor"]
+    assert len(seen) == 3 and len(set(seen)) == 3

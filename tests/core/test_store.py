@@ -215,3 +215,21 @@ async def test_advisory_locks_of_any_key_exclude_another_transaction(store: Stor
         async with store.read() as other:
             held = [await store.dialect.try_advisory_xact_lock(other, key) for key in keys]
     assert held == [not store.is_postgres] * len(keys)
+
+
+async def test_a_connection_left_inside_a_transaction_is_never_given_back_to_the_pool(database_url: str, engine: str, clock: ManualClock) -> None:
+    """A session that leaves a transaction open (a statement cut off, a ROLLBACK that never ran) is discarded:
+    the next user of the pool must not run its statements inside what was left."""
+    if engine != "postgres":
+        pytest.skip("the pool of asyncpg connections is PostgreSQL's; SQLite's sessions are its own")
+    store = Store(database_url, clock=clock, pool_size=1, sqlite_synchronous="NORMAL")
+    await store.start()
+    try:
+        async with store.read() as session:
+            await session.driver.execute("BEGIN")
+            await session.driver.execute("SET LOCAL application_name = 'left-behind'")
+        async with store.read() as session:
+            assert not session.driver.is_in_transaction()
+            assert await session.driver.fetchval("SHOW application_name") != "left-behind"
+    finally:
+        await store.close()

@@ -11,6 +11,7 @@ import httpx
 from sqlalchemy import select
 
 from mainspring.api import create_app
+from mainspring.exchange import data
 from mainspring.exchange.data import MessageRow
 from mainspring.exchange.sync import Outcome, record_file_moves
 from mainspring.exchange.tables import exchange_messages as M
@@ -179,6 +180,44 @@ async def test_late_commit_failed_while_the_quarantine_move_is_pending_keeps_the
     await recover(app.state.context)
     assert files_under(exchange_dir) == {f"mailboxes/mobile-a/db-1/{i}" for i in ids}
     assert [m["id"] for m in (await listed(client))["messages"]] == ids
+
+
+async def test_a_move_recorded_for_the_decision_before_the_quarantine_leaves_the_quarantine_pending(app, client, store):
+    """Each decision about a message's file bumps its version: a server that moved the file for the decision
+    before (the mailbox) and records it once the process went IN_DOUBT must not mark the quarantine's move done."""
+    ids, pid = await started(client, 1)
+    async with store.read() as conn:
+        before = (await conn.execute(select(M).where(M.c.id == ids[0]))).one()
+    await client.post(f"{PR}/{pid}/ready")
+    async with store.transaction() as tx:
+        await data.put_in_doubt(tx, [pid], store.now_ms())
+    async with store.transaction() as tx:
+        await record_file_moves(app.state.context, tx, [Outcome(MessageRow(*before), done=True)], store.now_ms())
+    async with store.read() as conn:
+        after = (await conn.execute(select(M.c.state, M.c.path, M.c.synced).where(M.c.id == ids[0]))).one()
+    assert tuple(after) == ("QUARANTINED", f"unknown/{pid}/{ids[0]}", False)
+
+
+async def test_a_move_recorded_for_an_older_decision_leaves_the_commit_pending(app, client, store):
+    """A message quarantined by one process, given back, then committed by the next: the late record of the
+    quarantine's move (two decisions ago) must not mark the commit's delete done."""
+    ids, first = await started(client, 1)
+    await client.post(f"{PR}/{first}/ready")
+    async with store.transaction() as tx:
+        await data.put_in_doubt(tx, [first], store.now_ms())
+    async with store.read() as conn:
+        quarantined = (await conn.execute(select(M).where(M.c.id == ids[0]))).one()
+    resolved = await client.post(f"{PR}/{first}/resolve", json={"committed": False})
+    assert resolved.status_code == 200, resolved.text
+    second = (await start(client, ids)).json()["id"]
+    await client.post(f"{PR}/{second}/ready")
+    async with store.transaction() as tx:
+        await data.commit_process_messages(tx, second, False, store.now_ms())
+    async with store.transaction() as tx:
+        await record_file_moves(app.state.context, tx, [Outcome(MessageRow(*quarantined), done=True)], store.now_ms())
+    async with store.read() as conn:
+        after = (await conn.execute(select(M.c.state, M.c.synced).where(M.c.id == ids[0]))).one()
+    assert tuple(after) == ("COMMITTED", False)
 
 
 async def test_recording_the_same_file_moves_twice_at_once_never_deadlocks(app, client, store):

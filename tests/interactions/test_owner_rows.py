@@ -194,3 +194,10 @@ async def test_postgresql_plans_a_read_by_owner_as_narrow_whatever_owners_its_sa
             "SELECT attoptions FROM pg_attribute WHERE attrelid = 'interactions'::regclass AND attname = 'owner'"
         ))).scalar_one()
     assert "n_distinct=-0.05" in options
+
+
+async def test_an_item_due_this_very_millisecond_counts_as_ready_among_the_busiest_owners(store: Store, settings: Settings) -> None:
+    cfg = settings.interactions
+    await service.put_queue(store, cfg, "q", {"owner_by": "user"})
+    await service.create(store, cfg, "q", {"user": "alice", "data": 1})
+    assert await service.busiest_owners(store, "q") == [{"owner": "alice", "ready": 1, "processing": 0}]

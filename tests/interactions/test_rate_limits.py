@@ -163,3 +163,13 @@ async def test_a_window_in_force_at_the_upgrade_is_kept_as_starts_at_its_beginni
         assert Counter(i["user"] for i in (await leasing.lease(store, cfg, "q", "w", 10)).items) == {"alice": 3, "bob": 1}
     finally:
         await store.close()
+
+
+def test_a_rate_log_longer_than_it_keeps_loses_no_start_from_its_count() -> None:
+    """The log of an owner's or a queue's starts keeps RATE_STARTS_KEPT entries: the oldest are merged into the
+    next, so the window still counts every start in it."""
+    starts = None
+    for n in range(leasing.RATE_STARTS_KEPT + 5):
+        starts = leasing.rate_started(starts, 1_000 + n, 1, 60_000)
+    assert starts is not None and len(starts) == leasing.RATE_STARTS_KEPT
+    assert sum(k for _, k in starts) == leasing.RATE_STARTS_KEPT + 5

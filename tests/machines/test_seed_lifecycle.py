@@ -324,3 +324,13 @@ async def test_a_processor_failure_answers_502_without_what_the_processor_raised
     assert reply.status_code == 502 and reply.json()["code"] == "processor_failed"
     assert "hunter2" not in reply.text and "db.internal" not in reply.text
     assert "hunter2" in caplog.text  # the operator still sees it
+
+
+def test_a_machine_subject_names_its_machine_back_and_a_hashed_one_none() -> None:
+    """Events and alerts carry a machine as one subject; the dashboard and the alerts' closing read it back."""
+    from mainspring.machines.data import machine_subject, subject_machine
+
+    for namespace, machine_id in (("ns", "m1"), ("a/b", "c/d#e"), ("ns", "%2F")):
+        assert subject_machine(machine_subject(namespace, machine_id)) == (namespace, machine_id)
+    assert subject_machine(machine_subject("ns", "x" * 1000)) is None
+    assert subject_machine("ns") is None and subject_machine("a/b/c") is None
