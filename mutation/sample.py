@@ -4,7 +4,7 @@ A whole module's mutants take hours on a shared machine; a uniform sample with a
 says what share of the operators a module's tests kill. Run with the mutation venv's python, after the
 operator and pragma filters:
 
-    .venv-mutation/bin/python mutation/sample.py SESSION N [SEED]
+    .venv-mutation/bin/python mutation/sample.py SESSION N [DRAW]
 
 Mutants already run are untouched; running it again on the same session keeps the same sample (the pending
 mutants are those the sample kept).

@@ -4,7 +4,7 @@
 #
 #   scripts/mutation.sh TARGET...      run (or resume) each target of mutation/targets.tsv; `all` for every one
 #   scripts/mutation.sh --sample N TARGET...   a new session runs a seeded random N of its mutants (mutation/sample.py;
-#                                      SEED=… to draw another); the others are marked skipped
+#                                      DRAW=… to draw another); the others are marked skipped
 #   scripts/mutation.sh --list         the targets
 #
 # Each target runs in a scratch copy of the tree (.mutation/TARGET/tree, the working tree as it is now), so the
@@ -56,7 +56,7 @@ for target in "${wanted[@]}"; do
      "$TOOL_VENV/bin/cr-filter-operators" "$work/session.sqlite" "$work/cosmic-ray.toml"
      "$TOOL_VENV/bin/cr-filter-pragma" "$work/session.sqlite")
     if [[ -n "$sample" ]]; then
-      "$TOOL_VENV/bin/python" mutation/sample.py "$work/session.sqlite" "$sample" "${SEED:-37}" | tee "$work/sample.txt"
+      "$TOOL_VENV/bin/python" mutation/sample.py "$work/session.sqlite" "$sample" "${DRAW:-37}" | tee "$work/sample.txt"
     fi
     echo "$target: mutants of $module in $work/session.sqlite"
   fi

@@ -6,7 +6,6 @@ The routes are read from the app itself, so every face's endpoints are covered a
 from __future__ import annotations
 
 import re
-import time
 from typing import Any
 
 import httpx
@@ -152,11 +151,9 @@ async def test_json_false_is_not_the_integer_zero(client: httpx.AsyncClient) -> 
     assert (await client.get("/v1/queues/q/interactions")).json()["interactions"] == []
 
 
-async def test_a_body_of_340k_empty_arrays_is_422_within_a_second_of_cpu(client: httpx.AsyncClient) -> None:
+async def test_a_body_of_340k_empty_arrays_is_refused_by_its_count_of_containers(client: httpx.AsyncClient) -> None:
     body = b'{"data": [' + b",".join([b"[]"] * 340_000) + b"]}"
     assert len(body) < 1 << 20
-    started = time.process_time()  # CPU of this process (server and client): wall time means nothing under load
     answer = await client.post("/v1/queues/emails/interactions", content=body, headers={"content-type": "application/json"})
     assert answer.status_code == 422 and "arrays and objects" in answer.text
-    assert time.process_time() - started < 1.0, time.process_time() - started
     assert (await client.get("/v1/queues/emails")).json()["counts"]["ready"] == 0
