@@ -22,7 +22,7 @@ async def main():
     async def new(tx, pid):
         return await data.lock_process(tx, pid)
     res = {"per-call select": [], "built once": []}
-    for r in range(5):
+    for _round in range(5):
         for name, f in (("per-call select", old), ("built once", new)):
             async with store.transaction() as tx:
                 t = time.process_time()
