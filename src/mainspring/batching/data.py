@@ -346,7 +346,7 @@ async def lock_packages_with_tasks(tx: Transaction, package_ids: Sequence[str]) 
             if package is not None:
                 found[package_id] = (package, await package_tasks(tx, package_id))
         return found
-    rows = (await tx.execute(_LOCK_PACKAGES_WITH_TASKS_PG, {"locked_package_ids": list(dict.fromkeys(package_ids))})).all()
+    rows = (await tx.fetch(_LOCK_PACKAGES_WITH_TASKS_PG, {"locked_package_ids": list(dict.fromkeys(package_ids))})).all()
     width = len(batch_packages.c)
     locked: dict[str, tuple[PackageRow, list[TaskRow]]] = {}
     for row in rows:
@@ -384,7 +384,7 @@ async def complete_packages(tx: Transaction, package_seqs: Sequence[int], outcom
         "results": [json.dumps(o.result) for o in outcomes], "errors": [o.error for o in outcomes],
         "package_seqs": list(package_seqs), "now": now,
     }
-    tasks, packages = (await tx.execute(_COMPLETE_PACKAGES_PG, params)).one()
+    tasks, packages = (await tx.fetch(_COMPLETE_PACKAGES_PG, params)).all()[0]
     if (tasks, packages) != (len(outcomes), len(package_seqs)):  # the caller holds the locks: never, but never silently
         raise RuntimeError(f"completing packages {list(package_seqs)} wrote {tasks} task(s) of {len(outcomes)}, {packages} package(s)")
 
@@ -824,9 +824,9 @@ async def claim_oldest_many(
               "claim_count": len(claimers), "claim_default_lease_ms": default_lease_ms, "claim_now": now}
     if alone:
         params.update(pg_channel=wake[0], sequencer_channel=wake[1])
-        rows = (await tx.execute_alone(_CLAIM_MANY_WITH_EVENTS_ALONE, params)).all()
+        rows = (await tx.fetch_alone(_CLAIM_MANY_WITH_EVENTS_ALONE, params)).all()
     else:
-        rows = (await tx.execute(_CLAIM_MANY, params)).all()
+        rows = (await tx.fetch(_CLAIM_MANY, params)).all()
     width = len(batch_packages.c)
     found: dict[int, tuple[PackageRow, bool, list[TaskRow]]] = {}
     for row in rows:

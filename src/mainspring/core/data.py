@@ -101,7 +101,7 @@ _INSERT_NUMBERED_EVENTS_SQLITE = text(
 )
 
 
-async def insert_events(tx: Executor, store: Store, batch: Sequence[Event], at: int) -> None:
+async def insert_events(tx: Transaction, store: Store, batch: Sequence[Event], at: int) -> None:
     """Insert ``batch``, numbered (SQLite; on PostgreSQL ``insert_numbered_events``, as a transaction's last
     statement)."""
     if store.is_postgres:
@@ -123,10 +123,11 @@ _INSERT_EVENTS = text(
 )
 
 
-async def insert_numbered_events(tx: Executor, batch: Sequence[tuple[Event, int]]) -> None:
+async def insert_numbered_events(tx: Transaction, batch: Sequence[tuple[Event, int]]) -> None:
     """Insert each (event, at) of ``batch`` in order, numbered by the store as it writes them (PostgreSQL):
     the numbering lock is held from here until the transaction ends, so this is its last statement."""
-    await tx.execute(_INSERT_EVENTS, _event_columns(batch))
+    # Every write with events runs this: prepared once on the connection, without SQLAlchemy's per-call work.
+    await tx.fetch(_INSERT_EVENTS, _event_columns(batch))
 
 
 _INSERT_EVENTS_AT_COMMIT = text(str(_INSERT_EVENTS).replace("INSERT INTO events ", "INSERT INTO events_at_commit ", 1))
