@@ -26,9 +26,11 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import aiohttp  # noqa: F401 - the client's transport, imported before the clock starts (the client imports it at its first call)
 import asyncpg
 import httpx
 
+from mainspring.client import AsyncExchangeClient
 from mainspring.core.runtime import Context
 from mainspring.exchange import files
 from mainspring.exchange.settings import ExchangeSettings
@@ -75,11 +77,33 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def worker(url: str, mailbox: int, stop_at: float, counts: list[int], timings: dict[str, list[float]]) -> None:
+async def worker(url: str, mailbox: int, stop_at: float, counts: list[int], timings: dict[str, list[float]], library: bool = True) -> None:
     # One connection per worker, never idle in a shared pool (where the server's keep-alive timeout would
     # close it under the next request).
+    if library:
+        async with AsyncExchangeClient(url, timeout=300) as exchange:
+            await library_cycles_of(exchange, mailbox, stop_at, counts, timings)
+        return
     async with httpx.AsyncClient(base_url=url, timeout=300) as client:
         await cycles_of(client, mailbox, stop_at, counts, timings)
+
+
+async def library_cycles_of(
+    exchange: AsyncExchangeClient, mailbox: int, stop_at: float, counts: list[int], timings: dict[str, list[float]]
+) -> None:
+    """The same cycle as ``cycles_of``, through the Python client (``mainspring.client.AsyncExchangeClient``)."""
+    addressee = f"mobile-{mailbox}"
+    while time.monotonic() < stop_at:
+        began = time.perf_counter()
+        ids = [(await exchange.store(addressee, "erp", b"x" * 512 + str(i).encode()))["id"] for i in range(10)]
+        stored = time.perf_counter()
+        process = await exchange.start(addressee, "erp", f"g{mailbox}", ids)
+        await exchange.ready(process["id"])
+        done = await exchange.committed(process["id"])
+        assert done["state"] in ("CLEANUP", "DONE")
+        counts[0] += 1
+        timings["puts"].append(stored - began)
+        timings["protocol"].append(time.perf_counter() - stored)
 
 
 async def cycles_of(
@@ -107,7 +131,7 @@ async def cycles_of(
         timings["protocol"].append(time.perf_counter() - stored)
 
 
-async def bench_cycles(engine: str, mailboxes: int, seconds: float) -> None:
+async def bench_cycles(engine: str, mailboxes: int, seconds: float, library: bool = True) -> None:
     workdir = Path(tempfile.mkdtemp(prefix="bench-exchange-"))
     url = await fresh_database(engine, workdir)
     port = free_port()
@@ -130,7 +154,7 @@ async def bench_cycles(engine: str, mailboxes: int, seconds: float) -> None:
             timings: dict[str, list[float]] = {"puts": [], "protocol": []}
             server_cpu, own_cpu = cpu_seconds(server.pid), sum(os.times()[:2])
             started = time.monotonic()
-            await asyncio.gather(*[worker(base, m, started + seconds, counts, timings) for m in range(mailboxes)])
+            await asyncio.gather(*[worker(base, m, started + seconds, counts, timings, library) for m in range(mailboxes)])
             elapsed = time.monotonic() - started
             server_cpu, own_cpu = cpu_seconds(server.pid) - server_cpu, sum(os.times()[:2]) - own_cpu
         print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
@@ -139,7 +163,7 @@ async def bench_cycles(engine: str, mailboxes: int, seconds: float) -> None:
         print(f"cycles engine={engine} mailboxes={mailboxes} seconds={elapsed:.1f} cycles={counts[0]} "
               f"cycles/s={counts[0] / elapsed:.1f} messages/s={10 * counts[0] / elapsed:.1f} "
               f"p50: 10 puts {p50['puts']:.1f} ms, start+ready+commit {p50['protocol']:.1f} ms; "
-              f"CPU per cycle: server {server_cpu * per_cycle:.1f} ms, this client {own_cpu * per_cycle:.1f} ms",
+              f"CPU per cycle: server {server_cpu * per_cycle:.1f} ms, this client ({'library' if library else 'httpx'}) {own_cpu * per_cycle:.1f} ms",
               flush=True)
     finally:
         server.terminate()
@@ -228,13 +252,15 @@ def main() -> None:
     cycles.add_argument("--engine", choices=["sqlite", "postgres"], default="sqlite")
     cycles.add_argument("--mailboxes", type=int, default=100)
     cycles.add_argument("--seconds", type=float, default=20)
+    cycles.add_argument("--client", choices=["library", "httpx"], default="library",
+                        help="drive the cycle through the Python client (mainspring.client), or through bare httpx calls")
     rec = sub.add_parser("recovery")
     rec.add_argument("--engine", choices=["sqlite", "postgres"], default="sqlite")
     rec.add_argument("--processes", type=int, default=100_000)
     rec.add_argument("--mix", choices=["inflight", "mostly-done"], default="inflight")
     args = parser.parse_args()
     if args.command == "cycles":
-        asyncio.run(bench_cycles(args.engine, args.mailboxes, args.seconds))
+        asyncio.run(bench_cycles(args.engine, args.mailboxes, args.seconds, args.client == "library"))
     else:
         asyncio.run(bench_recovery(args.engine, args.processes, args.mix))
 

@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.machines_processors json PORT     # the JSON protocol (mainspring.machines.host)
     .venv/bin/python -m bench.machines_processors thrift PORT   # Machinegun's Processor service over woody
+    .venv/bin/python -m bench.machines_processors raw PORT      # the floor: a bare ASGI app, the same JSON in and out
 
 Each appends one event per step and answers a call with its argument, as a Machinegun user's processor
 would at its simplest: what is measured is Mainspring's side of the step, not the business logic.
@@ -10,6 +11,7 @@ would at its simplest: what is measured is Mainspring's side of the step, not th
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any
 
 
@@ -59,9 +61,28 @@ def thrift_app() -> Any:
     return Starlette(routes=[Route("/", serve, methods=["POST"])])
 
 
+async def raw_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """The JSON processor's floor (issue 36: the host within 2× of it): a bare ASGI app under the same uvicorn
+    that parses the same request and answers what ``NoOp`` answers, with no framework in between."""
+    if scope["type"] != "http":
+        return
+    body = b""
+    more = True
+    while more:
+        message = await receive()
+        body += message.get("body", b"")
+        more = message.get("more_body", False)
+    request = json.loads(body)
+    answer = await getattr(NoOp(), request["kind"])(request.get("args"), request["machine"])
+    out = json.dumps(answer).encode()
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(out)).encode())]})
+    await send({"type": "http.response.body", "body": out})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("kind", choices=("json", "thrift"))
+    parser.add_argument("kind", choices=("json", "thrift", "raw"))
     parser.add_argument("port", type=int)
     args = parser.parse_args()
     kind, port = args.kind, args.port
@@ -72,7 +93,7 @@ def main() -> None:
         return
     import uvicorn
 
-    uvicorn.run(thrift_app(), host="127.0.0.1", port=port, log_level="warning")
+    uvicorn.run(raw_app if kind == "raw" else thrift_app(), host="127.0.0.1", port=port, log_level="warning")
 
 
 if __name__ == "__main__":

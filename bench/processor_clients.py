@@ -102,6 +102,7 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=256, help="the pool's size (the server's default: 4 × machines.concurrency)")
     parser.add_argument("--clients", default=",".join(CLIENTS))
     parser.add_argument("--port", type=int, default=None)
+    parser.add_argument("--hosts", default="json", help="the processors called, in turn: json (mainspring.machines.host), raw (a bare ASGI app), or both: json,raw")
     parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop", help="the event loop (the server's is uvloop, as uvicorn picks it)")
     args = parser.parse_args()
     if args.loop == "uvloop":
@@ -113,17 +114,20 @@ def main() -> None:
 
 
 async def run_all(args: argparse.Namespace) -> None:
-    port = args.port or free_port()
-    host = serve_processor("json", port)
+    hosts = {kind: ((args.port or free_port()) + i, None) for i, kind in enumerate(args.hosts.split(","))}
+    hosts = {kind: (port, serve_processor(kind, port)) for kind, (port, _) in hosts.items()}
     results: dict[str, list[dict[str, float]]] = {}
     try:
         for _ in range(args.rounds):
-            for client in args.clients.split(","):
-                result = await run(client, f"http://127.0.0.1:{port}/", args.requests, args.concurrency, args.connections, host.pid)
-                results.setdefault(client, []).append(result)
-                print(client, result, flush=True)
+            for kind, (port, host) in hosts.items():
+                for client in args.clients.split(","):
+                    result = await run(client, f"http://127.0.0.1:{port}/", args.requests, args.concurrency, args.connections, host.pid)
+                    name = client if len(hosts) == 1 else f"{client}→{kind}"
+                    results.setdefault(name, []).append(result)
+                    print(name, result, flush=True)
     finally:
-        host.kill()
+        for _, host in hosts.values():
+            host.kill()
     print("medians:")
     for client, runs in results.items():
         print(client, {key: statistics.median(r[key] for r in runs) for key in runs[0]})

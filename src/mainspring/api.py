@@ -44,7 +44,8 @@ from mainspring.ui.routes import dashboard, http_error
 from mainspring.web import openapi
 from mainspring.web.docs_page import docs_routes, root_routes
 from mainspring.web.http import Api, send_problem
-from mainspring.web.routing import Call, Operation, Reply, Routes
+from mainspring.web.permissions import PUBLIC
+from mainspring.web.routing import Operation, Reply, Routes
 from mainspring.workflows.face import face as workflows_face
 
 log = logging.getLogger("mainspring.server")
@@ -144,13 +145,13 @@ def service_routes(ctx: Context, store: Store, document: Callable[[], dict[str, 
     gauges = Gauges([read_outbox_gauges, read_alert_gauges, *(face.read_gauges for face in FACES if face.read_gauges is not None)])
     described: list[bytes] = []
 
-    @routes.get("/healthz", public=True, answer=dict[str, str])
-    async def healthz(call: Call[None]) -> Any:
+    @routes.get("/healthz", permission=PUBLIC)
+    async def healthz() -> dict[str, str]:
         """The process is alive."""
         return {"status": "ok"}
 
-    @routes.get("/readyz", public=True, answer=dict[str, str], problems={503: "unavailable"})
-    async def readyz(call: Call[None]) -> Any:
+    @routes.get("/readyz", permission=PUBLIC, problems=[Unavailable])
+    async def readyz() -> dict[str, str]:
         """The store answers."""
         try:
             await asyncio.wait_for(store.ping(), 5)
@@ -159,8 +160,8 @@ def service_routes(ctx: Context, store: Store, document: Callable[[], dict[str, 
             raise Unavailable(str(exc)[:200]) from None
         return {"status": "ready", "engine": store.dialect.name}
 
-    @routes.get("/metrics", public=True, content={CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}})
-    async def metrics(call: Call[None]) -> Any:
+    @routes.get("/metrics", permission=PUBLIC, content={CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}})
+    async def metrics() -> Reply:
         """Prometheus text format: request metrics, and each face's business metrics read from the store."""
         try:
             await gauges.refresh(ctx)
@@ -169,8 +170,8 @@ def service_routes(ctx: Context, store: Store, document: Callable[[], dict[str, 
             log_failure(log, exc, "reading the gauges for /metrics failed")
         return Reply(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
-    @routes.get("/openapi.json", public=True, in_schema=False)
-    async def openapi_json(call: Call[None]) -> Any:
+    @routes.get("/openapi.json", permission=PUBLIC, in_schema=False)
+    async def openapi_json() -> Reply:
         """This API's description (OpenAPI 3.1)."""
         if not described:
             described.append(json.dumps(document()).encode())

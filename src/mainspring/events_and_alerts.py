@@ -13,13 +13,17 @@ from pydantic import BaseModel, Field
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from mainspring.core import alerts, outbox
-from mainspring.core.errors import InvalidRequest
+from mainspring.core.errors import AlertNotFound, InvalidRequest
+from mainspring.core.runtime import Context
 from mainspring.core.types import Limit, Name, Page, Query
 from mainspring.store.errors import is_unavailable
+from mainspring.web.permissions import Scope
 from mainspring.web.routing import Call, Routes
 
 log = logging.getLogger("mainspring.events")
-routes = Routes("/v1", tag="events and alerts", params={"alert_id": Name})
+routes = Routes("/v1", tag="events and alerts")
+
+READER = Scope("admin", "ui")
 
 
 class Subject(BaseModel):
@@ -80,7 +84,7 @@ class AlertsQuery(Page):
 def event_position(after: str | None) -> int:
     if after is None or after == "":
         return 0
-    if not after.isdigit() or len(after) > 18:
+    if not (after.isascii() and after.isdigit()) or len(after) > 18:
         raise InvalidRequest("after must be an event id", errors=[{"loc": ["query", "after"], "msg": "not an event id"}])
     return int(after)
 
@@ -89,11 +93,9 @@ def event_types(types: str | None) -> list[str]:
     return [t.strip() for t in (types or "").split(",") if t.strip()]
 
 
-@routes.get("/events", query=EventsPageQuery, answer=EventPage)
-async def list_events(call: Call[None]) -> Any:
+@routes.get("/events", permission=READER)
+async def list_events(call: Call, query: EventsPageQuery) -> EventPage:
     """Events after the cursor, oldest first. With ``wait_ms`` it waits for the first one (long poll)."""
-    call.principal.require_any(["admin", "ui"])
-    query: EventsPageQuery = call.query
     ctx = call.ctx
     position = event_position(query.after)
     deadline = asyncio.get_running_loop().time() + ctx.wait_s(query.wait_ms)
@@ -107,16 +109,14 @@ async def list_events(call: Call[None]) -> Any:
         await waiter.wait(min(remaining, 1.0))
 
 
-@routes.get("/events/stream", query=EventsQuery, content={"text/event-stream": {"schema": {"type": "string"}}})
-async def stream_events(call: Call[None]) -> Any:
+@routes.get("/events/stream", permission=READER, content={"text/event-stream": {"schema": {"type": "string"}}})
+async def stream_events(call: Call, query: EventsQuery) -> EventSourceResponse:
     """The event log as Server-Sent Events, live. Each SSE ``id`` is the cursor to resume from
     (the ``Last-Event-ID`` header is honoured too)."""
-    call.principal.require_any(["admin", "ui"])
-    query: EventsQuery = call.query
     return event_stream(call.ctx, event_position(call.header("last-event-id") or query.after), event_types(query.types))
 
 
-def event_stream(ctx: Any, position: int, wanted: list[str]) -> EventSourceResponse:
+def event_stream(ctx: Context, position: int, wanted: list[str]) -> EventSourceResponse:
     """The events after ``position`` (of ``wanted`` types) as a live SSE response."""
 
     async def generate() -> AsyncIterator[ServerSentEvent]:
@@ -140,17 +140,14 @@ def event_stream(ctx: Any, position: int, wanted: list[str]) -> EventSourceRespo
     return EventSourceResponse(generate(), ping=15)
 
 
-@routes.get("/alerts", query=AlertsQuery, answer=AlertPage)
-async def list_alerts(call: Call[None]) -> Any:
+@routes.get("/alerts", permission=READER)
+async def list_alerts(call: Call, query: AlertsQuery) -> AlertPage:
     """Alerts, newest first; ``open=true`` hides acknowledged ones."""
-    call.principal.require_any(["admin", "ui"])
-    query: AlertsQuery = call.query
     items, next_cursor = await alerts.list_alerts(call.store, open_only=query.open, limit=query.limit, cursor=query.cursor)
     return {"alerts": items, "next_cursor": next_cursor}
 
 
-@routes.post("/alerts/{alert_id}/ack", answer=AlertOut, problems={404: "alert_not_found"})
-async def ack_alert(call: Call[None]) -> Any:
+@routes.post("/alerts/{alert_id}/ack", permission=Scope("admin"), problems=[AlertNotFound])
+async def ack_alert(call: Call, alert_id: Name) -> AlertOut:
     """Acknowledge an alert: it is no longer open."""
-    call.principal.require("admin")
-    return await alerts.ack_alert(call.store, call.params["alert_id"])
+    return await alerts.ack_alert(call.store, alert_id)

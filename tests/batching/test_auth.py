@@ -54,7 +54,7 @@ async def test_a_package_by_id_checks_the_scope_of_its_batcher(client) -> None:
     token = package["lease"]["token"]
     for path, body in [("complete", {"token": token}), ("heartbeat", {"token": token}), ("fail", {"token": token, "error": "x"})]:
         denied = await client.post(f"/v1/packages/{package['id']}/{path}", json=body, headers=bearer(OTHER))
-        assert denied.status_code == 403, path
-    assert (await client.get(f"/v1/packages/{package['id']}", headers=bearer(OTHER))).status_code == 403
+        assert denied.status_code == 404 and denied.json()["code"] == "package_not_found", path
+    assert (await client.get(f"/v1/packages/{package['id']}", headers=bearer(OTHER))).status_code == 404
     done = await client.post(f"/v1/packages/{package['id']}/complete", json={"token": token}, headers=books)
     assert done.status_code == 200 and done.json()["status"] == "done"

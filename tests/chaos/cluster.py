@@ -33,8 +33,10 @@ SERVER_ENV = {
     "MAINSPRING_EXCHANGE__CLEANUP_RETRY_MAX_MS": "2000",
     "MAINSPRING_MACHINES__LEASE_MARGIN_MS": "1000",
     "MAINSPRING_INTERACTIONS__EXPIRY_INTERVAL_MS": "250",
-    # A killed server's runs go to the others this long after its last write.
-    "MAINSPRING_WORKFLOWS__LEASE_MS": "3000",
+    # A killed server's runs go to the others this long after its last write. Long enough that a live server
+    # starved on a loaded machine keeps its runs (3 s was not, at load 30: a third server took a step over
+    # twice), short enough for the drain.
+    "MAINSPRING_WORKFLOWS__LEASE_MS": "10000",
 }
 APP = "tests.chaos.flowapp:app"
 """Every server runs the workflows workload's workflow."""

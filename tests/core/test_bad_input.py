@@ -133,3 +133,19 @@ async def test_a_form_body_is_refused_415_saying_a_json_body_was_expected(client
         assert problem["detail"] == "expected a JSON body, got Content-Type application/x-www-form-urlencoded (send Content-Type: application/json)"
     plain = await client.post("/v1/queues/emails/lease", json={"worker": "w1", "max": "many"})
     assert plain.json()["detail"] == "the request does not match the schema"
+
+
+async def test_non_ascii_digits_are_refused_not_a_500(client: httpx.AsyncClient) -> None:
+    """``²`` is a digit to ``str.isdigit`` and not to ``int``: ids, parents and cursors take ASCII digits only."""
+    assert (await client.get("/v1/interactions/%C2%B2")).status_code == 404
+    parent = await client.post("/v1/queues/q/interactions", json={"parent_id": "²"})
+    assert parent.status_code == 404 and parent.json()["code"] == "parent_not_found"
+    after = await client.get("/v1/events", params={"after": "²"})
+    assert after.status_code == 422 and after.json()["code"] == "invalid_request"
+
+
+async def test_json_false_is_not_the_integer_zero(client: httpx.AsyncClient) -> None:
+    refused = await client.post("/v1/queues/q/interactions", json={"process_in_ms": False})
+    assert refused.status_code == 422 and refused.json()["errors"][0]["loc"] == ["body", "process_in_ms"]
+    assert (await client.post("/v1/queues/q/lease", json={"worker": "w", "max": 1, "wait_ms": False})).status_code == 422
+    assert (await client.get("/v1/queues/q/interactions")).json()["interactions"] == []

@@ -3,8 +3,12 @@ operation, what it is refused with, and what the API description says."""
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import logging
+import re
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -12,27 +16,73 @@ import pytest
 from pydantic import BaseModel
 
 from mainspring.core.auth import Authenticator
+from mainspring.core.errors import InvalidRequest
 from mainspring.core.runtime import Context
-from mainspring.core.types import Name
+from mainspring.core.types import Name, Page
 from mainspring.store import Store
 from mainspring.web.http import Api
-from mainspring.web.routing import Call, Operation, PathParamError, Reply, Routes, RouteTable
+from mainspring.web.permissions import PUBLIC, Scope
+from mainspring.web.routing import (
+    AnySegment,
+    Call,
+    MissingPermission,
+    Operation,
+    PathParamError,
+    Reply,
+    Routes,
+    RouteTable,
+)
 from tests.core.test_store import stored_cursors, write_then_fail_quietly
 
 
-async def _noop(call: Call[Any]) -> Any:
-    return {}
-
-
 def _table(*paths: tuple[str, str]) -> RouteTable:
-    routes = Routes("/v1", tag="t", params={"queue": Name})
+    routes = Routes("/v1", tag="t")
     for method, path in paths:
-        async def handler(call: Call[Any]) -> Any:
+        async def handler(call: Call, *values: str) -> dict[str, str]:
             return {}
 
+        # A handler per path, its signature naming the path's parameters (``queue`` typed as a queue's name).
+        names = re.findall(r"\{(\w+)\}", path)
+        handler.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+            [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in ("call", *names)])
+        handler.__annotations__ = {"call": Call, **{n: Name if n == "queue" else AnySegment for n in names},
+                                   "return": dict[str, str]}
         handler.__name__ = f"{method}_{path}"
-        routes.add(method, path, handler)
+        routes.add(method, path, handler, permission=PUBLIC)
     return RouteTable(routes.operations)
+
+
+def test_an_operation_without_a_permission_is_refused_when_declared() -> None:
+    routes = Routes("/v1", tag="t")
+    with pytest.raises(MissingPermission, match="declares no permission"):
+        @routes.get("/things/{id}")
+        async def read_thing(call: Call, id: Name) -> dict[str, str]:
+            return {}
+    assert routes.operations == []
+
+
+def test_a_face_module_declaring_an_operation_without_a_permission_does_not_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "careless_face.py").write_text(
+        "from mainspring.web.routing import Call, Routes\n"
+        "routes = Routes('/v1', tag='careless')\n"
+        "@routes.post('/queues/{queue}/wipe')\n"
+        "async def wipe(call: Call, queue: str) -> None: ...\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(MissingPermission):
+        importlib.import_module("careless_face")
+
+
+def test_the_signature_declares_path_parameters_body_query_and_answer() -> None:
+    routes = Routes("/v1", tag="t")
+
+    @routes.post("/queues/{queue}/things", permission=Scope("queues:{queue}"), problems=[InvalidRequest])
+    async def make(call: Call, queue: Name, body: _Shape | None, query: Page) -> _Shape | Reply:
+        return body or _Shape(a=0)
+
+    [operation] = routes.operations
+    assert (operation.params, operation.body, operation.body_required, operation.query, operation.answer) == (
+        {"queue": Name}, _Shape, False, Page, _Shape)
+    assert operation.permission.describe() == "queues:{queue}"
 
 
 def test_a_literal_segment_wins_over_a_parameter_in_the_same_place() -> None:
@@ -137,7 +187,7 @@ def _api(handler: Any, store: Store | None = None, **options: Any) -> tuple[Api,
     from mainspring.config import load_settings
 
     routes = Routes("/v1", tag="t")
-    operation = routes.add("GET", "/shape", handler, answer=_Shape, **options)
+    operation = routes.add("GET", "/shape", handler, permission=PUBLIC, answer=_Shape, **options)
     settings = load_settings(None)
     ctx = Context(settings=settings, store=store)  # type: ignore[arg-type]
     authenticator = Authenticator(None, [], 1000)  # type: ignore[arg-type]
@@ -165,7 +215,7 @@ async def _call(api: Api, operation: Operation) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("answer", [{"a": 1, "extra": 2}, {}, {"a": "1"}])
 async def test_with_answer_checks_on_an_answer_off_its_schema_fails_the_request(answer: dict[str, Any], caplog: pytest.LogCaptureFixture) -> None:
-    async def handler(call: Call[Any]) -> Any:
+    async def handler(call: Call) -> Any:
         return answer
 
     api, operation = _api(handler)
@@ -176,7 +226,7 @@ async def test_with_answer_checks_on_an_answer_off_its_schema_fails_the_request(
 
 
 async def test_an_answer_on_its_schema_passes_the_check_and_carries_a_request_id() -> None:
-    async def handler(call: Call[Any]) -> Any:
+    async def handler(call: Call) -> Any:
         return {"a": 1}
 
     api, operation = _api(handler)
@@ -186,7 +236,7 @@ async def test_an_answer_on_its_schema_passes_the_check_and_carries_a_request_id
 
 
 async def test_an_unexpected_error_is_a_500_problem_without_its_traceback(caplog: pytest.LogCaptureFixture) -> None:
-    async def handler(call: Call[Any]) -> Any:
+    async def handler(call: Call) -> Any:
         raise RuntimeError("secret internals")
 
     api, operation = _api(handler)
@@ -198,7 +248,7 @@ async def test_an_unexpected_error_is_a_500_problem_without_its_traceback(caplog
 
 
 async def test_a_handler_whose_failed_statement_was_caught_answers_2xx_only_if_its_write_committed(store: Store, engine: str) -> None:
-    async def handler(call: Call[Any]) -> Any:
+    async def handler(call: Call) -> Any:
         await call.store.grouped(lambda tx: write_then_fail_quietly(tx, "quiet"))
         return {"a": 1}
 
@@ -209,7 +259,7 @@ async def test_a_handler_whose_failed_statement_was_caught_answers_2xx_only_if_i
 
 
 async def test_a_reply_with_a_media_type_sends_its_bytes_as_they_are() -> None:
-    async def handler(call: Call[Any]) -> Any:
+    async def handler(call: Call) -> Any:
         return Reply(b"\x00\x01", status=200, media_type="application/x-thing", headers={"X-Extra": "1"})
 
     api, operation = _api(handler, body=None)

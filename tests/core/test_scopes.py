@@ -103,11 +103,25 @@ async def event_count(client: httpx.AsyncClient, store: Store) -> int:
     return len(answer.json()["events"])
 
 
+# Ids of the same kinds that name nothing.
+UNKNOWN = {"interaction_id": "987654321", "process_id": "p0123456789", "package_id": "pkg_0123456789", "name": "nosuch"}
+
+
+def owned(operation: dict[str, Any]) -> str | None:
+    """The path parameter whose object names the operation's scope (its permission loads it), if any."""
+    if "<the" not in operation["x-mainspring-permission"]:
+        return None
+    return next(p["name"] for p in operation["parameters"] if p["in"] == "path" and p["name"] in UNKNOWN)
+
+
 async def test_every_v1_operation_refuses_a_token_for_other_names(app: Any, client: httpx.AsyncClient, store: Store) -> None:
+    """A named scope the token lacks is 403; an object by id outside its scopes is 404, answered exactly as an
+    unknown id of that kind is (existence does not leak)."""
     values = await existing_objects(client)
     before = await event_count(client, store)
     checked = 0
     wrong: list[tuple[str, str, int, str]] = []
+    hidden: list[tuple[str, str, str, httpx.Response]] = []
     for path, operations in app.openapi()["paths"].items():
         if not path.startswith("/v1/"):
             continue
@@ -124,14 +138,28 @@ async def test_every_v1_operation_refuses_a_token_for_other_names(app: Any, clie
             body = BODIES.get((method, path), {}) if method in {"post", "put"} else None
             answer = await client.request(method, url, json=body, headers=as_("stranger"))
             checked += 1
+            param = owned(operations[method]) if method != "put" else None
             if (method, path) in OWN_VIEW:
                 if answer.status_code != 200 or "erp" in answer.text:
                     wrong.append((method, path, answer.status_code, answer.text[:200]))
+            elif param is not None:
+                hidden.append((method, path, param, answer))
             elif answer.status_code != 403 or answer.json()["code"] != "forbidden":
                 wrong.append((method, path, answer.status_code, answer.text[:200]))
     assert wrong == [], "\n".join(map(str, wrong))
     assert checked >= 50
     assert await event_count(client, store) == before
+    assert len(hidden) >= 15
+    for method, path, param, answer in hidden:
+        unknown = {**values, param: UNKNOWN[param]}
+        url = re.sub(r"\{(\w+)\}", lambda m, unknown=unknown: unknown[m.group(1)], path)  # type: ignore[misc]
+        body = BODIES.get((method, path), {}) if method in {"post", "put"} else None
+        expected = await client.request(method, url, json=body, headers=as_("stranger"))
+        seen = answer.json()
+        seen["detail"] = seen["detail"].replace(values[param], UNKNOWN[param])
+        if (answer.status_code, seen) != (expected.status_code, expected.json()) or answer.status_code not in (404, 409):
+            wrong.append((method, path, answer.status_code, f"{answer.text[:200]} but unknown: {expected.text[:200]}"))
+    assert wrong == [], "\n".join(map(str, wrong))
 
 
 async def test_tokens_never_reach_the_log(client: httpx.AsyncClient, store: Store, caplog: pytest.LogCaptureFixture) -> None:
@@ -148,3 +176,16 @@ async def test_tokens_never_reach_the_log(client: httpx.AsyncClient, store: Stor
     assert caplog.records, "nothing was logged at all: the check would be empty"
     assert token not in logged and wrong not in logged
     assert token[-20:] not in logged
+
+
+def test_every_operation_declares_its_permission_and_no_handler_checks_one(app: Any) -> None:
+    """Permission lives in the declaration only: the description shows it, and no handler looks at the
+    caller's scopes itself."""
+    import inspect
+
+    document = app.openapi()
+    described = [op for ops in document["paths"].values() for op in ops.values()]
+    assert described and all(op["x-mainspring-permission"] for op in described)
+    checking = [op.name for op in app.api.operations
+                if re.search(r"principal|\.require|\.allows", inspect.getsource(op.handler))]
+    assert checking == []

@@ -53,9 +53,10 @@ async def test_a_receiver_runs_the_protocol_on_its_mailbox_and_a_stranger_cannot
     started = await client.post(f"{MAILBOX}/processes", headers=as_("receiver"), json={"client_id": "g", "message_ids": [m["id"]]})
     assert started.status_code == 201
     pid = started.json()["id"]
-    for call in ("heartbeat", "ready", "committed", "commit-failed"):
-        assert (await client.post(f"{PR}/{pid}/{call}", headers=as_("stranger"))).status_code == 403, call
-    assert (await client.get(f"{PR}/{pid}", headers=as_("stranger"))).status_code == 403
+    # Another receiver's process is answered as an unknown one is (existence does not leak).
+    for call, status in (("heartbeat", 409), ("ready", 409), ("committed", 409), ("commit-failed", 404)):
+        assert (await client.post(f"{PR}/{pid}/{call}", headers=as_("stranger"))).status_code == status, call
+    assert (await client.get(f"{PR}/{pid}", headers=as_("stranger"))).status_code == 404
     reply = {"replies": [{"addressee": "mobile-b", "database": "db-1", "body": "r"}]}
     assert (await client.post(f"{PR}/{pid}/ready", json=reply, headers=as_("receiver"))).status_code == 200
     assert (await client.post(f"{PR}/{pid}/committed", headers=as_("receiver"))).json()["state"] == "DONE"
@@ -84,3 +85,23 @@ async def test_mailbox_listing_shows_only_the_callers_addressees(client):
     mine = (await client.get("/v1/exchange/mailboxes", headers=as_("receiver"))).json()["mailboxes"]
     assert [(b["addressee"], b["available"]) for b in mine] == [("mobile-a", 1)]
     assert (await client.get("/v1/exchange/mailboxes", headers=as_("stranger"))).json()["mailboxes"] == []
+
+
+async def test_a_token_not_receiving_a_process_raises_no_alert_by_reporting_it_committed(client):
+    """Finding 4: API_4 from a token that may not receive the process's messages is refused before anything
+    is stored — no alert, for a known id or an unknown one (no alert flooding)."""
+    m = (await client.post(f"{MAILBOX}/messages", content=b"x", headers=as_("sender"))).json()
+    pid = (await client.post(f"{MAILBOX}/processes", headers=as_("receiver"),
+                             json={"client_id": "g", "message_ids": [m["id"]]})).json()["id"]
+    for process_id in (pid, "p-unknown-1", "p-unknown-2"):
+        refused = await client.post(f"{PR}/{process_id}/committed", headers=as_("sender"))
+        assert refused.status_code == 409 and refused.json()["code"] == "cancelled"
+    known = await client.post(f"{PR}/{pid}/committed", headers=as_("stranger"))
+    assert known.json()["detail"] == f"no process {pid}"
+    alerts = (await client.get("/v1/alerts", headers=as_("boss"))).json()["alerts"]
+    assert [a for a in alerts if a["code"] == "exchange_commit_not_allowed"] == []
+    assert (await client.get(f"{PR}/{pid}", headers=as_("receiver"))).json()["state"] == "STARTED"
+    # The process's receiver reporting an unknown process still raises the alert API.md describes.
+    assert (await client.post(f"{PR}/p-gone/committed", headers=as_("receiver"))).status_code == 409
+    alerts = (await client.get("/v1/alerts", headers=as_("boss"))).json()["alerts"]
+    assert [a["subject"]["id"] for a in alerts if a["code"] == "exchange_commit_not_allowed"] == ["p-gone"]

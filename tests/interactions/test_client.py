@@ -11,8 +11,7 @@ from mainspring.client.interactions import AsyncInteractionsClient, Interactions
 
 
 async def test_python_client_creates_leases_and_releases(app: Any) -> None:
-    client = AsyncInteractionsClient("http://mainspring.test")
-    client._http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://mainspring.test")
+    client = AsyncInteractionsClient("http://mainspring.test", transport=httpx.ASGITransport(app=app))
     async with client:
         await client.put_queue("q", concurrency=5)
         item = await client.create("q", data={"x": 1}, message_id="m1")
@@ -28,8 +27,7 @@ async def test_python_client_creates_leases_and_releases(app: Any) -> None:
 
 
 async def test_python_client_pauses_and_resumes_a_queue(app: Any) -> None:
-    client = AsyncInteractionsClient("http://mainspring.test")
-    client._http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://mainspring.test")
+    client = AsyncInteractionsClient("http://mainspring.test", transport=httpx.ASGITransport(app=app))
     async with client:
         await client.create("pc", data=1)
         assert (await client.pause_queue("pc"))["paused"] is True

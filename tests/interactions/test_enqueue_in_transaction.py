@@ -272,3 +272,20 @@ async def test_an_open_callers_transaction_does_not_hold_up_other_writers_events
             other = await asyncio.wait_for(mainspring.create("reports", 2), 5)
         assert await events_of(pg_database_url, other["id"]) == ["interaction.created"]
         assert await events_of(pg_database_url, mine["id"]) == ["interaction.created"]
+
+
+async def test_concurrent_callers_each_write_in_their_own_transaction(pg_database_url: str, tmp_path: Path) -> None:
+    async with producer(database=pg_database_url, data_dir=tmp_path) as mainspring:
+        async def one(n: int, commit: bool) -> str:
+            async with DRIVERS["asyncpg" if n % 2 else "psycopg"](pg_database_url, commit) as conn:
+                item = await mainspring.create("emails", n, connection=conn, message_id=f"c-{n}")
+                await asyncio.sleep(0.05)
+                return str(item["id"])
+
+        made = await asyncio.gather(*(one(n, n < 4) for n in range(8)))
+    conn = await asyncpg.connect(dsn(pg_database_url))
+    try:
+        kept = sorted((r["message_id"], r["data"]) for r in await conn.fetch("SELECT message_id, data FROM interactions"))
+    finally:
+        await conn.close()
+    assert kept == [(f"c-{n}", str(n)) for n in range(4)] and len(set(made)) == 8

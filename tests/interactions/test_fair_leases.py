@@ -324,8 +324,7 @@ async def test_the_producer_creates_with_a_priority(database_url: str, tmp_path:
 
 
 async def test_the_client_sets_owner_settings_and_creates_with_a_priority(app: Any) -> None:
-    ms = AsyncInteractionsClient("http://mainspring.test")
-    ms._http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://mainspring.test")
+    ms = AsyncInteractionsClient("http://mainspring.test", transport=httpx.ASGITransport(app=app))
     async with ms:
         queue = await ms.put_queue("c", owner_by="channel", per_owner={"concurrency": 1}, fair=True, weights={"x": 3},
                                                 priority_aging_ms=1000)

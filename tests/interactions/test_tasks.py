@@ -150,3 +150,28 @@ def test_mypy_checks_a_tasks_arguments_and_types_its_result(tmp_path: Path) -> N
     assert 'Revealed type is "dict[str, int]"' in out
     assert 'Unexpected keyword argument "colour" for "enqueue"' in out
     assert out.count("error:") == 1
+
+
+def test_the_tasks_of_the_docs_are_the_example_the_docs_server_runs() -> None:
+    from tests.docs.harness import ROOT
+
+    example = (ROOT / "examples" / "interactions" / "tasks.py").read_text()
+    code = example[example.index("from mainspring import App"):]
+    assert code in (ROOT / "docs" / "interactions.md").read_text()
+
+
+async def test_a_task_enqueued_in_a_rolled_back_transaction_leaves_nothing(engine: str, mainspring: Producer, database_url: str) -> None:
+    if engine != "postgres":
+        pytest.skip("writing in the caller's transaction is PostgreSQL's")
+    import asyncpg
+
+    app = tasks_app().use(mainspring)
+    conn = await asyncpg.connect(database_url)
+    try:
+        transaction = conn.transaction()
+        await transaction.start()
+        job = await app.tasks["send_email"].configure(connection=conn).enqueue(to="ada")
+        await transaction.rollback()
+    finally:
+        await conn.close()
+    assert job.id and await count_items(mainspring.store) == 0

@@ -25,6 +25,10 @@ def registry() -> App:
             return Fail("no such parcel")
         return Complete({"shipped": item.data["sku"]})
 
+    @app.queue("manual")
+    async def never(item: Interaction) -> Any:
+        await asyncio.sleep(3600)  # until its interaction is cancelled
+
     return app
 
 
@@ -264,10 +268,6 @@ async def test_a_read_with_wait_ms_answers_when_the_run_finishes_or_the_wait_end
 
 
 async def test_a_cancelled_task_or_child_is_TaskFailed_or_ChildFailed_in_its_parent(registry: App, client: httpx.AsyncClient) -> None:
-    @registry.queue("manual")
-    async def never(item: Interaction) -> Any:
-        await asyncio.sleep(3600)  # cancelled with its interaction
-
     @registry.workflow("idle")
     async def idle(wf: Workflow, args: Any) -> Any:
         return await wf.wait("never")
@@ -300,3 +300,20 @@ async def test_a_cancelled_task_or_child_is_TaskFailed_or_ChildFailed_in_its_par
     assert run["status"] == "completed", run
     (task, task_error), (child, child_type) = run["result"]
     assert (task, child) == ("task", "child") and task_error and child_type
+
+
+async def test_a_cancelled_run_cancels_its_unfinished_task(registry: App, client: httpx.AsyncClient) -> None:
+    @registry.workflow("tasked")
+    async def tasked(wf: Workflow, args: Any) -> Any:
+        return await wf.task("manual", {"x": 1})
+
+    await start(client, "tasked", "t1")
+    run = await until_status(client, "tasked", "t1", "waiting")
+    item_id = run["waiting_for"]["task"]
+    assert (await client.post("/v1/workflows/tasked/runs/t1/cancel")).status_code == 200
+    for _ in range(400):
+        item = (await client.get(f"/v1/interactions/{item_id}")).json()
+        if item["status"] == "cancelled":
+            break
+        await asyncio.sleep(0.05)
+    assert item["status"] == "cancelled"

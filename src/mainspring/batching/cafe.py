@@ -11,7 +11,6 @@ import asyncio
 import dataclasses
 import functools
 import time
-from collections.abc import Callable
 from typing import Any
 
 from mainspring.batching import data, metrics
@@ -25,8 +24,6 @@ from mainspring.core.leases import new_token
 from mainspring.core.paging import decode_cursor, encode_cursor
 from mainspring.store import Store, Transaction, format_time
 from mainspring.store.notify import PG_CHANNEL
-
-Authorize = Callable[[str], None]
 
 
 def package_to_api(row: PackageRow, tasks: list[TaskRow], *, with_lease: bool = True) -> dict[str, Any]:
@@ -116,12 +113,10 @@ async def claim(
         await asyncio.sleep(0)
 
 
-async def _locked_package(tx: Transaction, package_id: str, authorize: Authorize | None) -> PackageRow:
+async def _locked_package(tx: Transaction, package_id: str) -> PackageRow:
     row = await data.lock_package(tx, package_id)
     if row is None:
         raise PackageNotFound(f"no package {package_id!r}")
-    if authorize is not None:
-        authorize(row.batcher)
     return row
 
 
@@ -154,17 +149,16 @@ class _Completion:
     package_id: str
     token: str
     results: Any
-    authorize: Authorize | None
 
 
 async def complete_package(
-    store: Store, package_id: str, token: str, results: Any, authorize: Authorize | None = None
+    store: Store, package_id: str, token: str, results: Any
 ) -> dict[str, Any]:
     """Finish a claimed package with per-task outcomes (a task left out is done)."""
     # Completions arriving together share one commit and its statements (the packages locked with their tasks,
     # their outcomes, their events); a refused one (lease lost, unknown task) writes nothing and gets its own
     # answer while the others commit.
-    return await store.grouped_batch("batching.complete", _complete_all, _Completion(package_id, token, results, authorize))
+    return await store.grouped_batch("batching.complete", _complete_all, _Completion(package_id, token, results))
 
 
 async def _complete_all(tx: Transaction, completions: list[_Completion]) -> list[Any]:
@@ -205,8 +199,6 @@ def _finish(
     if found is None:
         raise PackageNotFound(f"no package {completion.package_id!r}")
     row, tasks = found
-    if completion.authorize is not None:
-        completion.authorize(row.batcher)
     if row.status == "done" and row.lease_token == completion.token:
         return row, tasks, False  # a repeat of the same completion
     if row.status != "claimed" or row.lease_token != completion.token:
@@ -236,11 +228,11 @@ def _completion_events(row: PackageRow, tasks: list[TaskRow]) -> list[outbox.Eve
 
 
 async def fail_package(
-    store: Store, package_id: str, token: str, error: str, retry: bool, authorize: Authorize | None = None
+    store: Store, package_id: str, token: str, error: str, retry: bool
 ) -> dict[str, Any]:
     """Give a claimed package up: back to the cafe (``retry``) or failed for good with its tasks."""
     async with store.transaction() as tx:
-        row = await _locked_package(tx, package_id, authorize)
+        row = await _locked_package(tx, package_id)
         if row.status == "failed" and row.lease_token == token and not retry:
             return package_to_api(row, await data.package_tasks(tx, package_id), with_lease=False)
         if row.status != "claimed" or row.lease_token != token:
@@ -269,11 +261,11 @@ async def fail_package(
 
 
 async def heartbeat_package(
-    store: Store, package_id: str, token: str, lease_ms: int | None, authorize: Authorize | None = None
+    store: Store, package_id: str, token: str, lease_ms: int | None
 ) -> dict[str, Any]:
     """Extend a held lease."""
     async with store.transaction() as tx:
-        row = await _locked_package(tx, package_id, authorize)
+        row = await _locked_package(tx, package_id)
         if row.status != "claimed" or row.lease_token != token:
             raise LeaseLost(f"package {package_id} is not held with this token")
         now = store.now_ms()
@@ -297,13 +289,18 @@ async def expire_leases(tx: Transaction, name: str, now: int) -> None:
         tx.after_commit(lambda: metrics.LEASE_EXPIRIES.labels(name).inc(len(rows)))
 
 
-async def get_package(store: Store, package_id: str, authorize: Authorize | None = None) -> dict[str, Any]:
+async def package_batcher(store: Store, package_id: str) -> str | None:
+    """The batcher a package belongs to (whose scope it is in), or None for an unknown id."""
+    async with store.read() as conn:
+        row = await data.get_package(conn, package_id)
+    return None if row is None else row.batcher
+
+
+async def get_package(store: Store, package_id: str) -> dict[str, Any]:
     async with store.read() as conn:
         row = await data.get_package(conn, package_id)
         if row is None:
             raise PackageNotFound(f"no package {package_id!r}")
-        if authorize is not None:
-            authorize(row.batcher)
         # The token is the claimer's secret: reading a package never shows it.
         return package_to_api(row, await data.package_tasks(conn, package_id), with_lease=False)
 

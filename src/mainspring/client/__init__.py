@@ -1,4 +1,4 @@
-"""Python clients for every face of a Mainspring server, sync and async, over httpx.
+"""Python clients for every face of a Mainspring server, sync (over urllib3) and async (over aiohttp).
 
 ```python
 from mainspring.client import InteractionsClient

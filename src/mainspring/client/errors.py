@@ -24,6 +24,7 @@ from typing import Any
 
 import httpx
 
+from mainspring.client.transports import Reply
 from mainspring.core import errors as core
 from mainspring.core.errors import MainspringError
 
@@ -224,7 +225,7 @@ _BY_CODE: dict[str, type[ApiError]] = {
 }
 
 
-def error_for(response: httpx.Response, base_url: str | None = None) -> ApiError:
+def error_for(response: Reply | httpx.Response, base_url: str | None = None) -> ApiError:
     """The error a problem answer stands for (``NoMainspringApi`` when ``base_url`` has no such route)."""
     try:
         body = response.json()
@@ -232,7 +233,11 @@ def error_for(response: httpx.Response, base_url: str | None = None) -> ApiError
         body = None
     problem: dict[str, Any] = body if isinstance(body, dict) else {"detail": response.text[:500] or response.reason_phrase}
     if base_url is not None and response.status_code == 404 and problem.get("code") in (None, core.NotFound.code):
-        return NoMainspringApi(404, no_api_problem(base_url, response.request.method, response.request.url.path))
+        if isinstance(response, Reply):
+            method, path = response.method, response.path
+        else:
+            method, path = response.request.method, response.request.url.path
+        return NoMainspringApi(404, no_api_problem(base_url, method, path))
     return error_from_problem(response.status_code, problem)
 
 
@@ -253,9 +258,11 @@ def error_from_problem(status: int, problem: Mapping[str, Any]) -> ApiError:
     return kind(status, problem)
 
 
-def unreachable(exc: httpx.TransportError, url: str) -> ServiceUnavailable:
-    """A transport failure as the error clients raise; the httpx error stays its ``__cause__``."""
-    sent = not isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout)
+def unreachable(exc: BaseException, url: str, *, sent: bool | None = None) -> ServiceUnavailable:
+    """A transport failure (httpx's, urllib3's, aiohttp's) as the error clients raise; the transport's error
+    stays its ``__cause__``. ``sent``: whether the request may have reached the server (None: an httpx error says)."""
+    if sent is None:
+        sent = not isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout)
     reason = str(exc) or type(exc).__name__
     problem = {"code": "unreachable" if not sent else "no_answer", "title": "Server not reachable",
                "detail": f"{url}: {type(exc).__name__}: {reason}"}

@@ -8,6 +8,7 @@ request certainly never reached the server (the connection was refused).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,8 +24,10 @@ class RetryPolicy:
     attempts: int = 4
     max_wait: float = 2.0
 
+    @functools.cache  # noqa: B019 - a frozen policy has two answers, made once (each call's retry loop starts from them)
     def arguments(self, idempotent: bool) -> dict[str, Any]:
-        """Keyword arguments for ``tenacity.Retrying`` / ``AsyncRetrying``."""
+        """Keyword arguments for ``tenacity.Retrying`` / ``AsyncRetrying`` (tenacity's strategies keep no state:
+        every call's retry loop shares them)."""
 
         def retryable(exc: BaseException) -> bool:
             return isinstance(exc, ServiceUnavailable) and (idempotent or not exc.sent)

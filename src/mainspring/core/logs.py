@@ -10,13 +10,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
 
 _context: ContextVar[dict[str, Any]] = ContextVar("mainspring_log_context", default={})  # noqa: B039 - never mutated
-_request: ContextVar[dict[str, Any] | None] = ContextVar("mainspring_log_request", default=None)
+_request: ContextVar[MutableMapping[str, Any] | None] = ContextVar("mainspring_log_request", default=None)
 
 PATH_FIELDS = {
     "queue": "queue", "interaction_id": "interaction_id", "ns": "namespace", "id": "machine", "process_id": "process_id",
@@ -25,7 +25,7 @@ PATH_FIELDS = {
 """Route path parameters → the log fields they become (``{id}`` is only a machine's)."""
 
 
-def bind_request(scope: dict[str, Any], request_id: str) -> None:
+def bind_request(scope: MutableMapping[str, Any], request_id: str) -> None:
     """Lines logged while this request runs carry its id and, once routed, the ids in its path."""
     _request.set(scope)
     bind(request_id=request_id)

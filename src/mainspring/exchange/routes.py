@@ -5,10 +5,21 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from mainspring.core.auth import Principal
-from mainspring.core.errors import InvalidRequest
+from mainspring.core.errors import InvalidRequest, MainspringError
+from mainspring.core.runtime import Context
 from mainspring.core.types import NAME_PATTERN, Name, Page
 from mainspring.exchange import messages, service
+from mainspring.exchange.errors import (
+    AlreadyCommitted,
+    Busy,
+    Cancelled,
+    MessageIdConflict,
+    MessageNotFound,
+    MessagesUnavailable,
+    NotInDoubt,
+    ProcessNotFound,
+    StorageUnavailable,
+)
 from mainspring.exchange.models import (
     CommitFailedRequest,
     MailboxList,
@@ -22,23 +33,44 @@ from mainspring.exchange.models import (
     ResolveRequest,
     StartRequest,
 )
-from mainspring.web.routing import Call, RawBody, Reply, Routes
+from mainspring.web.permissions import All, Filtered, InBody, Owned, Scope, holds_under
+from mainspring.web.routing import Call, Reply, Routes
 
-routes = Routes("/v1/exchange", tag="exchange",
-                params={"addressee": Name, "database": Name, "message_id": Name, "process_id": Name})
+routes = Routes("/v1/exchange", tag="exchange")
 
 MAILBOX = "/mailboxes/{addressee}/{database}"
-SEND = "exchange:send:{addressee}"
-RECEIVE = "exchange:receive:{addressee}"
-PROCESS_PROBLEMS = {404: "process_not_found", 409: "cancelled / not_in_doubt"}
+SEND = Scope("exchange:send:{addressee}")
+RECEIVE = Scope("exchange:receive:{addressee}")
 _HEADER_LIMIT = 400
 
 
-def receiver(principal: Principal) -> service.Check:
-    return lambda addressee: principal.require(f"exchange:receive:{addressee}")
+async def _process(ctx: Context, process_id: str) -> dict[str, Any] | None:
+    try:
+        return await service.get_process(ctx, process_id)
+    except ProcessNotFound:
+        return None
 
 
-def _header(call: Call[Any], name: str, *, pattern: bool = False) -> str | None:
+def _receiver(process: dict[str, Any]) -> str:
+    return f"exchange:receive:{process['addressee']}"
+
+
+def _process_of(hidden: type[MainspringError], **options: Any) -> Owned[dict[str, Any]]:
+    """The process's receiver; a process of another receiver is answered as an unknown one is."""
+    return Owned("process_id", _process, _receiver, lambda key: hidden(f"no process {key}"),
+                 shown_as="exchange:receive:<the process's addressee>", **options)
+
+
+# Before anything is stored: a token that may not receive the process's messages raises no alert either;
+# an unknown id reaches API_4 (and its alert) only from a token that receives from some mailbox.
+COMMITTER = _process_of(Cancelled, unknown=lambda principal: holds_under(principal, "exchange:receive:"))
+READER = _process_of(ProcessNotFound)
+WORKER = _process_of(Cancelled)
+REPLIES = InBody(lambda body: [f"exchange:send:{r.addressee}" for r in body.replies] if isinstance(body, ReadyRequest) else [],
+                 shown_as="exchange:send:<each reply's addressee>")
+
+
+def _header(call: Call, name: str, *, pattern: bool = False) -> str | None:
     value = call.header(name)
     if value is None:
         return None
@@ -48,16 +80,14 @@ def _header(call: Call[Any], name: str, *, pattern: bool = False) -> str | None:
     return value
 
 
-@routes.post(MAILBOX + "/messages", scope=SEND, body=RawBody, answer=Message, status=201,
-             answers={200: "already stored with this Message-Id"},
-             problems={409: "message_id_conflict", 413: "too_large"},
-             body_limit=lambda settings: settings.exchange.max_message_bytes)
-async def store_message(call: Call[bytes]) -> Any:
+@routes.post(MAILBOX + "/messages", permission=SEND, status=201, answers={200: "already stored with this Message-Id"},
+             problems=[MessageIdConflict, StorageUnavailable], body_limit=lambda settings: settings.exchange.max_message_bytes)
+async def store_message(call: Call, addressee: Name, database: Name, body: bytes) -> Message | Reply:
     """Store a message (raw body; headers ``Content-Type``, ``Message-Id`` as the idempotency key, ``X-Sender``).
     A repeated ``Message-Id`` with the same bytes answers 200 and the same message; with other bytes
     ``409 message_id_conflict``."""
     message, created = await messages.store_message(
-        call.ctx, call.params["addressee"], call.params["database"], call.body,
+        call.ctx, addressee, database, body,
         content_type=_header(call, "Content-Type"),
         message_key=_header(call, "Message-Id", pattern=True),
         sender=_header(call, "X-Sender"),
@@ -65,86 +95,74 @@ async def store_message(call: Call[bytes]) -> Any:
     return message if created else Reply(message, status=200)
 
 
-@routes.get(MAILBOX + "/messages", scope=RECEIVE, query=Page, answer=MessageList)
-async def list_messages(call: Call[None]) -> Any:
+@routes.get(MAILBOX + "/messages", permission=RECEIVE)
+async def list_messages(call: Call, addressee: Name, database: Name, query: Page) -> MessageList:
     """API_1: the messages available for processing, oldest first, and whether a process holds the mailbox."""
-    return await messages.list_available(call.ctx, call.params["addressee"], call.params["database"],
-                                         limit=call.query.limit, cursor=call.query.cursor)
+    return await messages.list_available(call.ctx, addressee, database, limit=query.limit, cursor=query.cursor)
 
 
-@routes.get(MAILBOX + "/messages/{message_id}", scope=RECEIVE, problems={404: "message_not_found"},
+@routes.get(MAILBOX + "/messages/{message_id}", permission=RECEIVE, problems=[MessageNotFound],
             content={"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}})
-async def read_message(call: Call[None]) -> Any:
+async def read_message(call: Call, addressee: Name, database: Name, message_id: Name) -> Reply:
     """One message's bytes with its content type; ``404 message_not_found`` once committed."""
-    message, data = await messages.read_message(call.ctx, call.params["addressee"], call.params["database"],
-                                                call.params["message_id"])
+    message, data = await messages.read_message(call.ctx, addressee, database, message_id)
     return Reply(data, media_type=message["content_type"],
                  headers={"X-Message-Sha256": message["sha256"], "X-Message-Id": message["id"]})
 
 
-@routes.post(MAILBOX + "/processes", scope=RECEIVE, body=StartRequest, answer=Process, status=201,
-             problems={404: "not_found", 409: "busy / messages_unavailable"})
-async def start_process(call: Call[StartRequest]) -> Any:
+@routes.post(MAILBOX + "/processes", permission=RECEIVE, status=201, problems=[Busy, MessagesUnavailable])
+async def start_process(call: Call, addressee: Name, database: Name, body: StartRequest) -> Process:
     """API_2: start processing all of ``message_ids`` (all or nothing); ``409 busy`` while another
     process holds the mailbox."""
-    return await service.start_process(call.ctx, call.params["addressee"], call.params["database"], call.body.client_id,
-                                       call.body.message_ids)
+    return await service.start_process(call.ctx, addressee, database, body.client_id, body.message_ids)
 
 
-@routes.post("/processes/{process_id}/heartbeat", answer=Process, problems=PROCESS_PROBLEMS)
-async def heartbeat(call: Call[None]) -> Any:
+@routes.post("/processes/{process_id}/heartbeat", permission=WORKER, problems=[Cancelled])
+async def heartbeat(call: Call, process_id: Name) -> Process:
     """Keep a process alive: a new ``deadline``; ``409 cancelled`` once it is not."""
-    return await service.heartbeat(call.ctx, call.params["process_id"], receiver(call.principal))
+    return await service.heartbeat(call.ctx, process_id)
 
 
-@routes.post("/processes/{process_id}/ready", body=ReadyRequest, body_required=False, answer=ReadyResponse,
-             problems=PROCESS_PROBLEMS)
-async def ready(call: Call[ReadyRequest | None]) -> Any:
+@routes.post("/processes/{process_id}/ready", permission=All(WORKER, REPLIES), problems=[Cancelled])
+async def ready(call: Call, process_id: Name, body: ReadyRequest | None) -> ReadyResponse:
     """API_3: processed; may commit. Replies are stored but not visible until API_4."""
-    replies = call.body.replies if call.body else []
-    for reply in replies:
-        call.principal.require(f"exchange:send:{reply.addressee}")
-    process = await service.ready(call.ctx, call.params["process_id"], replies, receiver(call.principal))
+    process = await service.ready(call.ctx, process_id, body.replies if body else [])
     return {"status": "OK", "process": process}
 
 
-@routes.post("/processes/{process_id}/committed", answer=Process, problems=PROCESS_PROBLEMS)
-async def committed(call: Call[None]) -> Any:
+@routes.post("/processes/{process_id}/committed", permission=COMMITTER, problems=[Cancelled, AlreadyCommitted])
+async def committed(call: Call, process_id: Name) -> Process:
     """API_4: the client's database committed. The messages go, the replies appear."""
-    return await service.committed(call.ctx, call.params["process_id"], receiver(call.principal))
+    return await service.committed(call.ctx, process_id)
 
 
-@routes.post("/processes/{process_id}/commit-failed", body=CommitFailedRequest, body_required=False, answer=Process,
-             problems=PROCESS_PROBLEMS)
-async def commit_failed(call: Call[CommitFailedRequest | None]) -> Any:
+@routes.post("/processes/{process_id}/commit-failed", permission=READER, problems=[Cancelled, AlreadyCommitted])
+async def commit_failed(call: Call, process_id: Name, body: CommitFailedRequest | None) -> Process:
     """API_5: the client's database did not commit. The messages are available again."""
-    return await service.commit_failed(call.ctx, call.params["process_id"], call.body.error if call.body else None,
-                                       receiver(call.principal))
+    return await service.commit_failed(call.ctx, process_id, body.error if body else None)
 
 
-@routes.post("/processes/{process_id}/resolve", scope="admin", body=ResolveRequest, answer=Process, problems=PROCESS_PROBLEMS)
-async def resolve(call: Call[ResolveRequest]) -> Any:
+@routes.post("/processes/{process_id}/resolve", permission=Scope("admin"), problems=[ProcessNotFound, NotInDoubt])
+async def resolve(call: Call, process_id: Name, body: ResolveRequest) -> Process:
     """Administrator: resolve an IN_DOUBT process as API_4 (``committed``) or API_5 would."""
-    return await service.resolve(call.ctx, call.params["process_id"], call.body.committed)
+    return await service.resolve(call.ctx, process_id, body.committed)
 
 
-@routes.get("/processes/{process_id}", answer=Process, problems=PROCESS_PROBLEMS)
-async def get_process(call: Call[None]) -> Any:
+@routes.get("/processes/{process_id}", permission=READER)
+async def get_process(call: Call, process_id: Name) -> Process:
     """One process."""
-    return await service.get_process(call.ctx, call.params["process_id"], receiver(call.principal))
+    return await service.get_process(call.ctx, process_id)
 
 
-@routes.get("/processes", query=ProcessesQuery, answer=ProcessList)
-async def list_processes(call: Call[None]) -> Any:
+@routes.get("/processes", permission=Scope("exchange:receive:{addressee}", "admin"))
+async def list_processes(call: Call, query: ProcessesQuery) -> ProcessList:
     """Processes, oldest first; filter by state and mailbox. Without ``addressee`` it needs ``admin``."""
-    query: ProcessesQuery = call.query
-    call.principal.require(f"exchange:receive:{query.addressee}" if query.addressee else "admin")
     return await service.list_processes(call.ctx, state=query.state, addressee=query.addressee, database=query.database,
                                         limit=query.limit, cursor=query.cursor)
 
 
-@routes.get("/mailboxes", answer=MailboxList)
-async def list_mailboxes(call: Call[None]) -> Any:
+@routes.get("/mailboxes", permission=Filtered("mailboxes", lambda box: f"exchange:receive:{box['addressee']}",
+                                               shown_as="exchange:receive:<addressee>"))
+async def list_mailboxes(call: Call) -> MailboxList:
     """Mailboxes the caller may receive from, with their available message counts and active process."""
-    boxes = await messages.list_mailboxes(call.ctx)
-    return {"mailboxes": [b for b in boxes if call.principal.allows(f"exchange:receive:{b['addressee']}")]}
+    return {"mailboxes": await messages.list_mailboxes(call.ctx)}

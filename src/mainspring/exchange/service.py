@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
-from collections.abc import Callable
 from typing import Any
 
 from mainspring.core import outbox
@@ -44,13 +43,6 @@ from mainspring.store import Transaction, format_time
 log = logging.getLogger("mainspring.exchange")
 
 SUBJECT = "exchange.process"
-Check = Callable[[str], None]
-
-
-def _allow_all(_addressee: str) -> None:
-    return None
-
-
 def process_to_api(row: ProcessRow) -> dict[str, Any]:
     return {
         "id": row.id,
@@ -73,12 +65,11 @@ async def _event(tx: Transaction, kind: str, row: ProcessRow, **fields: Any) -> 
     )
 
 
-async def get_process(ctx: Context, process_id: str, check: Check = _allow_all) -> dict[str, Any]:
+async def get_process(ctx: Context, process_id: str) -> dict[str, Any]:
     async with ctx.store.read() as conn:
         row = await data.get_process(conn, process_id)
     if row is None:
         raise ProcessNotFound(f"no process {process_id}")
-    check(row.addressee)
     return process_to_api(row)
 
 
@@ -139,14 +130,13 @@ async def start_process(
     return process_to_api(row)
 
 
-async def heartbeat(ctx: Context, process_id: str, check: Check = _allow_all) -> dict[str, Any]:
+async def heartbeat(ctx: Context, process_id: str) -> dict[str, Any]:
     """Push the deadline of a live process forward; anything else is answered ``cancelled``."""
     settings = ctx.settings.exchange
     async with ctx.store.transaction() as tx:
         row = await data.lock_process(tx, process_id)
         if row is None:
             raise Cancelled(f"no process {process_id}")
-        check(row.addressee)
         now = ctx.store.now_ms()
         if row.state == "STARTED":
             deadline = now + settings.process_timeout_ms
@@ -159,14 +149,13 @@ async def heartbeat(ctx: Context, process_id: str, check: Check = _allow_all) ->
     return process_to_api(row)
 
 
-async def ready(ctx: Context, process_id: str, replies: list[Reply], check: Check = _allow_all) -> dict[str, Any]:
+async def ready(ctx: Context, process_id: str, replies: list[Reply]) -> dict[str, Any]:
     """API_3: STARTED → READY_TO_COMMIT, storing the replies unpublished. Again OK when already there."""
     store = ctx.store
     async with store.read() as conn:
         row = await data.get_process(conn, process_id)
     if row is None:
         raise Cancelled(f"no process {process_id}")
-    check(row.addressee)
     if row.state == "READY_TO_COMMIT":
         return process_to_api(row)
     if row.state != "STARTED":
@@ -234,7 +223,7 @@ async def _alert(tx: Transaction, code: str, process_id: str, detail: str) -> No
 
 
 async def committed(
-    ctx: Context, process_id: str, check: Check = _allow_all, *, resolving: bool = False
+    ctx: Context, process_id: str, *, resolving: bool = False
 ) -> dict[str, Any]:
     """API_4: the client's database committed. READY_TO_COMMIT or IN_DOUBT → CLEANUP (the replies visible in
     the same step) → DONE once its files are deleted (or moved to ``backup/``), and answered then (API.md:
@@ -254,7 +243,6 @@ async def committed(
                          f"a client reported committing unknown process {process_id}")
             outcome = Cancelled(f"no process {process_id}")
         else:
-            check(row.addressee)
             if resolving and row.state != "IN_DOUBT":
                 raise NotInDoubt(f"process {process_id} is {row.state}", state=row.state)
             if row.state in ("READY_TO_COMMIT", "IN_DOUBT"):
@@ -308,7 +296,7 @@ async def _commit(tx: Transaction, row: ProcessRow, backup: bool, resolving: boo
 
 
 async def commit_failed(
-    ctx: Context, process_id: str, error: str | None, check: Check = _allow_all, *, resolving: bool = False
+    ctx: Context, process_id: str, error: str | None, *, resolving: bool = False
 ) -> dict[str, Any]:
     """API_5: the client's database did not commit. → ABORTED, messages available again, replies dropped."""
     outcome: MainspringError | None = None
@@ -316,7 +304,6 @@ async def commit_failed(
         row = await data.lock_process(tx, process_id)
         if row is None:
             raise ProcessNotFound(f"no process {process_id}")
-        check(row.addressee)
         if resolving and row.state != "IN_DOUBT":
             raise NotInDoubt(f"process {process_id} is {row.state}", state=row.state)
         if row.state in ("STARTED", "READY_TO_COMMIT", "IN_DOUBT"):

@@ -55,7 +55,7 @@ def parse_id(value: str | int | None) -> int | None:
     if value is None:
         return None
     digits = str(value)
-    if not digits.isdigit() or len(digits) > 18:
+    if not (digits.isascii() and digits.isdigit()) or len(digits) > 18:
         return None
     return int(digits)
 

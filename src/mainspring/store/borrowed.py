@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncIterator
+from contextvars import ContextVar
 from typing import Any
 
 from sqlalchemy import JSON, Executable, Result, text
@@ -22,8 +23,8 @@ from sqlalchemy.dialects import registry
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
 from sqlalchemy.dialects.postgresql.psycopg import PGDialectAsync_psycopg
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, create_async_engine
-from sqlalchemy.pool import StaticPool
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, create_async_engine
+from sqlalchemy.pool import NullPool
 
 from mainspring.store.errors import UnusableConnection
 from mainspring.store.notify import PG_CHANNEL, payloads
@@ -110,14 +111,31 @@ async def sqlalchemy_connection(connection: Any) -> AsyncIterator[AsyncConnectio
     if driver == "asyncpg" and not connection.is_in_transaction():
         raise UnusableConnection("the asyncpg connection has no transaction open: start one (async with conn.transaction())")
 
-    async def borrowed() -> Any:
-        return connection
+    token = _LENT.set(connection)
+    try:
+        async with _engine(driver).connect() as borrowed_connection:
+            yield borrowed_connection
+    finally:
+        _LENT.reset(token)
 
-    # Per call: the engine holds the application's connection, which it must not keep.
-    engine = create_async_engine(f"postgresql+mainspring_borrowed_{driver}://", async_creator=borrowed, poolclass=StaticPool,
-                                 pool_reset_on_return=None)
-    async with engine.connect() as borrowed_connection:
-        yield borrowed_connection
+
+_LENT: ContextVar[Any] = ContextVar("mainspring_lent_connection")
+"""The application's connection the engine of its driver wraps at this moment (one per call)."""
+_ENGINES: dict[str, AsyncEngine] = {}
+
+
+def _engine(driver: str) -> AsyncEngine:
+    """One engine per driver for the process: it wraps the connection lent for the call (``_LENT``) at each
+    checkout and lets it go at checkin (``NullPool``, whose close is the dialect's no-op), so it keeps none, and
+    the dialect reads the server's version once instead of at every call."""
+    engine = _ENGINES.get(driver)
+    if engine is None:
+        async def lent() -> Any:
+            return _LENT.get()
+
+        engine = _ENGINES[driver] = create_async_engine(f"postgresql+mainspring_borrowed_{driver}://", async_creator=lent,
+                                                        poolclass=NullPool)
+    return engine
 
 
 class BorrowedSession:

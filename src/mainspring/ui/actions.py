@@ -19,6 +19,7 @@ from mainspring.interactions import service as interactions
 from mainspring.machines import service as machines
 from mainspring.store import parse_time
 from mainspring.ui.web import (
+    ACTOR,
     COOKIE,
     Pages,
     back,
@@ -29,8 +30,8 @@ from mainspring.ui.web import (
     machine_path,
     render,
     request_context,
-    require_actor,
 )
+from mainspring.web.permissions import PUBLIC
 
 actions = Pages("/ui")
 COOKIE_MAX_AGE_S = 12 * 3600
@@ -52,13 +53,13 @@ def _local(target: str | None, default: str = "/ui/") -> str:
 # --- login -----------------------------------------------------------------------------------------
 
 
-@actions.get("/login", login=False)
+@actions.get("/login", permission=PUBLIC)
 async def login_page(request: Request) -> Response:
     is_open = await request.app.state.authenticator.is_open()
     return render(request, "login.html", page="login", next=_local(request.query_params.get("next")), is_open=is_open)
 
 
-@actions.post("/login", login=False)
+@actions.post("/login", permission=PUBLIC)
 async def login(request: Request) -> Response:
     """Check the token as the API would, then keep it in an HttpOnly, SameSite=Strict cookie."""
     form = await form_of(request)
@@ -78,7 +79,7 @@ async def login(request: Request) -> Response:
     return response
 
 
-@actions.post("/logout", login=False)
+@actions.post("/logout", permission=PUBLIC)
 async def logout(request: Request) -> Response:
     response = RedirectResponse("/ui/login", status_code=303)
     response.delete_cookie(COOKIE, path="/ui")
@@ -112,18 +113,16 @@ def _name(value: str) -> str:
     return value
 
 
-@actions.post("/alerts/{alert_id}/ack")
+@actions.post("/alerts/{alert_id}/ack", permission=ACTOR)
 async def ack_alert(request: Request, principal: Principal, alert_id: str) -> Response:
-    require_actor(request, principal)
     form = await form_of(request)
     acked = await alerts.ack_alert(request_context(request).store, _name(alert_id))
     return back(_local(form.get("back")), f"alert {acked['code']} acknowledged")
 
 
-@actions.post("/exchange/processes/{process_id}/resolve")
+@actions.post("/exchange/processes/{process_id}/resolve", permission=ACTOR)
 async def resolve_process(request: Request, principal: Principal, process_id: str) -> Response:
     """Resolve an IN_DOUBT process as committed (its messages go) or not committed (they come back)."""
-    require_actor(request, principal)
     form = await form_of(request)
     if form.get("committed") not in ("true", "false"):
         raise InvalidRequest("committed must be true or false", errors=[{"loc": ["form", "committed"], "msg": "true or false"}])
@@ -134,10 +133,9 @@ async def resolve_process(request: Request, principal: Principal, process_id: st
     return back("/ui/exchange", f"process {process['id']} resolved: now {process['state']}")
 
 
-@actions.post("/machines/{ns}/{machine_id}/repair")
+@actions.post("/machines/{ns}/{machine_id}/repair", permission=ACTOR)
 async def repair_machine(request: Request, principal: Principal, ns: str, machine_id: str) -> Response:
     """Repair through the processor (with args), or a simple repair that only marks the machine working."""
-    require_actor(request, principal)
     form = await form_of(request)
     simple = form.get("simple") == "true"
     ns, machine_id = machine_name(ns), machine_name(machine_id)
@@ -152,9 +150,8 @@ async def repair_machine(request: Request, principal: Principal, ns: str, machin
     return back(here, "simple repair: the machine is working" if simple else "repaired: the machine is working")
 
 
-@actions.post("/interactions/items/{interaction_id}/cancel")
+@actions.post("/interactions/items/{interaction_id}/cancel", permission=ACTOR)
 async def cancel_interaction(request: Request, principal: Principal, interaction_id: str) -> Response:
-    require_actor(request, principal)
     here = f"/ui/interactions/items/{interaction_id}"
     try:
         await interactions.cancel(request_context(request).store, interaction_id)
@@ -163,10 +160,9 @@ async def cancel_interaction(request: Request, principal: Principal, interaction
     return back(here, "cancelled")
 
 
-@actions.post("/interactions/items/{interaction_id}/retry")
+@actions.post("/interactions/items/{interaction_id}/retry", permission=ACTOR)
 async def retry_interaction(request: Request, principal: Principal, interaction_id: str) -> Response:
     """Try a failed or cancelled interaction again (``POST /v1/interactions/{id}/retry``), due ``in_ms`` from now."""
-    require_actor(request, principal)
     form = await form_of(request)
     here = f"/ui/interactions/items/{interaction_id}"
     try:
@@ -183,10 +179,9 @@ async def retry_interaction(request: Request, principal: Principal, interaction_
     return back(here, f"retried: {item['status']}, attempts {item['attempts']}")
 
 
-@actions.post("/interactions/items/{interaction_id}/schedule")
+@actions.post("/interactions/items/{interaction_id}/schedule", permission=ACTOR)
 async def reschedule_interaction(request: Request, principal: Principal, interaction_id: str) -> Response:
     """Postpone or advance the next processing: ``in_ms`` from now, or an RFC 3339 ``at``."""
-    require_actor(request, principal)
     form = await form_of(request)
     store = request_context(request).store
     here = f"/ui/interactions/items/{interaction_id}"
@@ -210,19 +205,18 @@ async def reschedule_interaction(request: Request, principal: Principal, interac
 # --- queues: pause and resume ----------------------------------------------------------------------
 
 
-@actions.post("/interactions/queues/{queue}/pause")
+@actions.post("/interactions/queues/{queue}/pause", permission=ACTOR)
 async def pause_queue(request: Request, principal: Principal, queue: str) -> Response:
     """Stop leasing from the queue on every server (``POST /v1/queues/{queue}/pause``)."""
     return await _set_paused(request, principal, queue, True)
 
 
-@actions.post("/interactions/queues/{queue}/resume")
+@actions.post("/interactions/queues/{queue}/resume", permission=ACTOR)
 async def resume_queue(request: Request, principal: Principal, queue: str) -> Response:
     return await _set_paused(request, principal, queue, False)
 
 
 async def _set_paused(request: Request, principal: Principal, queue: str, paused: bool) -> Response:
-    require_actor(request, principal)
     ctx = request_context(request)
     await interactions.pause_queue(ctx.store, ctx.settings.interactions, _name(queue), paused)
     return back(f"/ui/interactions/queues/{queue}", "paused: nothing is leased until resumed" if paused else "resumed")
@@ -265,11 +259,10 @@ async def _matching_interactions(request: Request, queue: str, status: str | Non
     return ids[:BULK_MAX], True
 
 
-@actions.post("/interactions/queues/{queue}/bulk")
+@actions.post("/interactions/queues/{queue}/bulk", permission=ACTOR)
 async def bulk_interactions(request: Request, principal: Principal, queue: str) -> Response:
     """Retry or cancel the ticked items (``ids``), or every item matching the page's filter (``all=true``):
     each through the same service function as the single-item action, so each is checked on its own."""
-    require_actor(request, principal)
     form = await form_lists(request)
     action = (form.get("action") or [""])[-1]
     status = (form.get("status") or [""])[-1] or None
@@ -306,11 +299,10 @@ async def _matching_failed_machines(request: Request, ns: str | None, id_part: s
     return [(m["namespace"], m["id"]) for m in found[:BULK_MAX]], len(found) > BULK_MAX
 
 
-@actions.post("/machines/bulk-repair")
+@actions.post("/machines/bulk-repair", permission=ACTOR)
 async def bulk_repair(request: Request, principal: Principal) -> Response:
     """Repair the ticked failed machines (``machines``: ``machine_path``), or every failed machine matching
     the filter (``all=true``): through the processor with ``args``, or simply (``simple=true``)."""
-    require_actor(request, principal)
     form = await form_lists(request)
     last = {k: v[-1] for k, v in form.items()}
     simple = last.get("simple") == "true"

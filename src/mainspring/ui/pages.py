@@ -29,7 +29,7 @@ from mainspring.machines import service as machines
 from mainspring.machines.models import MachineName
 from mainspring.machines.settings import HistoryRange
 from mainspring.ui import queries
-from mainspring.ui.web import PageQuery, Pages, machine_name, machine_path, render, request_context
+from mainspring.ui.web import VIEWER, PageQuery, Pages, machine_name, machine_path, render, request_context
 from mainspring.workflows import service as workflows
 
 pages = Pages("/ui")
@@ -84,14 +84,14 @@ class StreamQuery(EventsQuery):
     after: str | None = Field(None, max_length=20)
 
 
-@pages.get("")
-@pages.get("/")
+@pages.get("", permission=VIEWER)
+@pages.get("/", permission=VIEWER)
 async def overview(request: Request, principal: Principal) -> Response:
     """Per face counts by state, throughput over the last hour, open alerts."""
     return render(request, "overview.html", **await _overview_values(request))
 
 
-@pages.get("/overview/live")
+@pages.get("/overview/live", permission=VIEWER)
 async def overview_live(request: Request, principal: Principal) -> Response:
     """The live part of the overview, polled by htmx."""
     return render(request, "_overview_live.html", **await _overview_values(request))
@@ -114,7 +114,7 @@ async def _overview_values(request: Request) -> dict[str, Any]:
 # --- exchange --------------------------------------------------------------------------------------
 
 
-@pages.get("/exchange", query=ExchangeQuery)
+@pages.get("/exchange", permission=VIEWER, query=ExchangeQuery)
 async def exchange_page(request: Request, principal: Principal, query: ExchangeQuery) -> Response:
     ctx = request_context(request)
     state, cursor = query.state, query.cursor
@@ -153,14 +153,14 @@ async def exchange_page(request: Request, principal: Principal, query: ExchangeQ
     )
 
 
-@pages.get("/exchange/mailboxes/{addressee}/{database}", query=Paged, names=("addressee", "database"))
+@pages.get("/exchange/mailboxes/{addressee}/{database}", permission=VIEWER, query=Paged, names=("addressee", "database"))
 async def mailbox_page(request: Request, principal: Principal, query: Paged, addressee: str, database: str) -> Response:
     ctx = request_context(request)
     listed = await exchange_messages.list_available(ctx, addressee, database, limit=LIST_PAGE, cursor=query.cursor)
     return render(request, "mailbox.html", page="exchange", addressee=addressee, database=database, listed=listed)
 
 
-@pages.get("/exchange/processes/{process_id}", names=("process_id",))
+@pages.get("/exchange/processes/{process_id}", permission=VIEWER, names=("process_id",))
 async def process_page(request: Request, principal: Principal, process_id: str) -> Response:
     """A process with its messages (where their files are now), and the resolve buttons while IN_DOUBT."""
     ctx = request_context(request)
@@ -169,7 +169,7 @@ async def process_page(request: Request, principal: Principal, process_id: str) 
     return render(request, "process.html", page="exchange", p=process, messages=messages)
 
 
-@pages.get("/exchange/messages/{message_id}", names=("message_id",))
+@pages.get("/exchange/messages/{message_id}", permission=VIEWER, names=("message_id",))
 async def message_page(request: Request, principal: Principal, message_id: str) -> Response:
     """A message with its body: the first ``BODY_SHOWN`` bytes, decoded as UTF-8 (a body that is not text
     shows its replacement characters: the page is for a look, the API gives the bytes)."""
@@ -190,7 +190,7 @@ async def message_page(request: Request, principal: Principal, message_id: str) 
 # --- machines --------------------------------------------------------------------------------------
 
 
-@pages.get("/machines/namespaces/{ns}")
+@pages.get("/machines/namespaces/{ns}", permission=VIEWER)
 async def namespace_page(request: Request, principal: Principal, ns: str) -> Response:
     """A namespace's processor, retry policy and history range, and its machines counted by status."""
     ctx = request_context(request)
@@ -199,7 +199,7 @@ async def namespace_page(request: Request, principal: Principal, ns: str) -> Res
     return render(request, "namespace.html", page="machines", ns=namespace, counts=await machines.namespace_counts(ctx, ns))
 
 
-@pages.get("/machines", query=MachinesQuery)
+@pages.get("/machines", permission=VIEWER, query=MachinesQuery)
 async def machines_page(request: Request, principal: Principal, query: MachinesQuery) -> Response:
     ctx = request_context(request)
     ns, id, status, cursor = query.ns, query.id, query.status, query.cursor
@@ -218,7 +218,7 @@ async def machines_page(request: Request, principal: Principal, query: MachinesQ
     )
 
 
-@pages.get("/machines/{ns}/{machine_id}", query=MachineQuery)
+@pages.get("/machines/{ns}/{machine_id}", permission=VIEWER, query=MachineQuery)
 async def machine_page(request: Request, principal: Principal, query: MachineQuery, ns: str, machine_id: str) -> Response:
     """A machine with one page of its history (newest first by default), aux state, timer, failure
     journal and pending notifications."""
@@ -239,7 +239,7 @@ async def machine_page(request: Request, principal: Principal, query: MachineQue
 # --- workflows -------------------------------------------------------------------------------------
 
 
-@pages.get("/workflows", query=WorkflowsQuery)
+@pages.get("/workflows", permission=VIEWER, query=WorkflowsQuery)
 async def workflows_page(request: Request, principal: Principal, query: WorkflowsQuery) -> Response:
     """Every workflow with its runs counted by status; the runs of one (by status)."""
     ctx = request_context(request)
@@ -253,7 +253,7 @@ async def workflows_page(request: Request, principal: Principal, query: Workflow
                   next_cursor=next_cursor, statuses=workflows.STATUSES)
 
 
-@pages.get("/workflows/{name}/{run_id}")
+@pages.get("/workflows/{name}/{run_id}", permission=VIEWER)
 async def run_page(request: Request, principal: Principal, name: str, run_id: str) -> Response:
     """A run: its status, args, result or error, what it waits for, its steps as a timeline (signals and waits
     among them) and the signals not taken yet."""
@@ -267,7 +267,7 @@ async def run_page(request: Request, principal: Principal, name: str, run_id: st
 # --- interactions ----------------------------------------------------------------------------------
 
 
-@pages.get("/interactions")
+@pages.get("/interactions", permission=VIEWER)
 async def interactions_page(request: Request, principal: Principal) -> Response:
     ctx = request_context(request)
     cfg = ctx.settings.interactions
@@ -275,7 +275,7 @@ async def interactions_page(request: Request, principal: Principal) -> Response:
     return render(request, "interactions.html", page="interactions", queues=found, statuses=interactions.STATUSES)
 
 
-@pages.get("/interactions/queues/{queue}", query=QueueQuery)
+@pages.get("/interactions/queues/{queue}", permission=VIEWER, query=QueueQuery)
 async def queue_page(request: Request, principal: Principal, query: QueueQuery, queue: str) -> Response:
     ctx = request_context(request)
     status = query.status if query.status in interactions.STATUSES else None
@@ -290,7 +290,7 @@ async def queue_page(request: Request, principal: Principal, query: QueueQuery, 
     )
 
 
-@pages.get("/interactions/items/{interaction_id}")
+@pages.get("/interactions/items/{interaction_id}", permission=VIEWER)
 async def interaction_page(request: Request, principal: Principal, interaction_id: str) -> Response:
     """An interaction with its parents above and two levels of children below."""
     ctx = request_context(request)
@@ -308,7 +308,7 @@ async def interaction_page(request: Request, principal: Principal, interaction_i
 # --- batching --------------------------------------------------------------------------------------
 
 
-@pages.get("/batching")
+@pages.get("/batching", permission=VIEWER)
 async def batching_page(request: Request, principal: Principal) -> Response:
     ctx = request_context(request)
     found = [await batching.get_batcher(ctx.store, name) for name in await queries.batcher_names(ctx)]
@@ -320,15 +320,7 @@ async def batching_page(request: Request, principal: Principal) -> Response:
 TASKS_PER_PACKAGE = 10
 
 
-def _of_batcher(name: str) -> Any:
-    """A package looked up from batcher ``name``'s page must be one of its own."""
-    def authorize(batcher: str) -> None:
-        if batcher != name:
-            raise PackageNotFound(f"no package of batcher {name!r} by that id")
-    return authorize
-
-
-@pages.get("/batching/{name}", query=BatcherQuery)
+@pages.get("/batching/{name}", permission=VIEWER, query=BatcherQuery)
 async def batcher_page(request: Request, principal: Principal, query: BatcherQuery, name: str) -> Response:
     """A batcher's settings, the batch forming with its timer, packages and leases; a task's status and
     a group's version log on request."""
@@ -343,7 +335,11 @@ async def batcher_page(request: Request, principal: Principal, query: BatcherQue
         if task:
             found_task = await batching.get_task(ctx.store, name, task)
         if query.package:
-            found_package = await cafe.get_package(ctx.store, query.package, _of_batcher(name))
+            package = await cafe.get_package(ctx.store, query.package)
+            # A package looked up from batcher ``name``'s page must be one of its own.
+            if package["batcher"] != name:
+                raise PackageNotFound(f"no package of batcher {name!r} by that id")
+            found_package = package
     except MainspringError as exc:
         task_error = exc.problem()["detail"]
     return render(
@@ -357,7 +353,7 @@ async def batcher_page(request: Request, principal: Principal, query: BatcherQue
 # --- events ----------------------------------------------------------------------------------------
 
 
-@pages.get("/events", query=EventsQuery)
+@pages.get("/events", permission=VIEWER, query=EventsQuery)
 async def events_page(request: Request, principal: Principal, query: EventsQuery) -> Response:
     """The latest events, then a live tail over Server-Sent Events from where the page left off."""
     ctx = request_context(request)
@@ -368,11 +364,10 @@ async def events_page(request: Request, principal: Principal, query: EventsQuery
     return render(request, "events.html", page="events", recent=list(reversed(recent)), cursor=str(top), types=types or "")
 
 
-@pages.get("/events/stream", query=StreamQuery)
+@pages.get("/events/stream", permission=VIEWER, query=StreamQuery)
 async def events_stream(request: Request, principal: Principal, query: StreamQuery) -> Response:
     """The API's event stream (same code), for the browser that holds the token in its cookie. Each
     event goes out unnamed, so a browser's ``onmessage`` sees every type (the type is in the data)."""
-    principal.require_any(["admin", "ui"])
     position = event_position(request.headers.get("last-event-id") or query.after)
     response = event_stream(request_context(request), position, event_types(query.types))
     named = response.body_iterator

@@ -24,7 +24,10 @@ from mainspring.machines.data import subject_machine
 from mainspring.machines.models import check_machine_name
 from mainspring.store import parse_time
 from mainspring.ui.charts import bar_chart
+from mainspring.web import permissions
 from mainspring.web.guard import check_browser_request
+from mainspring.web.permissions import Permission
+from mainspring.web.routing import MissingPermission
 
 COOKIE = "mainspring_ui_token"
 HERE = Path(__file__).parent
@@ -122,10 +125,15 @@ def can_act(principal: Principal) -> bool:
     return principal.allows("admin")
 
 
-def require_actor(request: Request, principal: Principal) -> None:
-    """Actions need ``admin`` (the ``ui`` scope only looks), and come from this site: the cookie is
-    SameSite=Strict, and an Origin naming another site is refused as well."""
-    principal.require("admin")
+VIEWER = permissions.Scope("admin", "ui")
+"""Pages: a token with ``admin`` or ``ui`` (any token when the server is open, like the API)."""
+ACTOR = permissions.Scope("admin")
+"""Actions need ``admin`` (the ``ui`` scope only looks)."""
+
+
+def same_site(request: Request) -> None:
+    """Actions come from this site: the cookie is SameSite=Strict, and an Origin naming another site is
+    refused as well."""
     origin = request.headers.get("origin")
     if origin and origin != "null" and urlsplit(origin).netloc != request.headers.get("host", ""):
         raise Forbidden("this action comes from another site")
@@ -224,9 +232,13 @@ class Pages:
     def post(self, path: str, **options: Any) -> Callable[[Page], Page]:
         return self._route(path, ["POST"], **options)
 
-    def _route(self, path: str, methods: list[str], *, query: type[PageQuery] | None = None, login: bool = True,
-               names: tuple[str, ...] = ()) -> Callable[[Page], Page]:
-        """``names``: path parameters that must be names (``NAME_PATTERN``), as the API's are."""
+    def _route(self, path: str, methods: list[str], *, permission: Permission | None = None,
+               query: type[PageQuery] | None = None, names: tuple[str, ...] = ()) -> Callable[[Page], Page]:
+        """``permission``: who may open the page or take the action (``VIEWER``, ``ACTOR``, or ``PUBLIC`` for
+        the login pages), required as the API's operations' is; ``names``: path parameters that must be names
+        (``NAME_PATTERN``), as the API's are."""
+        if not isinstance(permission, Permission):
+            raise MissingPermission(f"{methods[0]} {self.prefix + path} declares no permission")
 
         def register(handler: Page) -> Page:
             async def endpoint(request: Request) -> Response:
@@ -235,8 +247,13 @@ class Pages:
                         if not re.fullmatch(NAME_PATTERN, request.path_params[name]):
                             raise InvalidRequest(f"{name} is not a valid name", errors=[{"loc": ["path", name], "msg": "invalid name"}])
                     args: list[Any] = [request]
-                    if login:
-                        args.append(await viewer(request))
+                    if not permission.public:
+                        principal = await viewer(request)
+                        if not principal.open:
+                            permission.before_body(principal, request.path_params)
+                        if request.method == "POST":
+                            same_site(request)
+                        args.append(principal)
                     if query is not None:
                         args.append(query.model_validate(dict(request.query_params)))
                     return await handler(*args, **request.path_params)

@@ -7,6 +7,7 @@ A 2xx is sent only after the handler returned, so it still means what the handle
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -18,6 +19,7 @@ from urllib.parse import parse_qsl
 from prometheus_client import Counter, Histogram
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 from pydantic_core import to_json
+from starlette.types import Message, Receive, Scope, Send
 
 from mainspring.core.auth import OPEN, Authenticator
 from mainspring.core.errors import (
@@ -34,7 +36,7 @@ from mainspring.core.runtime import Context
 from mainspring.core.types import check_media_type
 from mainspring.store.errors import is_unavailable
 from mainspring.web.guard import check_browser_request
-from mainspring.web.routing import Call, Operation, PathParamError, RawBody, Reply, RouteTable
+from mainspring.web.routing import Call, Operation, Params, PathParamError, RawBody, Reply, RouteTable
 
 log = logging.getLogger("mainspring.http")
 
@@ -121,7 +123,7 @@ class _RateLimit:
         self.rate = parse(rate)
         self.limiter = MovingWindowRateLimiter(MemoryStorage())
 
-    def check(self, scope: Mapping[str, Any], token_sha256: str | None) -> None:
+    def check(self, scope: Scope, token_sha256: str | None) -> None:
         client = f"token:{token_sha256}" if token_sha256 else f"address:{(scope.get('client') or ('?',))[0]}"
         if not self.limiter.hit(self.rate, client):
             reset = self.limiter.get_window_stats(self.rate, client).reset_time
@@ -142,11 +144,11 @@ class Api:
         self.check_answers = check_answers
         self.metrics = _Metrics()
         self._body_limits = {op: op.body_limit(ctx.settings) if op.body_limit else max_json_bytes for op in operations}
-        self._answer_checks: dict[Operation, Callable[[Any], None]] = {}
+        self._answer_checks: dict[Operation, Callable[[object], None]] = {}
         self._body_validators = {op: _json_validator(op.body) for op in operations if op.body not in (None, RawBody)}
 
-    async def serve(self, operation: Operation, params: dict[str, Any] | PathParamError, scope: dict[str, Any],
-                    receive: Any, send: Any) -> None:
+    async def serve(self, operation: Operation, params: Params | PathParamError, scope: Scope, receive: Receive,
+                    send: Send) -> None:
         started = time.perf_counter()
         method = scope["method"]
         request_id = _request_id(scope)
@@ -156,7 +158,7 @@ class Api:
             scope["path_params"] = params
         sent: list[int] = []
 
-        async def send_marked(message: Any) -> None:
+        async def send_marked(message: Message) -> None:
             if message["type"] == "http.response.start":
                 sent.append(message["status"])
                 # nosniff: a body goes out as its declared type (a message's HTML stays text to a browser).
@@ -174,8 +176,8 @@ class Api:
         finally:
             self.metrics.observe(method, operation.path, status, time.perf_counter() - started)
 
-    async def _answer(self, operation: Operation, params: dict[str, Any] | PathParamError, scope: dict[str, Any],
-                      receive: Any, send: Any) -> int:
+    async def _answer(self, operation: Operation, params: Params | PathParamError, scope: Scope, receive: Receive,
+                      send: Send) -> int:
         """Run the operation and send its answer; answers the status sent."""
         try:
             authorization = _header(scope, b"authorization")
@@ -190,11 +192,17 @@ class Api:
                 check_browser_request(scope, self.ctx.settings.server, open_server=principal.open)
             if isinstance(params, PathParamError):
                 raise _invalid([{"loc": ["path", params.name], "msg": str(params)}], f"path parameter {params.name}: {params}")
-            if operation.scope is not None and not principal.open:
-                principal.require(operation.scope.format(**params))
-            body = await self._body(operation, scope, receive, limit) if operation.body is not None else None
             query = _query(operation, scope) if operation.query is not None else None
-            result = await operation.handler(Call(self.ctx, scope, receive, principal, params, body, query))
+            permission = operation.permission
+            if not principal.open:
+                permission.before_body(principal, {**(dict(query) if query is not None else {}), **params})
+            body = await self._body(operation, scope, receive, limit) if operation.body is not None else None
+            call = Call(self.ctx, scope, receive, principal, params, body, query)
+            if not principal.open:
+                await permission.after_body(call)
+            result = await operation.invoke(call)
+            if not principal.open:
+                result = permission.filter(principal, result)
             return await self._send_result(operation, result, scope, receive, send)
         except MainspringError as exc:
             headers = {"Retry-After": str(exc.extra.pop("retry_after"))} if "retry_after" in exc.extra else None
@@ -211,7 +219,7 @@ class Api:
             log.exception("unexpected error in %s %s", scope["method"], scope["path"])
             return await _send_problem(send, _problem(500, "internal", "Internal error", "internal error; see the server log"))
 
-    async def _body(self, operation: Operation, scope: dict[str, Any], receive: Any, limit: int) -> Any:
+    async def _body(self, operation: Operation, scope: Scope, receive: Receive, limit: int) -> object:
         raw = await _read_body(receive, limit)
         if operation.body is RawBody:
             return raw
@@ -228,7 +236,7 @@ class Api:
         except ValidationError as exc:
             raise _invalid(_clean_errors(exc.errors(include_input=False), ("body",))) from None
 
-    async def _send_result(self, operation: Operation, result: Any, scope: dict[str, Any], receive: Any, send: Any) -> int:
+    async def _send_result(self, operation: Operation, result: object, scope: Scope, receive: Receive, send: Send) -> int:
         status = operation.status
         headers: list[tuple[bytes, bytes]] = _JSON
         if isinstance(result, Reply):
@@ -250,7 +258,7 @@ class Api:
             self._check_answer(operation, status, result)
         return await _send(send, status, to_json(result), headers)
 
-    def _check_answer(self, operation: Operation, status: int, result: Any) -> None:
+    def _check_answer(self, operation: Operation, status: int, result: object) -> None:
         """Tests only (``server.check_answers``): the answer is exactly what the API description says — no field
         missing, none extra, no value of another type."""
         if operation.answer is None or status not in (operation.status, *operation.answers):
@@ -259,7 +267,7 @@ class Api:
         if check is None:
             adapter: TypeAdapter[Any] = TypeAdapter(operation.answer)
 
-            def check(value: Any) -> None:
+            def check(value: object) -> None:
                 sent = json.loads(to_json(value))
                 try:
                     expected = adapter.dump_python(adapter.validate_python(sent), mode="json", by_alias=True)
@@ -282,12 +290,14 @@ def _sendable(media_type: str) -> bytes:
 
 
 def _json_validator(body: Any) -> Callable[[bytes], Any]:
+    # Strict: JSON ``false`` is not the integer 0, nor ``"5"`` the integer 5 (a JSON body has real types;
+    # only query strings and paths are text to be converted).
     if isinstance(body, type) and issubclass(body, BaseModel):
-        return body.model_validate_json
-    return TypeAdapter(body).validate_json
+        return functools.partial(body.model_validate_json, strict=True)
+    return functools.partial(TypeAdapter(body).validate_json, strict=True)
 
 
-def _request_id(scope: dict[str, Any]) -> str:
+def _request_id(scope: Scope) -> str:
     """The caller's ``X-Request-Id`` when it is a plain token, else a new one."""
     given = _header(scope, b"x-request-id")
     if given and len(given) <= 128 and given.replace("-", "").replace(".", "").replace(":", "").replace("_", "").isalnum() and given.isascii():
@@ -295,23 +305,24 @@ def _request_id(scope: dict[str, Any]) -> str:
     return os.urandom(16).hex()
 
 
-def _header(scope: Mapping[str, Any], name: bytes) -> str | None:
+def _header(scope: Scope, name: bytes) -> str | None:
     for key, value in scope["headers"]:
         if key == name:
             return value.decode("latin-1")  # type: ignore[no-any-return]
     return None
 
 
-def _query(operation: Operation, scope: Mapping[str, Any]) -> Any:
+def _query(operation: Operation, scope: Scope) -> BaseModel:
     raw = scope.get("query_string", b"")
     values = dict(parse_qsl(raw.decode("latin-1"), keep_blank_values=True)) if raw else {}
     try:
-        return operation.query.model_validate(values)
+        query: BaseModel = operation.query.model_validate(values)
+        return query
     except ValidationError as exc:
         raise _invalid(_clean_errors(exc.errors(include_input=False), ("query",))) from None
 
 
-async def _read_body(receive: Any, limit: int) -> bytes:
+async def _read_body(receive: Receive, limit: int) -> bytes:
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -327,21 +338,21 @@ async def _read_body(receive: Any, limit: int) -> bytes:
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-async def _send(send: Any, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> int:
+async def _send(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> int:
     await send({"type": "http.response.start", "status": status,
                 "headers": [*headers, (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})
     return status
 
 
-async def _send_problem(send: Any, problem: dict[str, Any], *, headers: Mapping[str, str] | None = None, close: bool = False) -> int:
+async def _send_problem(send: Send, problem: dict[str, Any], *, headers: Mapping[str, str] | None = None, close: bool = False) -> int:
     extra = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
     if close:
         extra.append((b"connection", b"close"))
     return await _send(send, problem["status"], to_json(problem), [*_PROBLEM, *extra])
 
 
-async def send_problem(scope: dict[str, Any], send: Any, status: int, code: str, title: str, detail: str, *,
+async def send_problem(scope: Scope, send: Send, status: int, code: str, title: str, detail: str, *,
                        headers: Mapping[str, str] | None = None) -> None:
     """A problem for a request no operation answers (no such path, a method not allowed)."""
     await _send_problem(send, _problem(status, code, title, detail), headers=headers)

@@ -72,16 +72,22 @@ def _operation(op: Operation, schemas: dict[Any, Any]) -> dict[str, Any]:
         else:
             responses[str(status)] = {"description": description,
                                       "content": {"application/json": {"schema": schemas[((id(op), "answer"), "serialization")]}}}
-    problems = dict(op.problems)
+    problems: dict[int, list[str]] = {}
+    for error in (*op.permission.problems(), *op.problems):
+        codes = problems.setdefault(error.status, [])
+        if error.code not in codes:
+            codes.append(error.code)
     if parameters or op.body is not None:
-        problems.setdefault(422, "invalid_request")
+        problems.setdefault(422, ["invalid_request"])
     if not op.public:
         for status, code in COMMON_PROBLEMS.items():
-            problems.setdefault(status, code)
+            problems.setdefault(status, [code])
         out["security"] = [{"bearer": []}]
+    out["x-mainspring-permission"] = op.permission.describe()
     for status, codes in sorted(problems.items()):
-        responses[str(status)] = {"description": f"{REASONS.get(status, 'Problem')}: {codes}",
-                                  "content": {PROBLEM: {"schema": {"$ref": REF.format(model="Problem")}}}}
+        responses[str(status)] = {"description": f"{REASONS.get(status, 'Problem')}: {' / '.join(codes)}",
+                                  "content": {PROBLEM: {"schema": {"$ref": REF.format(model="Problem")}}},
+                                  "x-mainspring-codes": codes}
     out["responses"] = responses
     return out
 

@@ -2,12 +2,15 @@
 
 A face lists its operations in its ``routes.py``::
 
-    routes = Routes("/v1", tag="interactions", params={"queue": Name})
+    routes = Routes("/v1", tag="interactions")
 
-    @routes.post("/queues/{queue}/interactions", scope="queues:{queue}", body=CreateIn, answer=Interaction,
-                 status=201, problems={404: "parent_not_found"})
-    async def create_interaction(call: Call[CreateIn]) -> Any:
+    @routes.post("/queues/{queue}/interactions", permission=Scope("queues:{queue}"), status=201,
+                 problems=[ParentNotFound])
+    async def create_interaction(call: Call, queue: Name, body: CreateIn) -> Interaction | Reply:
         ...
+
+The signature declares the rest: ``queue`` is the path parameter (validated as a ``Name``), ``body`` the JSON
+body, the return annotation the answer. An operation without ``permission=`` is refused at import.
 
 From those declarations the server builds its route table (``RouteTable``), the request path (``web.http``)
 and ``/openapi.json`` (``web.openapi``): there is no other place where a route exists.
@@ -19,19 +22,27 @@ import inspect
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Generic, TypeVar
+from types import UnionType
+from typing import Annotated, Any, TypeVar, Union, get_args, get_origin, get_type_hints
 from urllib.parse import unquote_to_bytes
 
 from pydantic import StringConstraints, TypeAdapter
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Receive, Scope
 
 from mainspring.core.auth import Principal
+from mainspring.core.errors import MainspringError
 from mainspring.core.runtime import Context
 from mainspring.store import Store
+from mainspring.web.permissions import Permission
 
-BodyT = TypeVar("BodyT")
-Handler = Callable[["Call[Any]"], Awaitable[Any]]
+Handler = Callable[..., Awaitable[Any]]
+H = TypeVar("H", bound=Handler)
 
 PARAM = re.compile(r"\{(\w+)\}")
+Params = dict[str, object]
+"""Path parameters by name, validated by their declared types."""
 
 # A path parameter no face declared a type for: any non-empty string without NUL, as long as a machine id.
 AnySegment = Annotated[str, StringConstraints(min_length=1, max_length=1024, pattern=r"^[^\x00]+$")]
@@ -54,35 +65,42 @@ class Reply:
 
 @dataclass(eq=False, slots=True)
 class Operation:
-    """One HTTP operation: method, path, who may call it, what it takes and what it answers."""
+    """One HTTP operation: method, path, who may call it, what it takes and what it answers.
+
+    What it takes and answers comes from the handler's signature: a parameter named like a path parameter
+    is that parameter (its annotation validates it), ``body`` the JSON body (``X | None``: optional),
+    ``query`` the query string's model, ``call`` the ``Call``; the return annotation is the answer
+    (``X | Reply`` when it may answer otherwise, ``None`` for no content)."""
 
     method: str
     path: str
     handler: Handler
     tag: str
-    scope: str | None = None
-    """The scope the caller needs, formatted from the path parameters (``"queues:{queue}"``); without one the
-    handler checks what it needs itself (any valid token gets that far)."""
-    public: bool = False
-    """No authentication at all (service endpoints: health, metrics, the API description)."""
+    permission: Permission
     body: Any = None
     """A pydantic model the JSON body is validated into, ``RawBody`` for the bytes, or None for no body."""
     body_required: bool = True
     query: Any = None
-    """A pydantic model the query string is validated into (``call.query``)."""
+    """A pydantic model the query string is validated into."""
     answer: Any = None
     """What a success answers (a model or type; None: no content), for the API description and answer checks."""
     status: int = 200
     answers: Mapping[int, str] = field(default_factory=dict)
     """Other successes (status → description), e.g. ``{200: "already stored"}`` beside a 201."""
-    problems: Mapping[int, str] = field(default_factory=dict)
-    """The problems this operation answers besides the common ones (status → codes)."""
+    problems: Sequence[type[MainspringError]] = ()
+    """The errors this operation may answer besides the common ones (each carries its status and code)."""
     params: Mapping[str, Any] = field(default_factory=dict)
+    arguments: tuple[str, ...] = ()
+    """The handler's parameters, in order."""
     body_limit: Callable[[Any], int] | None = None
     """The body limit from the server's settings, when it is not ``server.max_json_bytes``."""
     content: Mapping[str, Any] | None = None
     """For raw bodies or answers, the media types the API description shows."""
     in_schema: bool = True
+
+    @property
+    def public(self) -> bool:
+        return self.permission.public
 
     @property
     def name(self) -> str:
@@ -106,14 +124,18 @@ class Operation:
     def param_names(self) -> list[str]:
         return PARAM.findall(self.path)
 
+    def invoke(self, call: Call) -> Awaitable[Any]:
+        values = {"call": call, "body": call.body, "query": call.query}
+        return self.handler(*[values[a] if a in values else call.params[a] for a in self.arguments])
 
-class Call(Generic[BodyT]):
-    """What a handler receives: the validated request, who makes it, and the server's context."""
+
+class Call:
+    """What a handler receives: who makes the request, its headers, and the server's context."""
 
     __slots__ = ("_headers", "_request", "body", "ctx", "params", "principal", "query", "receive", "scope")
 
-    def __init__(self, ctx: Context, scope: dict[str, Any], receive: Any, principal: Principal, params: dict[str, Any],
-                 body: BodyT, query: Any) -> None:
+    def __init__(self, ctx: Context, scope: Scope, receive: Receive, principal: Principal, params: Params,
+                 body: object, query: object) -> None:
         self.ctx = ctx
         self.scope = scope
         self.receive = receive
@@ -122,7 +144,7 @@ class Call(Generic[BodyT]):
         self.body = body
         self.query = query
         self._headers: dict[str, str] | None = None
-        self._request: Any = None
+        self._request: Request | None = None
 
     @property
     def store(self) -> Store:
@@ -142,50 +164,98 @@ class Call(Generic[BodyT]):
         return self._headers.get(name.lower())
 
     @property
-    def request(self) -> Any:
+    def request(self) -> Request:
         """The request as a Starlette ``Request``, for the few handlers that stream or watch the connection."""
         if self._request is None:
-            from starlette.requests import Request
-
             self._request = Request(self.scope, self.receive)
         return self._request
+
+
+class MissingPermission(TypeError):
+    """An operation declared without ``permission=``: refused when its module is imported."""
+
+
+def _without(annotation: Any, *dropped: Any) -> tuple[Any, bool]:
+    """``annotation`` without the ``dropped`` members of its union; and whether any was there."""
+    if get_origin(annotation) in (Union, UnionType):
+        members = get_args(annotation)
+        kept = [m for m in members if m not in dropped]
+        if len(kept) < len(members):
+            return (kept[0] if len(kept) == 1 else Union[tuple(kept)]), True  # noqa: UP007 - built at run time
+    return annotation, False
+
+
+def _declared(handler: Handler, path: str) -> dict[str, Any]:
+    """What the handler's signature declares: path parameter types, body, query and answer."""
+    hints = get_type_hints(handler, include_extras=True)
+    arguments = tuple(inspect.signature(handler).parameters)
+    in_path = PARAM.findall(path)
+    found: dict[str, Any] = {"arguments": arguments, "params": {}}
+    for argument in arguments:
+        if argument in ("call",):
+            continue
+        if argument not in hints:
+            raise TypeError(f"{handler.__name__}: parameter {argument} has no type")
+        if argument == "body":
+            found["body"], optional = _without(hints["body"], type(None))
+            found["body_required"] = not optional
+            if found["body"] is bytes:
+                found["body"] = RawBody
+        elif argument == "query":
+            found["query"] = hints["query"]
+        elif argument in in_path:
+            found["params"][argument] = hints[argument]
+        else:
+            raise TypeError(f"{handler.__name__}: parameter {argument} is neither a path parameter, body nor query")
+    untyped = [name for name in in_path if name not in found["params"]]
+    if untyped:
+        raise TypeError(f"{handler.__name__}: path parameters {', '.join(untyped)} are not in its signature")
+    answer, _ = _without(hints.get("return"), Reply)
+    # An ASGI response (a stream, a file) sends itself: the operation declares its media types in ``content``.
+    sends_itself = isinstance(answer, type) and issubclass(answer, Response)
+    found["answer"] = None if sends_itself or answer in (None, type(None), Reply, Any) else answer
+    return found
 
 
 class Routes:
     """A face's operations, declared with ``@routes.get(...)``, ``.post``, ``.put``, ``.patch``, ``.delete``."""
 
-    def __init__(self, prefix: str, *, tag: str, params: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, prefix: str, *, tag: str) -> None:
         self.prefix = prefix
         self.tag = tag
-        self.params = dict(params or {})
         self.operations: list[Operation] = []
 
-    def add(self, method: str, path: str, handler: Handler, **options: Any) -> Operation:
-        operation = Operation(method, self.prefix + path, handler, options.pop("tag", self.tag),
-                              params={**self.params, **options.pop("params", {})}, **options)
+    def add(self, method: str, path: str, handler: Handler, *, permission: Permission | None = None,
+            **options: Any) -> Operation:
+        if not isinstance(permission, Permission):
+            raise MissingPermission(f"{method} {self.prefix + path} ({handler.__name__}) declares no permission: "
+                                    "every operation says who may call it (web.permissions)")
+        declared = _declared(handler, self.prefix + path)
+        declared.update(options)
+        operation = Operation(method, self.prefix + path, handler, declared.pop("tag", self.tag), permission, **declared)
         self.operations.append(operation)
         return operation
 
-    def _decorator(self, method: str, path: str, options: dict[str, Any]) -> Callable[[Handler], Handler]:
-        def register(handler: Handler) -> Handler:
+    def _decorator(self, method: str, path: str, options: dict[str, Any]) -> Callable[[H], H]:
+        def register(handler: H) -> H:
             self.add(method, path, handler, **options)
             return handler
 
         return register
 
-    def get(self, path: str, **options: Any) -> Callable[[Handler], Handler]:
+    def get(self, path: str, **options: Any) -> Callable[[H], H]:
         return self._decorator("GET", path, options)
 
-    def post(self, path: str, **options: Any) -> Callable[[Handler], Handler]:
+    def post(self, path: str, **options: Any) -> Callable[[H], H]:
         return self._decorator("POST", path, options)
 
-    def put(self, path: str, **options: Any) -> Callable[[Handler], Handler]:
+    def put(self, path: str, **options: Any) -> Callable[[H], H]:
         return self._decorator("PUT", path, options)
 
-    def patch(self, path: str, **options: Any) -> Callable[[Handler], Handler]:
+    def patch(self, path: str, **options: Any) -> Callable[[H], H]:
         return self._decorator("PATCH", path, options)
 
-    def delete(self, path: str, **options: Any) -> Callable[[Handler], Handler]:
+    def delete(self, path: str, **options: Any) -> Callable[[H], H]:
         return self._decorator("DELETE", path, options)
 
 
@@ -233,7 +303,7 @@ class RouteTable:
         for entries in self._by_shape.values():
             entries.sort(key=lambda c: [s is None for s in c.literals])
 
-    def find(self, method: str, raw_path: bytes) -> tuple[Operation, dict[str, Any] | PathParamError] | None:
+    def find(self, method: str, raw_path: bytes) -> tuple[Operation, Params | PathParamError] | None:
         """The operation and its decoded, validated parameters (or why one is refused); None when no operation
         has this path and method."""
         parts = raw_path.decode("latin-1").strip("/").split("/")
@@ -255,8 +325,8 @@ class RouteTable:
                        if all(want is None or want == got for want, got in zip(literals, parts, strict=True))})
 
 
-def _decode(compiled: _Compiled, values: list[str]) -> dict[str, Any]:
-    params: dict[str, Any] = {}
+def _decode(compiled: _Compiled, values: list[str]) -> Params:
+    params: Params = {}
     for name, adapter, value in zip(compiled.names, compiled.adapters, values, strict=True):
         try:
             text = unquote_to_bytes(value).decode("utf-8") if "%" in value else value
@@ -271,4 +341,4 @@ def _decode(compiled: _Compiled, values: list[str]) -> dict[str, Any]:
     return params
 
 
-__all__ = ["AnySegment", "Call", "Operation", "PathParamError", "RawBody", "Reply", "RouteTable", "Routes"]
+__all__ = ["AnySegment", "Call", "MissingPermission", "Operation", "PathParamError", "RawBody", "Reply", "RouteTable", "Routes"]

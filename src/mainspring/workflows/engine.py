@@ -588,7 +588,9 @@ class Run:
         deferred, self.deferred = self.deferred, []
         for act in deferred:
             act()
-        if self.cancel_requested and self.outcome is None:
+        # A cancel met in the replay ended the coroutine there (without compensation it is over already): what
+        # it left unfinished outside — tasks, children — is cancelled all the same.
+        if self.cancel_requested and (self.outcome is None or self.outcome.status == "cancelled"):
             self.runner.cancel_outside(self)
 
     # --- the status the run shows -------------------------------------------------------------------------------------

@@ -171,6 +171,16 @@ class Runner:
                 run.machine = machine
                 run.parked_at = None
             else:
+                (current,) = await driven.current(self.store, [uid]) or (None,)
+                if current is None:
+                    return
+                if current.version != machine.version:
+                    if current.lease_token != machine.lease_token:
+                        # Written since it was leased (this server's own write of a run it then dropped, or
+                        # another's): a replay of the leased version would call a step that is recorded now. Whoever
+                        # wrote last holds the run; the loop leases it again when that lease runs out.
+                        return
+                    machine = current  # a request appended under this lease (a cancel): load the newest
                 run = await self._load(machine)
                 if run is None:
                     return

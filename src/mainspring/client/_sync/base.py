@@ -3,13 +3,20 @@
 
 from __future__ import annotations
 
-from typing import Any, Self
+import json as _json
+from typing import TYPE_CHECKING, Any, Self
 
-import httpx
 from tenacity import Retrying
 
+from mainspring.client import transports
 from mainspring.client.errors import check_url, error_for, unreachable
 from mainspring.client.policy import RetryPolicy
+from mainspring.client.transports import Reply, Unreachable
+
+if TYPE_CHECKING:
+    import httpx
+
+JSON_HEADERS = {"content-type": "application/json"}
 
 
 class BaseClient:
@@ -33,7 +40,7 @@ class BaseClient:
     ) -> None:
         self.base_url = check_url(base_url)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout, transport=transport)
+        self._http = transports.SyncConnection.for_url(self.base_url, headers, timeout, transport)
         self.policy = RetryPolicy(attempts, max_wait)
 
     def __enter__(self) -> Self:
@@ -57,26 +64,19 @@ class BaseClient:
         headers: dict[str, str] | None = None,
         content: bytes | None = None,
         wait_ms: int | None = None,
-    ) -> httpx.Response:
+    ) -> Reply:
         """Send one call (again, under the retry policy) and answer its response, or raise its error.
         ``wait_ms``: the call long-polls that long, so its read timeout is extended by as much."""
-        timeout = None
-        if wait_ms:
-            read = self._http.timeout.read or 60.0
-            timeout = httpx.Timeout(self._http.timeout.connect, read=read + wait_ms / 1000, write=self._http.timeout.write, pool=self._http.timeout.pool)
-        options: dict[str, Any] = {"params": _clean(params), "headers": headers}
-        if content is not None:
-            options["content"] = content
-        elif json is not None:
-            options["json"] = json
-        if timeout is not None:
-            options["timeout"] = timeout
+        if content is None and json is not None:
+            # As httpx writes a JSON body: compact, UTF-8, no NaN.
+            content = _json.dumps(json, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+            headers = {**JSON_HEADERS, **headers} if headers else JSON_HEADERS
         for attempt in Retrying(**self.policy.arguments(idempotent)):
             with attempt:
                 try:
-                    response = self._http.request(method, path, **options)
-                except httpx.TransportError as exc:
-                    raise unreachable(exc, self.base_url) from exc
+                    response = self._http.request(method, path, params=params, headers=headers, content=content, wait_ms=wait_ms)
+                except Unreachable as exc:
+                    raise unreachable(exc.cause, self.base_url, sent=exc.sent) from exc.cause
                 if response.status_code >= 400:
                     raise error_for(response, self.base_url)
                 return response
@@ -86,13 +86,6 @@ class BaseClient:
         """``_request``, answering the JSON body (None for 204)."""
         response = self._request(method, path, idempotent=idempotent, **options)
         return None if response.status_code == 204 else response.json()
-
-
-def _clean(values: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Query parameters without the unset ones."""
-    if values is None:
-        return None
-    return {k: v for k, v in values.items() if v is not None}
 
 
 def body(**fields: Any) -> dict[str, Any]:

@@ -36,7 +36,8 @@ from mainspring.machines.models import check_machine_name
 from mainspring.machines.processor import UNSET, Origin, ProcessorError
 from mainspring.machines.settings import HistoryRange
 from mainspring.store.errors import is_unavailable
-from mainspring.web.routing import Call, RawBody, Routes
+from mainspring.web.permissions import Decoded
+from mainspring.web.routing import Call, Routes
 
 log = logging.getLogger("mainspring.machines.machinegun")
 
@@ -219,17 +220,17 @@ SINK_PAGE = 1000
 """The most events one GetHistory answers (a range without a limit gets this many; the next call continues)."""
 
 
-async def serve_automaton(call: Call[bytes]) -> Response:
+async def serve_automaton(call: Call, body: bytes) -> Response:
     """One woody call of the Automaton service."""
     return await serve_woody(call, Automaton, AutomatonHandler)
 
 
-async def serve_event_sink(call: Call[bytes]) -> Response:
+async def serve_event_sink(call: Call, body: bytes) -> Response:
     """One woody call of the polling EventSink service."""
     return await serve_woody(call, EventSink, EventSinkHandler)
 
 
-async def serve_woody(call: Call[bytes], service_: Any, handler_of: Any) -> Response:
+async def serve_woody(call: Call, service_: Any, handler_of: Any) -> Response:
     """One woody call of ``service_``: checks the transport as woody's server does, decodes the Thrift
     message, runs the method of ``handler_of(ctx, principal, origin)`` and encodes its result or declared
     exception."""
@@ -312,8 +313,10 @@ def woody_routes(settings: Any, automaton_path: str, event_sink_path: str) -> Ro
     routes = Routes("", tag="machinegun")
     public = settings.machines.machinegun.auth == "none"
     content = {woody.CONTENT_TYPE: {"schema": {"type": "string", "format": "binary"}}}
-    routes.add("POST", automaton_path, serve_automaton, body=RawBody, public=public, content=content, answers=WOODY_ANSWERS)
-    routes.add("POST", event_sink_path, serve_event_sink, body=RawBody, public=public, content=content, answers=WOODY_ANSWERS)
+    # The namespace is inside the Thrift message: the handler's decoder checks ``machines:<ns>`` per call.
+    permission = Decoded("machines:<the namespace in the Thrift call>", public=public)
+    routes.add("POST", automaton_path, serve_automaton, permission=permission, content=content, answers=WOODY_ANSWERS)
+    routes.add("POST", event_sink_path, serve_event_sink, permission=permission, content=content, answers=WOODY_ANSWERS)
     return routes
 
 
