@@ -161,3 +161,41 @@ def test_max_size_splits_ten_thousand_pending_tasks_into_units_once(monkeypatch:
     decided = plan(tasks, RULES, IDLE, 0)
     assert len(decided.packages) == 10000 // 6 and decided.flushes == ["max_size"] * (10000 // 6)
     assert calls == [10000]
+
+
+def test_a_changed_book_alone_starts_the_timer_below_min_size_and_leaves_with_its_partners_reissue() -> None:
+    changed = [PendingTask(3, "g-en-2", "g", "en", 2, 1000)]
+    started = plan(changed, RULES, IDLE, 1200)
+    assert started.packages == [] and (started.timer.linger_started_at, started.timer.linger_ends_at) == (1000, 6000)
+    assert started.next_due == 6000
+    log = GroupLog([LogLine("en", 1, "g-en"), LogLine("ru", 1, "g-ru"), LogLine("en", 2, "g-en-2")],
+                   {("en", 1), ("ru", 1), ("en", 2)})
+    ended = plan(changed, RULES, started.timer, 6000, {"g": log})
+    assert [[t.id for t in p] for p in ended.packages] == [["g-en-2", "g:ru:v2"]] and ended.rejected == []
+
+
+def test_a_timer_started_by_a_changed_book_alone_rejects_nothing_it_cannot_complete() -> None:
+    changed = [PendingTask(3, "g-en-2", "g", "en", 2, 1000)]
+    started = plan(changed, RULES, IDLE, 1000)
+    ended = plan(changed, RULES, started.timer, 6000)
+    assert ended.packages == [] and ended.rejected == [] and ended.needs_logs == {"g"}
+    never = GroupLog([LogLine("en", 2, "g-en-2")], {("en", 1), ("en", 2)})
+    kept = plan(changed, RULES, started.timer, 6000, {"g": never})
+    assert kept.packages == [] and kept.rejected == [] and kept.timer.linger_ends_at is None
+    assert plan(changed, RULES, kept.timer, 7000).timer.linger_ends_at is None  # kept: no new timer by itself
+    assert kept.next_due == 31000
+
+
+def test_with_carry_a_changed_book_alone_starts_no_timer() -> None:
+    carry = Rules(**{**RULES.__dict__, "incomplete_group": "carry"})
+    decided = plan([PendingTask(3, "g-en-2", "g", "en", 2, 1000)], carry, IDLE, 1200)
+    assert decided.timer.linger_ends_at is None and decided.next_due == 31000
+
+
+def test_another_tasks_max_wait_does_not_restart_a_changed_books_timer() -> None:
+    rules = Rules(**{**RULES.__dict__, "min_size": 3})
+    tasks = [PendingTask(1, "h-en", "h", "en", 1, 0), PendingTask(3, "g-en-2", "g", "en", 2, 27000)]
+    started = plan(tasks, rules, IDLE, 27000)
+    assert (started.timer.linger_started_at, started.timer.linger_ends_at) == (27000, 32000)
+    late = plan(tasks, rules, started.timer, 30000)
+    assert [t.id for t in late.rejected] == ["h-en"] and late.timer.linger_ends_at == 32000

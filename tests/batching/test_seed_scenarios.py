@@ -173,3 +173,39 @@ async def test_with_reject_the_linger_end_reissues_and_with_carry_the_group_firs
         else:
             [en] = await wait_status(client, ["79-en-2"], "packed", name=name)
             assert (await task(client, "79:ru:v2", name))["package_id"] == en["package_id"]
+
+
+async def test_a_changed_book_resent_alone_leaves_with_its_partners_reissue_after_linger_not_max_wait(client, clock) -> None:
+    # Issue 35 item 9: the changed English book alone never reaches min_size (2), so it used to wait the whole
+    # max_wait (30 s) for the reissue of its unchanged partner. Its partner has content to reissue: it waits
+    # only linger_ms, the time the Russian book has to change too.
+    await put_batcher(client)
+    await submit_pair(client, "79")
+    clock.advance(5000)
+    await wait_status(client, ["79-en", "79-ru"], "packed")
+    en = await submit(client, "79-en-2", "79", "en", "79 in en, second edition")
+    assert (en["status"], en["version"]) == ("pending", 2)
+    clock.advance(4999)
+    await settle()
+    assert (await task(client, "79-en-2"))["status"] == "pending"  # its partner may still change
+    clock.advance(1)
+    [packed] = await wait_status(client, ["79-en-2"], "packed", within_s=5)
+    reissued = await task(client, "79:ru:v2")
+    assert (reissued["version"], reissued["reissued"], reissued["package_id"]) == (2, True, packed["package_id"])
+
+
+async def test_a_changed_book_whose_partner_was_never_accepted_still_waits_until_max_wait(client, clock) -> None:
+    # The linger of a changed book alone completes by reissue only: with nothing to reissue it is kept, and
+    # rejected at max_wait as any lone task below min_size.
+    await put_batcher(client)
+    await submit(client, "80-en", "80", "en", "a lone English book")
+    clock.advance(30_000)
+    await wait_status(client, ["80-en"], "rejected")
+    again = await submit(client, "80-en-2", "80", "en", "a lone English book, second edition")
+    assert again["version"] == 2
+    clock.advance(5000)
+    await settle()
+    assert (await task(client, "80-en-2"))["status"] == "pending"
+    clock.advance(25_000)
+    [rejected] = await wait_status(client, ["80-en-2"], "rejected")
+    assert rejected["reason"] == "incomplete_group"

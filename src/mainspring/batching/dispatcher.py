@@ -46,7 +46,7 @@ async def dispatch_batcher(store: Store, name: str, leases_due: bool = True) -> 
         rules = Rules(row.min_size, row.max_size, row.linger_ms, row.max_wait_ms, row.group_size, row.incomplete_group)
         state = row.timer
         decided = plan(pending, rules, state, now)
-        if decided.rejected:
+        if decided.rejected or decided.needs_logs:
             decided = await plan_with_reissues(tx, name, rules, state, now, decided)
         await apply_plan(tx, name, decided, state, now)
         return decided.next_due
@@ -58,7 +58,7 @@ async def plan_with_reissues(tx: Transaction, name: str, rules: Rules, state: Ti
     a reissue is about to take; the pending tasks are read again under those locks."""
     locked: set[str] = set()
     for _ in range(3):
-        wanted = {t.group for t in decided.rejected} - locked
+        wanted = ({t.group for t in decided.rejected} | decided.needs_logs) - locked
         if not wanted:
             break
         for group in sorted(wanted):

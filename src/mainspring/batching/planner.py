@@ -90,6 +90,8 @@ class Plan:
     """Why packages were made, in order ("max_size", "linger", "max_wait"), for events and tests."""
     reissued: list[PendingTask] = field(default_factory=list)
     """Tasks made to complete groups (``reissue_of`` set); each is in one of ``packages``."""
+    needs_logs: set[str] = field(default_factory=set)
+    """Groups kept incomplete that their version logs (not given to this plan) might complete by reissue."""
 
 
 @dataclass
@@ -297,15 +299,31 @@ def plan(
         started = ends = None
         last_flush = now
 
+    def changed_alone() -> list[PendingTask]:
+        """New tasks of a later version (> 1) whose group is incomplete: a changed book resent without its
+        partner. Its partners have content to reissue, so it need not wait for ``min_size`` (which a lone
+        changed book never reaches) but only ``linger_ms``, the time its partners have to change too."""
+        if rules.incomplete_group != "reject" or len(remaining) >= rules.min_size:
+            return []
+        units = units_of(list(remaining.values()), rules.group_size)
+        return [t for u in units if not u.complete for t in u.tasks
+                if t.seq > carried and t.version is not None and t.version > 1]
+
     def maybe_start_timer() -> None:
         nonlocal started, ends
-        if ends is not None or len(remaining) < rules.min_size:
+        if ends is not None:
             return
         if not any(t.seq > carried for t in remaining.values()):
             return  # only tasks a timer already kept: nothing new can complete them, max_wait will
-        # The timer starts when the count reached min_size, not when a server noticed, so it does not
-        # depend on which server looks or how late.
-        nth = sorted(t.created_at for t in remaining.values())[rules.min_size - 1]
+        if len(remaining) >= rules.min_size:
+            # The timer starts when the count reached min_size, not when a server noticed, so it does not
+            # depend on which server looks or how late.
+            nth = sorted(t.created_at for t in remaining.values())[rules.min_size - 1]
+        else:
+            changed = changed_alone()
+            if not changed:
+                return
+            nth = min(t.created_at for t in changed)  # the changed book's arrival, as stored
         started = max(nth, last_flush or nth)
         ends = started + rules.linger_ms
 
@@ -315,6 +333,12 @@ def plan(
         units = units_of(list(remaining.values()), rules.group_size)
         if rules.incomplete_group == "reject":
             complete, reissued, incomplete = decide_units(units, rules.group_size, logs, now)
+            if len(remaining) < rules.min_size:
+                # A timer started by a changed book alone completes by reissue what it can; what it cannot
+                # (a member never accepted before) is kept, and waits for its partner until max_wait as a
+                # lone task below min_size always has. The dispatcher reads those groups' logs if not given.
+                result.needs_logs |= {t.group for t in incomplete if t.group not in logs}
+                incomplete = []
         else:  # carry: an incomplete group waits for its partner (it leaves at max_wait at the latest)
             complete, reissued, incomplete = [u for u in units if u.complete], [], []
         for package in _chunk(complete, rules.max_size):
@@ -340,7 +364,7 @@ def plan(
         result.reissued.extend(reissued)
         result.rejected.extend(late)
         take(late)
-        if len(remaining) < rules.min_size:
+        if len(remaining) < rules.min_size and not changed_alone():
             started = ends = None
         last_flush = now
 
