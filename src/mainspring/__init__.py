@@ -10,6 +10,8 @@ The clients live in ``mainspring.client``; every error is a ``mainspring.Mainspr
 
 from __future__ import annotations
 
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -94,3 +96,16 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(__all__)
+
+
+class _Package(types.ModuleType):
+    """``mainspring.producer`` is a function and a module of the same name: importing the module binds it onto the
+    package afterwards, which would make ``from mainspring import producer`` answer the module from then on."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name == "producer" and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -271,6 +271,10 @@ class Task(Generic[P, R]):
         sender = self.sender if self.sender is not None else self.app.sender
         if sender is None:
             raise NoSender(f"task {self.queue!r}: nothing to send it through: app.use(producer or client), or task.using(…)")
+        if "connection" in self.fields and not _is_producer(sender):
+            # A client writes over HTTP in the server's transaction: it has no way into the caller's.
+            raise NoSender(f"task {self.queue!r}: configure(connection=…) needs a producer (mainspring.producer), "
+                           f"not {type(sender).__name__}")
         return sender
 
     def handler(self) -> Callable[[Any], Any]:
@@ -293,6 +297,12 @@ class Task(Generic[P, R]):
             return function(**arguments_of(item))
 
         return run
+
+
+def _is_producer(sender: object) -> bool:
+    from mainspring.producer import Producer
+
+    return isinstance(sender, Producer)
 
 
 def _hints(function: Callable[..., Any]) -> dict[str, Any]:

@@ -134,3 +134,13 @@ async def test_a_producer_closes_its_connections_to_remote_processors(database_u
             transport = mainspring.context.extras[HTTP_CLIENT]
             assert transport.open
     assert not transport.open and HTTP_CLIENT not in mainspring.context.extras
+
+
+def test_mainspring_producer_is_the_function_even_after_its_module_was_imported() -> None:
+    import importlib
+
+    importlib.import_module("mainspring.producer")
+    from mainspring import producer
+    from mainspring.producer import Producer
+
+    assert callable(producer) and producer.__module__ == "mainspring.producer" and isinstance(Producer, type)

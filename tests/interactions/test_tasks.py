@@ -116,6 +116,14 @@ async def test_a_task_without_a_sender_or_with_the_wrong_kind_says_so(mainspring
     assert await count_items(mainspring.store) == 0
 
 
+async def test_a_task_given_a_connection_refuses_a_client_before_writing(live_url: str, mainspring: Producer) -> None:
+    app = tasks_app()
+    async with AsyncInteractionsClient(live_url) as client:
+        with pytest.raises(NoSender, match="needs a producer"):
+            await app.tasks["send_email"].configure(connection=object()).using(client).enqueue(to="ada")
+    assert await count_items(mainspring.store) == 0
+
+
 async def test_the_clients_defer_enqueue_and_wait_for_results(live_url: str, store: Store, settings: Any, registry: App) -> None:
     app = tasks_app()
     async with working(app, store, settings), AsyncInteractionsClient(live_url) as client:
