@@ -18,6 +18,7 @@ and ``/openapi.json`` (``web.openapi``): there is no other place where a route e
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -27,6 +28,7 @@ from typing import Annotated, Any, TypeVar, Union, get_args, get_origin, get_typ
 from urllib.parse import unquote_to_bytes
 
 from pydantic import StringConstraints, TypeAdapter
+from pydantic_core import to_json
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope
@@ -97,6 +99,8 @@ class Operation:
     content: Mapping[str, Any] | None = None
     """For raw bodies or answers, the media types the API description shows."""
     in_schema: bool = True
+    encode: Callable[[object], bytes] = to_json
+    """The answer's JSON as its declared type makes it (``answer``), compiled once when the operation is declared."""
 
     @property
     def public(self) -> bool:
@@ -217,6 +221,25 @@ def _declared(handler: Handler, path: str) -> dict[str, Any]:
     return found
 
 
+def answer_encoder(answer: Any) -> Callable[[object], bytes]:
+    """Encodes a value as the declared answer type: its fields, names and types, nothing else.
+
+    The type's serializer is compiled here, once, at import. A value of the declared model is dumped as it is;
+    any other value (a list of models, a mapping) goes through the declared type first, so what is sent is
+    what ``/openapi.json`` describes — a field the type does not declare is not sent, one it needs and the value
+    lacks is a server error, never a silently different answer."""
+    adapter: TypeAdapter[Any] = TypeAdapter(answer)
+    model = answer if isinstance(answer, type) else None
+    dump = functools.partial(adapter.dump_json, by_alias=True)
+
+    def encode(value: object) -> bytes:
+        if model is None or not isinstance(value, model):
+            value = adapter.validate_python(value)
+        return dump(value)
+
+    return encode
+
+
 class Routes:
     """A face's operations, declared with ``@routes.get(...)``, ``.post``, ``.put``, ``.patch``, ``.delete``."""
 
@@ -232,6 +255,8 @@ class Routes:
                                     "every operation says who may call it (web.permissions)")
         declared = _declared(handler, self.prefix + path)
         declared.update(options)
+        if declared.get("answer") is not None:
+            declared["encode"] = answer_encoder(declared["answer"])
         operation = Operation(method, self.prefix + path, handler, declared.pop("tag", self.tag), permission, **declared)
         self.operations.append(operation)
         return operation
