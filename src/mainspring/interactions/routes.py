@@ -220,7 +220,7 @@ async def put_periodic(call: Call, name: Name, body: PeriodicIn) -> Periodic:
                                                                timezone=body.timezone, catch_up_ms=body.catch_up_ms))
 
 
-@routes.get("/periodic", permission=Filtered("periodic", lambda s: f"queues:{s['queue']}", shown_as="queues:<queue>"))
+@routes.get("/periodic", permission=Filtered("periodic", lambda s: f"queues:{s.queue}", shown_as="queues:<queue>"))
 async def list_periodic(call: Call) -> PeriodicList:
     """Every schedule whose queue the caller may see."""
     return PeriodicList.model_validate({"periodic": await periodic.list_schedules(call.store), "next_cursor": None})
