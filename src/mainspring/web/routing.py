@@ -85,7 +85,7 @@ class Operation:
     query: Any = None
     """A pydantic model the query string is validated into."""
     answer: Any = None
-    """What a success answers (a model or type; None: no content), for the API description and answer checks."""
+    """What a success answers (a model or type; None: no content): the API description, and ``encode``."""
     status: int = 200
     answers: Mapping[int, str] = field(default_factory=dict)
     """Other successes (status → description), e.g. ``{200: "already stored"}`` beside a 201."""
