@@ -39,7 +39,7 @@ from mainspring.core.runtime import Context
 from mainspring.store import Store
 from mainspring.web.permissions import Permission
 
-Handler = Callable[..., Awaitable[Any]]
+Handler = Callable[..., Awaitable[object]]
 H = TypeVar("H", bound=Handler)
 
 PARAM = re.compile(r"\{(\w+)\}")
@@ -58,7 +58,7 @@ class RawBody:
 class Reply:
     """An answer other than the operation's usual one: another status, headers, or bytes of another type."""
 
-    content: Any = None
+    content: object = None
     status: int | None = None
     headers: Mapping[str, str] | None = None
     media_type: str | None = None
@@ -96,7 +96,7 @@ class Operation:
     """The handler's parameters, in order."""
     body_limit: Callable[[Any], int] | None = None
     """The body limit from the server's settings, when it is not ``server.max_json_bytes``."""
-    content: Mapping[str, Any] | None = None
+    content: Mapping[str, object] | None = None
     """For raw bodies or answers, the media types the API description shows."""
     in_schema: bool = True
     encode: Callable[[object], bytes] = to_json
@@ -128,7 +128,7 @@ class Operation:
     def param_names(self) -> list[str]:
         return PARAM.findall(self.path)
 
-    def invoke(self, call: Call) -> Awaitable[Any]:
+    def invoke(self, call: Call) -> Awaitable[object]:
         values = {"call": call, "body": call.body, "query": call.query}
         return self.handler(*[values[a] if a in values else call.params[a] for a in self.arguments])
 
