@@ -39,10 +39,14 @@ STRICT := src/mainspring/client src/mainspring/__init__.py src/mainspring/app.py
 	src/mainspring/cli.py src/mainspring/core/cli.py src/mainspring/exchange/cli.py src/mainspring/machines/cli.py \
 	src/mainspring/interactions/cli.py src/mainspring/batching/cli.py src/mainspring/workflows/cli.py
 
+# The HTTP operations: each handler returns what it declares, since its return type is the answer it sends.
+ROUTES := src/mainspring/web src/mainspring/events_and_alerts.py $(wildcard src/mainspring/*/routes.py)
+
 lint: setup
 	$(BIN)/lint-imports
 	$(BIN)/ruff check src tests scripts bench
 	$(BIN)/mypy --strict --follow-imports=silent $(STRICT)
+	$(BIN)/mypy --follow-imports=silent --check-untyped-defs --warn-return-any $(ROUTES)
 	$(BIN)/python scripts/sync_clients.py --check
 	$(BIN)/python scripts/config_docs.py --check
 	$(BIN)/python scripts/http_docs.py --check

@@ -104,7 +104,7 @@ async def list_events(call: Call, query: EventsPageQuery) -> EventPage:
         items, last = await outbox.read_events(ctx.store, position, query.limit, event_types(query.types))
         remaining = deadline - asyncio.get_running_loop().time()
         if items or remaining <= 0 or ctx.stopping.is_set():
-            return {"events": items, "next_cursor": str(last)}
+            return EventPage.model_validate({"events": items, "next_cursor": str(last)})
         position = last
         await waiter.wait(min(remaining, 1.0))
 
@@ -144,10 +144,10 @@ def event_stream(ctx: Context, position: int, wanted: list[str]) -> EventSourceR
 async def list_alerts(call: Call, query: AlertsQuery) -> AlertPage:
     """Alerts, newest first; ``open=true`` hides acknowledged ones."""
     items, next_cursor = await alerts.list_alerts(call.store, open_only=query.open, limit=query.limit, cursor=query.cursor)
-    return {"alerts": items, "next_cursor": next_cursor}
+    return AlertPage.model_validate({"alerts": items, "next_cursor": next_cursor})
 
 
 @routes.post("/alerts/{alert_id}/ack", permission=Scope("admin"), problems=[AlertNotFound])
 async def ack_alert(call: Call, alert_id: Name) -> AlertOut:
     """Acknowledge an alert: it is no longer open."""
-    return await alerts.ack_alert(call.store, alert_id)
+    return AlertOut.model_validate(await alerts.ack_alert(call.store, alert_id))

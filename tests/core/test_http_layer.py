@@ -235,6 +235,25 @@ async def test_an_answer_on_its_schema_passes_the_check_and_carries_a_request_id
     assert dict(sent[0]["headers"])[b"x-request-id"]
 
 
+async def test_the_answer_is_encoded_as_its_declared_type_so_a_field_it_does_not_declare_is_not_sent() -> None:
+    async def handler(call: Call) -> Any:
+        return {"a": 1, "secret": "internal"}
+
+    api, operation = _api(handler)
+    api.check_answers = False
+    sent = await _call(api, operation)
+    assert sent[0]["status"] == 200 and sent[1]["body"] == b'{"a":1}'
+
+
+async def test_a_returned_model_of_the_declared_type_is_sent_as_its_fields() -> None:
+    async def handler(call: Call) -> Any:
+        return _Shape(a=2)
+
+    api, operation = _api(handler)
+    sent = await _call(api, operation)
+    assert sent[0]["status"] == 200 and sent[1]["body"] == b'{"a":2}'
+
+
 async def test_an_unexpected_error_is_a_500_problem_without_its_traceback(caplog: pytest.LogCaptureFixture) -> None:
     async def handler(call: Call) -> Any:
         raise RuntimeError("secret internals")

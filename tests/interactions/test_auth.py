@@ -41,6 +41,14 @@ async def test_a_token_may_not_take_over_another_queues_schedule(settings: Setti
         assert (await clients["emails"].put("/v1/periodic/mine", json={"cron": "* * * * *", "queue": "other"})).status_code == 403
 
 
+async def test_the_schedule_listing_shows_a_token_only_its_queues_schedules(settings: Settings, store: Store) -> None:
+    async with clients_with_tokens(settings, store, {"emails": ["queues:emails"], "other": ["queues:other"]}) as clients:
+        for who in ("emails", "other"):
+            assert (await clients[who].put(f"/v1/periodic/{who}", json={"cron": "0 3 * * *", "queue": who})).status_code == 200
+        listed = await clients["emails"].get("/v1/periodic")
+        assert listed.status_code == 200 and [s["name"] for s in listed.json()["periodic"]] == ["emails"]
+
+
 async def test_a_child_may_not_be_created_under_another_queues_item(settings: Settings, store: Store) -> None:
     """Finding 3: a parent_id in a queue the token may not touch is answered as an unknown parent, and nothing
     is created (single and bulk)."""

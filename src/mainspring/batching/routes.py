@@ -50,13 +50,13 @@ PACKAGE = Owned("package_id", _batcher_of, lambda batcher: f"batchers:{batcher}"
 @routes.put("/batchers/{name}", permission=BATCHER)
 async def put_batcher(call: Call, name: Name, body: BatcherSettingsIn) -> Batcher:
     """Create a batcher or change its stored settings; every server applies them to the next batch."""
-    return await service.put_batcher(call.store, name, body)
+    return Batcher.model_validate(await service.put_batcher(call.store, name, body))
 
 
 @routes.get("/batchers/{name}", permission=BATCHER, problems=[BatcherNotFound])
 async def get_batcher(call: Call, name: Name) -> Batcher:
     """A batcher's settings, its batch being formed, and counts of tasks and packages by status."""
-    return await service.get_batcher(call.store, name)
+    return Batcher.model_validate(await service.get_batcher(call.store, name))
 
 
 @routes.delete("/batchers/{name}", permission=BATCHER, status=204, problems=[BatcherNotFound, BatcherBusy])
@@ -71,13 +71,14 @@ async def delete_batcher(call: Call, name: Name, query: DeleteBatcherQuery) -> N
 async def submit_task(call: Call, name: Name, body: TaskIn) -> Task | Reply:
     """Submit a task: 202 pending; 200 for a known id, or with status rejected (reason duplicate)."""
     task, accepted = await service.submit_task(call.store, name, body, service.registration_defaults(call.ctx.registry, name))
-    return task if accepted else Reply(task, status=200)
+    answer = Task.model_validate(task)
+    return answer if accepted else Reply(answer, status=200)
 
 
 @routes.get("/batchers/{name}/tasks/{task_id}", permission=BATCHER, problems=[TaskNotFound])
 async def get_task(call: Call, name: Name, task_id: Name) -> Task:
     """Where a task is (status, package) and why (reason, error)."""
-    return await service.get_task(call.store, name, task_id)
+    return Task.model_validate(await service.get_task(call.store, name, task_id))
 
 
 @routes.post("/batchers/{name}/packages/claim", permission=BATCHER, answers={204: "no package waiting"})
@@ -85,48 +86,48 @@ async def claim_package(call: Call, name: Name, body: ClaimIn) -> Package | Repl
     """Claim the oldest waiting package under a lease, waiting up to ``wait_ms`` for one."""
     wait_ms = int(call.ctx.wait_s(body.wait_ms or 0) * 1000)
     package = await cafe.claim(call.store, name, body.worker, body.lease_ms, wait_ms, call.settings.server.poll_interval_ms)
-    return Reply(status=204) if package is None else package
+    return Reply(status=204) if package is None else Package.model_validate(package)
 
 
 @routes.get("/batchers/{name}/packages", permission=BATCHER)
 async def list_packages(call: Call, name: Name, query: PackagesQuery) -> PackageList:
     """A batcher's packages, oldest first."""
     items, next_cursor = await cafe.list_packages(call.store, name, query.status, query.limit, query.cursor)
-    return {"packages": items, "next_cursor": next_cursor}
+    return PackageList.model_validate({"packages": items, "next_cursor": next_cursor})
 
 
 @routes.get("/packages/{package_id}", permission=PACKAGE)
 async def get_package(call: Call, package_id: Name) -> Package:
     """One package with its tasks (never its lease token)."""
-    return await cafe.get_package(call.store, package_id)
+    return Package.model_validate(await cafe.get_package(call.store, package_id))
 
 
 @routes.post("/packages/{package_id}/complete", permission=PACKAGE, problems=[LeaseLost])
 async def complete_package(call: Call, package_id: Name, body: CompleteIn) -> Package:
     """Finish a claimed package; ``results`` gives per-task outcomes (tasks left out are done)."""
-    return await cafe.complete_package(call.store, package_id, body.token, body.results)
+    return Package.model_validate(await cafe.complete_package(call.store, package_id, body.token, body.results))
 
 
 @routes.post("/packages/{package_id}/fail", permission=PACKAGE, problems=[LeaseLost])
 async def fail_package(call: Call, package_id: Name, body: FailIn) -> Package:
     """Give a package up: back to the cafe with ``retry``, else it and its tasks fail."""
-    return await cafe.fail_package(call.store, package_id, body.token, body.error, body.retry)
+    return Package.model_validate(await cafe.fail_package(call.store, package_id, body.token, body.error, body.retry))
 
 
 @routes.post("/packages/{package_id}/heartbeat", permission=PACKAGE, problems=[LeaseLost])
 async def heartbeat_package(call: Call, package_id: Name, body: HeartbeatIn) -> Package:
     """Extend the lease of a claimed package."""
-    return await cafe.heartbeat_package(call.store, package_id, body.token, body.lease_ms)
+    return Package.model_validate(await cafe.heartbeat_package(call.store, package_id, body.token, body.lease_ms))
 
 
 @routes.get("/batchers/{name}/versions/{group}/{member}", permission=BATCHER)
 async def list_versions(call: Call, name: Name, group: Name, member: Name, query: VersionsQuery) -> VersionList:
     """The permanent version log of one group+member, oldest first."""
     items, next_cursor = await service.list_versions(call.store, name, group, member, query.limit, query.cursor)
-    return {"versions": items, "next_cursor": next_cursor}
+    return VersionList.model_validate({"versions": items, "next_cursor": next_cursor})
 
 
 @routes.get("/batchers/{name}/versions/{group}", permission=BATCHER, problems=[BatcherNotFound])
 async def group_versions(call: Call, name: Name, group: Name) -> GroupVersions:
     """Every member's version log of one group in one call (both books of a pair, without a scan)."""
-    return {"members": await service.group_versions(call.store, name, group)}
+    return GroupVersions.model_validate({"members": await service.group_versions(call.store, name, group)})

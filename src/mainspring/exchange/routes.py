@@ -92,13 +92,14 @@ async def store_message(call: Call, addressee: Name, database: Name, body: bytes
         message_key=_header(call, "Message-Id", pattern=True),
         sender=_header(call, "X-Sender"),
     )
-    return message if created else Reply(message, status=200)
+    answer = Message.model_validate(message)
+    return answer if created else Reply(answer, status=200)
 
 
 @routes.get(MAILBOX + "/messages", permission=RECEIVE)
 async def list_messages(call: Call, addressee: Name, database: Name, query: Page) -> MessageList:
     """API_1: the messages available for processing, oldest first, and whether a process holds the mailbox."""
-    return await messages.list_available(call.ctx, addressee, database, limit=query.limit, cursor=query.cursor)
+    return MessageList.model_validate(await messages.list_available(call.ctx, addressee, database, limit=query.limit, cursor=query.cursor))
 
 
 @routes.get(MAILBOX + "/messages/{message_id}", permission=RECEIVE, problems=[MessageNotFound],
@@ -114,55 +115,55 @@ async def read_message(call: Call, addressee: Name, database: Name, message_id: 
 async def start_process(call: Call, addressee: Name, database: Name, body: StartRequest) -> Process:
     """API_2: start processing all of ``message_ids`` (all or nothing); ``409 busy`` while another
     process holds the mailbox."""
-    return await service.start_process(call.ctx, addressee, database, body.client_id, body.message_ids)
+    return Process.model_validate(await service.start_process(call.ctx, addressee, database, body.client_id, body.message_ids))
 
 
 @routes.post("/processes/{process_id}/heartbeat", permission=WORKER, problems=[Cancelled])
 async def heartbeat(call: Call, process_id: Name) -> Process:
     """Keep a process alive: a new ``deadline``; ``409 cancelled`` once it is not."""
-    return await service.heartbeat(call.ctx, process_id)
+    return Process.model_validate(await service.heartbeat(call.ctx, process_id))
 
 
 @routes.post("/processes/{process_id}/ready", permission=All(WORKER, REPLIES), problems=[Cancelled])
 async def ready(call: Call, process_id: Name, body: ReadyRequest | None) -> ReadyResponse:
     """API_3: processed; may commit. Replies are stored but not visible until API_4."""
     process = await service.ready(call.ctx, process_id, body.replies if body else [])
-    return {"status": "OK", "process": process}
+    return ReadyResponse.model_validate({"status": "OK", "process": process})
 
 
 @routes.post("/processes/{process_id}/committed", permission=COMMITTER, problems=[Cancelled, AlreadyCommitted])
 async def committed(call: Call, process_id: Name) -> Process:
     """API_4: the client's database committed. The messages go, the replies appear."""
-    return await service.committed(call.ctx, process_id)
+    return Process.model_validate(await service.committed(call.ctx, process_id))
 
 
 @routes.post("/processes/{process_id}/commit-failed", permission=READER, problems=[Cancelled, AlreadyCommitted])
 async def commit_failed(call: Call, process_id: Name, body: CommitFailedRequest | None) -> Process:
     """API_5: the client's database did not commit. The messages are available again."""
-    return await service.commit_failed(call.ctx, process_id, body.error if body else None)
+    return Process.model_validate(await service.commit_failed(call.ctx, process_id, body.error if body else None))
 
 
 @routes.post("/processes/{process_id}/resolve", permission=Scope("admin"), problems=[ProcessNotFound, NotInDoubt])
 async def resolve(call: Call, process_id: Name, body: ResolveRequest) -> Process:
     """Administrator: resolve an IN_DOUBT process as API_4 (``committed``) or API_5 would."""
-    return await service.resolve(call.ctx, process_id, body.committed)
+    return Process.model_validate(await service.resolve(call.ctx, process_id, body.committed))
 
 
 @routes.get("/processes/{process_id}", permission=READER)
 async def get_process(call: Call, process_id: Name) -> Process:
     """One process."""
-    return await service.get_process(call.ctx, process_id)
+    return Process.model_validate(await service.get_process(call.ctx, process_id))
 
 
 @routes.get("/processes", permission=Scope("exchange:receive:{addressee}", "admin"))
 async def list_processes(call: Call, query: ProcessesQuery) -> ProcessList:
     """Processes, oldest first; filter by state and mailbox. Without ``addressee`` it needs ``admin``."""
-    return await service.list_processes(call.ctx, state=query.state, addressee=query.addressee, database=query.database,
-                                        limit=query.limit, cursor=query.cursor)
+    return ProcessList.model_validate(await service.list_processes(call.ctx, state=query.state, addressee=query.addressee, database=query.database,
+                                        limit=query.limit, cursor=query.cursor))
 
 
-@routes.get("/mailboxes", permission=Filtered("mailboxes", lambda box: f"exchange:receive:{box['addressee']}",
+@routes.get("/mailboxes", permission=Filtered("mailboxes", lambda box: f"exchange:receive:{box.addressee}",
                                                shown_as="exchange:receive:<addressee>"))
 async def list_mailboxes(call: Call) -> MailboxList:
     """Mailboxes the caller may receive from, with their available message counts and active process."""
-    return {"mailboxes": await messages.list_mailboxes(call.ctx)}
+    return MailboxList.model_validate({"mailboxes": await messages.list_mailboxes(call.ctx)})

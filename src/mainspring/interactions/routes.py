@@ -89,25 +89,25 @@ ITEM_PROBLEMS = [InteractionFinished, LeaseLost]
 @routes.put("/queues/{queue}", permission=QUEUE)
 async def put_queue(call: Call, queue: Name, body: QueueSettingsIn) -> QueueOut:
     """Set a queue's limits and timings; every server applies them at its next lease."""
-    return await service.put_queue(call.store, call.settings.interactions, queue, body.model_dump())
+    return QueueOut.model_validate(await service.put_queue(call.store, call.settings.interactions, queue, body.model_dump()))
 
 
 @routes.get("/queues/{queue}", permission=QUEUE)
 async def get_queue(call: Call, queue: Name) -> QueueOut:
     """A queue's settings and its interactions counted by status."""
-    return await service.get_queue(call.store, call.settings.interactions, queue)
+    return QueueOut.model_validate(await service.get_queue(call.store, call.settings.interactions, queue))
 
 
 @routes.post("/queues/{queue}/pause", permission=QUEUE)
 async def pause_queue(call: Call, queue: Name) -> QueueOut:
     """Stop leasing from the queue on every server (items leased already run on); event ``interaction.queue.paused``."""
-    return await service.pause_queue(call.store, call.settings.interactions, queue, True)
+    return QueueOut.model_validate(await service.pause_queue(call.store, call.settings.interactions, queue, True))
 
 
 @routes.post("/queues/{queue}/resume", permission=QUEUE)
 async def resume_queue(call: Call, queue: Name) -> QueueOut:
     """Lease from a paused queue again; event ``interaction.queue.resumed``."""
-    return await service.pause_queue(call.store, call.settings.interactions, queue, False)
+    return QueueOut.model_validate(await service.pause_queue(call.store, call.settings.interactions, queue, False))
 
 
 @routes.post("/queues/{queue}/interactions", permission=All(QUEUE, PARENTS), status=201,
@@ -115,7 +115,8 @@ async def resume_queue(call: Call, queue: Name) -> QueueOut:
 async def create_interaction(call: Call, queue: Name, body: CreateIn) -> Interaction | Reply:
     """Create an interaction (201), or answer the existing one of this queue with the same `message_id` (200)."""
     item, created = await service.create(call.store, call.settings.interactions, queue, service.spec_from(body, call.now_ms()))
-    return item if created else Reply(item, status=200)
+    answer = Interaction.model_validate(item)
+    return answer if created else Reply(answer, status=200)
 
 
 @routes.post("/queues/{queue}/interactions/bulk", permission=All(QUEUE, PARENTS), status=201)
@@ -124,7 +125,7 @@ async def create_interactions(call: Call, queue: Name, body: BulkCreateIn) -> In
     now = call.now_ms()
     results = await service.create_many(call.store, call.settings.interactions, queue,
                                         [service.spec_from(b, now) for b in body.interactions])
-    return {"interactions": [item for item, _ in results], "next_cursor": None}
+    return InteractionList.model_validate({"interactions": [item for item, _ in results], "next_cursor": None})
 
 
 def _statuses(value: str | None) -> list[str] | None:
@@ -143,7 +144,7 @@ async def list_interactions(call: Call, queue: Name, query: ListQuery) -> Intera
     filters = {"message_id": query.message_id, "channel": query.channel, "user": query.user, "source": query.source,
                "status": _statuses(query.status)}
     found, next_cursor = await service.list_items(call.store, queue, filters, query.limit, query.cursor)
-    return {"interactions": found, "next_cursor": next_cursor}
+    return InteractionList.model_validate({"interactions": found, "next_cursor": next_cursor})
 
 
 @routes.get("/interactions/{interaction_id}", permission=ITEM)
@@ -152,38 +153,38 @@ async def read_interaction(call: Call, interaction_id: AnySegment, query: ReadQu
     item = await service.read(call.store, interaction_id)
     if query.wait_ms and item["status"] not in service.FINISHED:
         item = await service.wait_finished(call.store, interaction_id, int(call.ctx.wait_s(query.wait_ms) * 1000))
-    return item
+    return Interaction.model_validate(item)
 
 
 @routes.get("/interactions/{interaction_id}/children", permission=ITEM)
 async def list_children(call: Call, interaction_id: AnySegment, query: ChildrenQuery) -> InteractionList:
     """Children of an interaction (with `name`), oldest first."""
     found, next_cursor = await service.children(call.store, interaction_id, query.name, query.limit, query.cursor)
-    return {"interactions": found, "next_cursor": next_cursor}
+    return InteractionList.model_validate({"interactions": found, "next_cursor": next_cursor})
 
 
 @routes.get("/interactions/{interaction_id}/children/latest", permission=ITEM, problems=[InteractionNotFound])
 async def latest_child(call: Call, interaction_id: AnySegment, query: LatestChildQuery) -> Interaction:
     """The most recently created child (with `name`)."""
-    return await service.latest_child(call.store, interaction_id, query.name)
+    return Interaction.model_validate(await service.latest_child(call.store, interaction_id, query.name))
 
 
 @routes.post("/interactions/{interaction_id}/complete", permission=ITEM, problems=ITEM_PROBLEMS)
 async def complete(call: Call, interaction_id: AnySegment, body: CompleteIn | None) -> Interaction:
     """Finish as completed with `result`."""
-    return await service.complete(call.store, interaction_id, body.result if body else None)
+    return Interaction.model_validate(await service.complete(call.store, interaction_id, body.result if body else None))
 
 
 @routes.post("/interactions/{interaction_id}/fail", permission=ITEM, problems=ITEM_PROBLEMS)
 async def fail(call: Call, interaction_id: AnySegment, body: FailIn) -> Interaction:
     """Finish as failed with `error`."""
-    return await service.fail(call.store, interaction_id, body.error)
+    return Interaction.model_validate(await service.fail(call.store, interaction_id, body.error))
 
 
 @routes.post("/interactions/{interaction_id}/cancel", permission=ITEM, problems=ITEM_PROBLEMS)
 async def cancel(call: Call, interaction_id: AnySegment) -> Interaction:
     """Cancel; a worker processing it loses its lease and its handler is cancelled."""
-    return await service.cancel(call.store, interaction_id)
+    return Interaction.model_validate(await service.cancel(call.store, interaction_id))
 
 
 @routes.post("/interactions/{interaction_id}/schedule", permission=ITEM, problems=ITEM_PROBLEMS)
@@ -191,20 +192,20 @@ async def schedule(call: Call, interaction_id: AnySegment, body: ScheduleIn) -> 
     """Process at `process_at`, or `process_in_ms` from now."""
     due = body.due_at(call.now_ms())
     assert due is not None
-    return await service.schedule(call.store, interaction_id, due)
+    return Interaction.model_validate(await service.schedule(call.store, interaction_id, due))
 
 
 @routes.post("/interactions/{interaction_id}/retry", permission=ITEM, problems=[InteractionNotFinished, InteractionFinished])
 async def retry(call: Call, interaction_id: AnySegment, body: RetryIn | None) -> Interaction:
     """Run a failed or cancelled interaction again (attempts back to 0), now or `process_in_ms` from now."""
     due = None if body is None or body.process_in_ms is None else call.now_ms() + body.process_in_ms
-    return await service.retry(call.store, interaction_id, due)
+    return Interaction.model_validate(await service.retry(call.store, interaction_id, due))
 
 
 @routes.patch("/interactions/{interaction_id}", permission=ITEM, problems=ITEM_PROBLEMS)
 async def change_data(call: Call, interaction_id: AnySegment, body: ChangeIn) -> Interaction:
     """Replace an unfinished interaction's `data` (event `interaction.changed` with the new data)."""
-    return await service.change_data(call.store, interaction_id, body.data)
+    return Interaction.model_validate(await service.change_data(call.store, interaction_id, body.data))
 
 
 # Both the schedule's stored queue (whose schedule it is) and the body's (where it will create items).
@@ -215,20 +216,20 @@ async def change_data(call: Call, interaction_id: AnySegment, body: ChangeIn) ->
 async def put_periodic(call: Call, name: Name, body: PeriodicIn) -> Periodic:
     """Create or replace a cron schedule that creates one interaction in `queue` per tick, exactly once
     across all servers (the tick is its idempotency key)."""
-    return await periodic.put_schedule(call.store, name, cron=body.cron, queue=body.queue, data_=body.data,
-                                       timezone=body.timezone, catch_up_ms=body.catch_up_ms)
+    return Periodic.model_validate(await periodic.put_schedule(call.store, name, cron=body.cron, queue=body.queue, data_=body.data,
+                                                               timezone=body.timezone, catch_up_ms=body.catch_up_ms))
 
 
-@routes.get("/periodic", permission=Filtered("periodic", lambda s: f"queues:{s['queue']}", shown_as="queues:<queue>"))
+@routes.get("/periodic", permission=Filtered("periodic", lambda s: f"queues:{s.queue}", shown_as="queues:<queue>"))
 async def list_periodic(call: Call) -> PeriodicList:
     """Every schedule whose queue the caller may see."""
-    return {"periodic": await periodic.list_schedules(call.store), "next_cursor": None}
+    return PeriodicList.model_validate({"periodic": await periodic.list_schedules(call.store), "next_cursor": None})
 
 
 @routes.get("/periodic/{name}", permission=SCHEDULE)
 async def get_periodic(call: Call, name: Name) -> Periodic:
     """One schedule, with its next tick."""
-    return await periodic.get_schedule(call.store, name)
+    return Periodic.model_validate(await periodic.get_schedule(call.store, name))
 
 
 @routes.delete("/periodic/{name}", permission=SCHEDULE, status=204)
@@ -244,14 +245,14 @@ async def lease(call: Call, queue: Name, body: LeaseIn) -> InteractionList:
     wait_ms = int(call.ctx.wait_s(body.wait_ms) * 1000)
     taken = await leasing.lease_wait(call.store, call.settings.interactions, queue, body.worker, body.max, body.lease_ms,
                                      wait_ms, call.settings.server.poll_interval_ms)
-    return {"interactions": taken.items, "next_cursor": None}
+    return InteractionList.model_validate({"interactions": taken.items, "next_cursor": None})
 
 
 @routes.post("/queues/{queue}/heartbeat", permission=QUEUE)
 async def heartbeat_leases(call: Call, queue: Name, body: HeartbeatManyIn) -> HeartbeatManyOut:
     """Extend many held leases of the queue in one call (a worker's batch); `lease_ms` defaults to the queue's."""
     held, lost = await leasing.heartbeat_in_queue(call.store, queue, [(e.id, e.token) for e in body.leases], body.lease_ms)
-    return {"held": held, "lease_lost": lost}
+    return HeartbeatManyOut(held=held, lease_lost=lost)
 
 
 @routes.post("/queues/{queue}/release", permission=QUEUE)
@@ -260,20 +261,20 @@ async def release_leases(call: Call, queue: Name, body: ReleaseManyIn) -> Releas
     the answer. A lease no longer held changes nothing and is answered in `lease_lost`."""
     released, lost = await leasing.release_in_queue(
         call.store, queue, [(e.id, e.token, e.outcome.to_outcome()) for e in body.releases])
-    return {"released": released, "lease_lost": lost}
+    return ReleaseManyOut(released=released, lease_lost=lost)
 
 
 @routes.post("/interactions/{interaction_id}/heartbeat", permission=ITEM, problems=ITEM_PROBLEMS)
 async def heartbeat(call: Call, interaction_id: AnySegment, body: HeartbeatIn) -> HeartbeatOut:
     """Extend a held lease."""
     expires = await leasing.heartbeat(call.store, interaction_id, body.token, body.lease_ms)
-    return {"expires_at": format_time(expires)}
+    return HeartbeatOut.model_validate({"expires_at": format_time(expires)})
 
 
 @routes.post("/interactions/{interaction_id}/release", permission=ITEM, problems=ITEM_PROBLEMS)
 async def release(call: Call, interaction_id: AnySegment, body: ReleaseIn) -> Interaction:
     """End a held lease with an outcome: complete, fail, repeat, wait or retry."""
-    return await leasing.release(call.store, interaction_id, body.token, body.outcome.to_outcome())
+    return Interaction.model_validate(await leasing.release(call.store, interaction_id, body.token, body.outcome.to_outcome()))
 
 
 __all__ = ["InteractionNotFound", "routes"]

@@ -72,13 +72,13 @@ def _reply(reply: service.Reply) -> Reply:
 async def put_namespace(call: Call, ns: MachineName, body: NamespaceIn) -> NamespaceOut:
     """Create or change a namespace; every server uses the new settings from its next step, no restart."""
     saved = await ns_service.put_namespace(call.ctx, ns, NamespaceConfig.model_validate(body.model_dump()))
-    return saved.to_api(call.ctx)
+    return NamespaceOut.model_validate(saved.to_api(call.ctx))
 
 
 @routes.get("/namespaces/{ns}", permission=SCOPE, problems=[NamespaceNotFound])
 async def get_namespace(call: Call, ns: MachineName) -> NamespaceOut:
     """A namespace's processor and retry settings."""
-    return (await ns_service.get_namespace(call.ctx, ns)).to_api(call.ctx)
+    return NamespaceOut.model_validate((await ns_service.get_namespace(call.ctx, ns)).to_api(call.ctx))
 
 
 @routes.post("/namespaces/{ns}/machines", permission=SCOPE, status=201, problems=STEP_PROBLEMS)
@@ -91,13 +91,14 @@ async def start(call: Call, ns: MachineName, body: StartIn) -> Machine | Reply:
 async def list_machines(call: Call, ns: MachineName, query: MachinesQuery) -> MachineList:
     """A namespace's machines, by status."""
     items, next_cursor = await service.list_machines(call.ctx, ns, query.status, query.limit, query.cursor)
-    return {"machines": items, "next_cursor": next_cursor}
+    return MachineList.model_validate({"machines": items, "next_cursor": next_cursor})
 
 
 @routes.get("/namespaces/{ns}/machines/{id}", permission=SCOPE, problems=NOT_FOUND)
 async def get_machine(call: Call, ns: MachineName, id: MachineName, query: HistoryQuery) -> Machine:
     """The machine with the requested part of its history and its failure journal."""
-    return await service.get_machine(call.ctx, ns, id, HistoryRange(after=query.after, limit=query.limit, direction=query.direction))
+    return Machine.model_validate(
+        await service.get_machine(call.ctx, ns, id, HistoryRange(after=query.after, limit=query.limit, direction=query.direction)))
 
 
 @routes.post("/namespaces/{ns}/machines/{id}/call", permission=SCOPE, problems=STEP_PROBLEMS)
@@ -127,4 +128,4 @@ async def remove(call: Call, ns: MachineName, id: MachineName) -> None:
 @routes.get("/namespaces/{ns}/machines/{id}/operations/{key}", permission=SCOPE, problems=[OperationNotFound])
 async def operation(call: Call, ns: MachineName, id: MachineName, key: OperationKey) -> Operation:
     """Whether and how the operation sent with this Idempotency-Key ended."""
-    return await service.get_operation(call.ctx, ns, id, key)
+    return Operation.model_validate(await service.get_operation(call.ctx, ns, id, key))

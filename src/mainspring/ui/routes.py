@@ -8,6 +8,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route, Router
+from starlette.types import Receive, Scope, Send
 
 from mainspring.core.errors import NotFound
 from mainspring.ui.actions import actions
@@ -36,7 +37,7 @@ def _problem(problem: dict[str, Any], headers: dict[str, str] | None = None) -> 
     return JSONResponse(problem, status_code=problem["status"], media_type=PROBLEM, headers=headers)
 
 
-async def _no_route(scope: Any, receive: Any, send: Any) -> None:
+async def _no_route(scope: Scope, receive: Receive, send: Send) -> None:
     """What no page or file answers: a problem, as the API's unknown paths are."""
     path = scope["path"]
     problem = {"type": "https://mainspring.dev/problems/not_found", "title": "Not found", "status": 404,

@@ -23,7 +23,9 @@ from __future__ import annotations
 import string
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from pydantic import BaseModel
 
 from mainspring.core.auth import Principal
 from mainspring.core.errors import Forbidden, MainspringError
@@ -188,17 +190,21 @@ class Filtered(Permission):
     """Any valid token; the answer's list ``field`` keeps only the entries whose scope the token holds."""
 
     field: str
-    scope_of: Callable[[Mapping[str, object]], str]
+    scope_of: Callable[[Any], str]
+    """The scope of one entry of the answer's list (an entry is a model of the declared answer)."""
     shown_as: str
 
     def describe(self) -> str:
         return f"any token; only the entries of {self.shown_as} it holds"
 
     def filter(self, principal: Principal, answer: object) -> object:
-        if unlimited(principal) or not isinstance(answer, dict):
+        if unlimited(principal):
             return answer
-        entries = answer[self.field]
-        return {**answer, self.field: [e for e in entries if principal.allows(self.scope_of(e))]}
+        # Fail closed: an answer this cannot filter is an error, never sent unfiltered.
+        if not isinstance(answer, BaseModel):
+            raise TypeError(f"a Filtered answer is a model with the list {self.field!r}, not {type(answer).__name__}")
+        entries = getattr(answer, self.field)
+        return answer.model_copy(update={self.field: [e for e in entries if principal.allows(self.scope_of(e))]})
 
 
 @dataclass(frozen=True)

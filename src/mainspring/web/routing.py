@@ -18,6 +18,7 @@ and ``/openapi.json`` (``web.openapi``): there is no other place where a route e
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -27,6 +28,7 @@ from typing import Annotated, Any, TypeVar, Union, get_args, get_origin, get_typ
 from urllib.parse import unquote_to_bytes
 
 from pydantic import StringConstraints, TypeAdapter
+from pydantic_core import to_json
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope
@@ -37,7 +39,7 @@ from mainspring.core.runtime import Context
 from mainspring.store import Store
 from mainspring.web.permissions import Permission
 
-Handler = Callable[..., Awaitable[Any]]
+Handler = Callable[..., Awaitable[object]]
 H = TypeVar("H", bound=Handler)
 
 PARAM = re.compile(r"\{(\w+)\}")
@@ -56,7 +58,7 @@ class RawBody:
 class Reply:
     """An answer other than the operation's usual one: another status, headers, or bytes of another type."""
 
-    content: Any = None
+    content: object = None
     status: int | None = None
     headers: Mapping[str, str] | None = None
     media_type: str | None = None
@@ -83,7 +85,7 @@ class Operation:
     query: Any = None
     """A pydantic model the query string is validated into."""
     answer: Any = None
-    """What a success answers (a model or type; None: no content), for the API description and answer checks."""
+    """What a success answers (a model or type; None: no content): the API description, and ``encode``."""
     status: int = 200
     answers: Mapping[int, str] = field(default_factory=dict)
     """Other successes (status → description), e.g. ``{200: "already stored"}`` beside a 201."""
@@ -94,9 +96,11 @@ class Operation:
     """The handler's parameters, in order."""
     body_limit: Callable[[Any], int] | None = None
     """The body limit from the server's settings, when it is not ``server.max_json_bytes``."""
-    content: Mapping[str, Any] | None = None
+    content: Mapping[str, object] | None = None
     """For raw bodies or answers, the media types the API description shows."""
     in_schema: bool = True
+    encode: Callable[[object], bytes] = to_json
+    """The answer's JSON as its declared type makes it (``answer``), compiled once when the operation is declared."""
 
     @property
     def public(self) -> bool:
@@ -124,7 +128,7 @@ class Operation:
     def param_names(self) -> list[str]:
         return PARAM.findall(self.path)
 
-    def invoke(self, call: Call) -> Awaitable[Any]:
+    def invoke(self, call: Call) -> Awaitable[object]:
         values = {"call": call, "body": call.body, "query": call.query}
         return self.handler(*[values[a] if a in values else call.params[a] for a in self.arguments])
 
@@ -217,6 +221,25 @@ def _declared(handler: Handler, path: str) -> dict[str, Any]:
     return found
 
 
+def answer_encoder(answer: Any) -> Callable[[object], bytes]:
+    """Encodes a value as the declared answer type: its fields, names and types, nothing else.
+
+    The type's serializer is compiled here, once, at import. A value of the declared model is dumped as it is;
+    any other value (a list of models, a mapping) goes through the declared type first, so what is sent is
+    what ``/openapi.json`` describes — a field the type does not declare is not sent, one it needs and the value
+    lacks is a server error, never a silently different answer."""
+    adapter: TypeAdapter[Any] = TypeAdapter(answer)
+    model = answer if isinstance(answer, type) else None
+    dump = functools.partial(adapter.dump_json, by_alias=True)
+
+    def encode(value: object) -> bytes:
+        if model is None or not isinstance(value, model):
+            value = adapter.validate_python(value)
+        return dump(value)
+
+    return encode
+
+
 class Routes:
     """A face's operations, declared with ``@routes.get(...)``, ``.post``, ``.put``, ``.patch``, ``.delete``."""
 
@@ -232,6 +255,8 @@ class Routes:
                                     "every operation says who may call it (web.permissions)")
         declared = _declared(handler, self.prefix + path)
         declared.update(options)
+        if declared.get("answer") is not None:
+            declared["encode"] = answer_encoder(declared["answer"])
         operation = Operation(method, self.prefix + path, handler, declared.pop("tag", self.tag), permission, **declared)
         self.operations.append(operation)
         return operation

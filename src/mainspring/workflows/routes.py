@@ -31,7 +31,7 @@ NOT_FOUND = [WorkflowNotFound, RunNotFound]
 @routes.get("/workflows", permission=Scope("workflows:*"))
 async def list_workflows(call: Call) -> WorkflowList:
     """Every workflow registered by this server's app, with its runs counted by status."""
-    return {"workflows": await service.workflow_summaries(call.ctx)}
+    return WorkflowList.model_validate({"workflows": await service.workflow_summaries(call.ctx)})
 
 
 @routes.post("/workflows/{name}/runs", permission=SCOPE, status=201,
@@ -39,20 +39,21 @@ async def list_workflows(call: Call) -> WorkflowList:
 async def start(call: Call, name: WorkflowName, body: StartIn) -> Run | Reply:
     """Start a run (idempotent by id)."""
     run, created = await service.start_run(call.ctx, name, body.id or str(uuid.uuid4()), body.args)
-    return run if created else Reply(run, status=200)
+    answer = Run.model_validate(run)
+    return answer if created else Reply(answer, status=200)
 
 
 @routes.get("/workflows/{name}/runs", permission=SCOPE, problems=[WorkflowNotFound])
 async def list_runs(call: Call, name: WorkflowName, query: RunsQuery) -> RunList:
     """A workflow's runs (without their steps), by status."""
     runs, cursor = await service.list_runs(call.ctx, name, query.status, query.limit, query.cursor)
-    return {"runs": runs, "cursor": cursor}
+    return RunList.model_validate({"runs": runs, "cursor": cursor})
 
 
 @routes.get("/workflows/{name}/runs/{id}", permission=SCOPE, problems=NOT_FOUND)
 async def read(call: Call, name: WorkflowName, id: RunId, query: ReadQuery) -> Run:
     """A run with its steps; with ``wait_ms``, once it finishes or the wait ends."""
-    return await service.get_run(call.ctx, name, id, query.wait_ms)
+    return Run.model_validate(await service.get_run(call.ctx, name, id, query.wait_ms))
 
 
 @routes.post("/workflows/{name}/runs/{id}/signals/{signal}", permission=SCOPE, status=202,
@@ -66,10 +67,10 @@ async def signal(call: Call, name: WorkflowName, id: RunId, signal: SignalName, 
 @routes.post("/workflows/{name}/runs/{id}/cancel", permission=SCOPE, problems=[*NOT_FOUND, RunFinished])
 async def cancel(call: Call, name: WorkflowName, id: RunId) -> Run:
     """Cancel a run: its code gets CancelledError at its current await; its tasks and children are cancelled."""
-    return await service.cancel_run(call.ctx, name, id)
+    return Run.model_validate(await service.cancel_run(call.ctx, name, id))
 
 
 @routes.post("/workflows/{name}/runs/{id}/retry", permission=SCOPE, problems=[*NOT_FOUND, RunNotFailed])
 async def retry(call: Call, name: WorkflowName, id: RunId) -> Run:
     """Resume a failed run from its records."""
-    return await service.retry_run(call.ctx, name, id)
+    return Run.model_validate(await service.retry_run(call.ctx, name, id))
