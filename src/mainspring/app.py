@@ -271,7 +271,7 @@ class Task(Generic[P, R]):
         sender = self.sender if self.sender is not None else self.app.sender
         if sender is None:
             raise NoSender(f"task {self.queue!r}: nothing to send it through: app.use(producer or client), or task.using(…)")
-        if "connection" in self.fields and not _is_producer(sender):
+        if "connection" in self.fields and not _takes_a_connection(sender):
             # A client writes over HTTP in the server's transaction: it has no way into the caller's.
             raise NoSender(f"task {self.queue!r}: configure(connection=…) needs a producer (mainspring.producer), "
                            f"not {type(sender).__name__}")
@@ -299,10 +299,9 @@ class Task(Generic[P, R]):
         return run
 
 
-def _is_producer(sender: object) -> bool:
-    from mainspring.producer import Producer
-
-    return isinstance(sender, Producer)
+def _takes_a_connection(sender: Any) -> bool:
+    """Whether ``sender.create`` can write in the caller's transaction (a producer's can; a client's cannot)."""
+    return "connection" in inspect.signature(sender.create).parameters
 
 
 def _hints(function: Callable[..., Any]) -> dict[str, Any]:
