@@ -53,11 +53,11 @@ async def test_a_line_logged_in_a_request_carries_its_request_id_and_path_ids(
     from mainspring.interactions import service
     from mainspring.interactions.errors import InteractionNotFound
 
-    async def logging_read(_store: object, interaction_id: str) -> dict[str, object]:
+    async def logging_complete(_store: object, interaction_id: str, _result: object) -> dict[str, object]:
         logging.getLogger("mainspring.test").info("looking for %s", interaction_id)
         raise InteractionNotFound("gone")
 
-    monkeypatch.setattr(service, "read", logging_read)
+    monkeypatch.setattr(service, "complete", logging_complete)
     answer = await client.post("/v1/interactions/424242/complete", json={}, headers={"X-Request-Id": "req-1"})
     assert answer.status_code == 404
     (line,) = [r for r in _records(json_lines) if r["message"] == "looking for 424242"]
