@@ -127,10 +127,13 @@ async def test_due_machines_are_leased_with_their_namespaces_in_one_round_trip_f
     for ns in ("orders", "quick"):
         registry.processors[ns] = Registration(fake)
     fake.on("init", lambda args, machine: {"events": [], "action": {"timer": {"in_ms": args}}})
+    # Timers far apart in the real clock (a loaded machine takes hundreds of ms between two creates), all inside a
+    # lookahead long enough to lease them now.
+    settings = settings.model_copy(update={"machines": settings.machines.model_copy(update={"timer_lookahead_ms": 600_000})})
     async with server_app(settings, registry, background=False) as client:
         ctx = client._transport.app.state.context  # type: ignore[attr-defined]
         assert (await client.put("/v1/namespaces/quick", json={"processor": {"timeout_ms": 1_234}})).status_code == 200
-        for ns, machine_id, in_ms in (("orders", "late", 600), ("quick", "early", 0), ("quick", "own", 300)):
+        for ns, machine_id, in_ms in (("orders", "late", 120_000), ("quick", "early", 0), ("quick", "own", 60_000)):
             assert (await client.post(f"/v1/namespaces/{ns}/machines", json={"id": machine_id, "args": in_ms})).status_code == 201, machine_id
         async with ctx.store.transaction() as tx:  # a timer with its own timeout (Machinegun's SetTimerAction.timeout)
             await tx.execute(update(machines).where(machines.c.id == "own").values(timer_timeout_ms=60_000))
