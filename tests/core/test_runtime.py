@@ -11,7 +11,7 @@ from sqlalchemy import Column, Integer, MetaData, String, Table, select
 from mainspring.config import Settings
 from mainspring.core.errors import LeaseLost
 from mainspring.core.leases import fenced_update, new_token
-from mainspring.core.runtime import Context, run_loop
+from mainspring.core.runtime import Context, retry_while_unavailable, run_loop
 from mainspring.store import ManualClock, Store
 from mainspring.store.notify import Notifier, payloads
 from mainspring.store.postgres import notify_and_commit
@@ -123,3 +123,36 @@ async def test_write_with_a_lost_lease_is_refused_and_changes_nothing(store: Sto
         await fenced_update(tx, leased, leased.c.id == 1, token, value=2)
     async with store.read() as conn:
         assert (await conn.execute(select(leased.c.value))).scalar_one() == 2
+
+
+async def test_retry_while_unavailable_tries_again_while_the_store_is_unreachable() -> None:
+    calls: list[int] = []
+
+    async def work() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise ConnectionRefusedError("the store is restarting")
+        return "written"
+
+    assert await retry_while_unavailable("writing", work, within_ms=5_000) == "written"
+    assert len(calls) == 3
+
+
+async def test_retry_while_unavailable_raises_any_other_error_at_once() -> None:
+    calls: list[int] = []
+
+    async def work() -> None:
+        calls.append(1)
+        raise ValueError("a bug, not an outage")
+
+    with pytest.raises(ValueError, match="a bug"):
+        await retry_while_unavailable("writing", work, within_ms=5_000)
+    assert calls == [1]
+
+
+async def test_retry_while_unavailable_gives_up_after_its_window() -> None:
+    async def work() -> None:
+        raise ConnectionRefusedError("still down")
+
+    with pytest.raises(ConnectionRefusedError):
+        await retry_while_unavailable("writing", work, within_ms=300)

@@ -74,6 +74,13 @@ def log_failure(logger: logging.Logger, exc: BaseException, message: str, *args:
 async def retry_while_unavailable(what: str, work: Callable[[], Awaitable[T]], within_ms: int) -> T:
     """Run ``work``, again and again with backoff while the store is unreachable, for up to ``within_ms``
     (then the last error is raised). Any other error is raised at once."""
+    # The first try without tenacity: a workflow run writes through here at every record, and building the
+    # retrier and its attempt loop cost more than the write's own Python (py-spy, bench.workflows many).
+    try:
+        return await work()
+    except Exception as exc:
+        if not is_unavailable(exc):
+            raise
     retrying = AsyncRetrying(
         retry=retry_if_exception(is_unavailable),
         stop=stop_after_delay(within_ms / 1000),
