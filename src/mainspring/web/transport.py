@@ -7,6 +7,9 @@ idle keep-alive connections *between* requests. This protocol counts the head's 
 answers ``431`` (``connection: close``) past ``server.max_head_bytes``, and closes a connection whose head is not
 complete within ``server.head_timeout_ms`` (``408``). It is a module-level class, so that the processes of
 ``serve --workers N`` import it; ``configure`` sets its limits in each.
+
+Every port Mainspring serves HTTP on (the main server, Machinegun's listener, a worker's health port) gets its
+uvicorn config from ``uvicorn_config``, so none of them is left with the stock protocol.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from mainspring.core.settings import ServerSettings
@@ -89,3 +93,12 @@ def configure(settings: ServerSettings) -> type[BoundedHttp]:
     BoundedHttp.max_head_bytes = settings.max_head_bytes
     BoundedHttp.head_timeout_s = settings.head_timeout_ms / 1000
     return BoundedHttp
+
+
+def uvicorn_config(app: Any, settings: ServerSettings, **options: Any) -> uvicorn.Config:
+    """The uvicorn config of a port Mainspring serves: the head-bounded protocol with ``settings``' limits,
+    its keep-alive, no logging config of uvicorn's own (the process's logging is Mainspring's). ``options``
+    are the port's own (address, TLS, workers, lifespan, access log)."""
+    options.setdefault("access_log", settings.access_log)
+    return uvicorn.Config(app, log_config=None, http=configure(settings),
+                          timeout_keep_alive=max(1, round(settings.keep_alive_ms / 1000)), **options)
