@@ -298,6 +298,14 @@ class _Compiled:
     literals: tuple[str | None, ...]
     names: tuple[str, ...]
     adapters: tuple[TypeAdapter[Any], ...]
+    fixed: tuple[tuple[int, str], ...] = ()
+    """The literal segments with their places: what a path must have to be this operation's."""
+    slots: tuple[int, ...] = ()
+    """The places of the parameters, in ``names``' order."""
+
+    def __post_init__(self) -> None:
+        self.fixed = tuple((i, want) for i, want in enumerate(self.literals) if want is not None)
+        self.slots = tuple(i for i, want in enumerate(self.literals) if want is None)
 
 
 class RouteTable:
@@ -332,11 +340,15 @@ class RouteTable:
         """The operation and its decoded, validated parameters (or why one is refused); None when no operation
         has this path and method."""
         parts = raw_path.decode("latin-1").strip("/").split("/")
+        # Every request passes here: index look-ups, no generator per candidate.
         for compiled in self._by_shape.get((method, len(parts)), ()):
-            if all(want is None or want == got for want, got in zip(compiled.literals, parts, strict=True)):
-                if any(want is None and not got for want, got in zip(compiled.literals, parts, strict=True)):
-                    continue
-                values = [got for want, got in zip(compiled.literals, parts, strict=True) if want is None]
+            for i, want in compiled.fixed:
+                if parts[i] != want:
+                    break
+            else:
+                values = [parts[i] for i in compiled.slots]
+                if not all(values):
+                    continue  # an empty segment is no parameter's value
                 try:
                     return compiled.operation, _decode(compiled, values)
                 except PathParamError as exc:
