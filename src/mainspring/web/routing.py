@@ -65,6 +65,16 @@ class Reply:
     """With ``media_type``, ``content`` is sent as it is (bytes or str) instead of as JSON."""
 
 
+@dataclass(frozen=True, slots=True)
+class AsDeclared:
+    """An answer already in its declared type's shape, made by the one function that makes that shape (an
+    interaction's ``to_api``): sent as JSON straight away, without validating it into the type's models first —
+    for 50 leased items that validation cost more than the rest of the answer. The declared type still
+    describes it in ``/openapi.json``, and ``server.check_answers`` (the tests) still checks it field by field."""
+
+    value: object
+
+
 @dataclass(eq=False, slots=True)
 class Operation:
     """One HTTP operation: method, path, who may call it, what it takes and what it answers.
@@ -214,7 +224,7 @@ def _declared(handler: Handler, path: str) -> dict[str, Any]:
     untyped = [name for name in in_path if name not in found["params"]]
     if untyped:
         raise TypeError(f"{handler.__name__}: path parameters {', '.join(untyped)} are not in its signature")
-    answer, _ = _without(hints.get("return"), Reply)
+    answer, _ = _without(hints.get("return"), Reply, AsDeclared)
     # An ASGI response (a stream, a file) sends itself: the operation declares its media types in ``content``.
     sends_itself = isinstance(answer, type) and issubclass(answer, Response)
     found["answer"] = None if sends_itself or answer in (None, type(None), Reply, Any) else answer
@@ -233,6 +243,8 @@ def answer_encoder(answer: Any) -> Callable[[object], bytes]:
     dump = functools.partial(adapter.dump_json, by_alias=True)
 
     def encode(value: object) -> bytes:
+        if isinstance(value, AsDeclared):
+            return to_json(value.value)
         if model is None or not isinstance(value, model):
             value = adapter.validate_python(value)
         return dump(value)
@@ -378,4 +390,4 @@ def _decode(compiled: _Compiled, values: list[str]) -> Params:
     return params
 
 
-__all__ = ["AnySegment", "Call", "MissingPermission", "Operation", "PathParamError", "RawBody", "Reply", "RouteTable", "Routes"]
+__all__ = ["AnySegment", "AsDeclared", "Call", "MissingPermission", "Operation", "PathParamError", "RawBody", "Reply", "RouteTable", "Routes"]
