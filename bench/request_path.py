@@ -27,7 +27,8 @@ from pathlib import Path
 
 from bench.pgcpu import backends_cpu_s
 
-PROBES = Path(__file__).resolve().parents[2] / "shared" / "bench" / "http"
+# Beside the repository (../shared/bench/http); a worktree elsewhere names the folder in BENCH_HTTP_PROBES.
+PROBES = Path(os.environ.get("BENCH_HTTP_PROBES") or Path(__file__).resolve().parents[2] / "shared" / "bench" / "http")
 UNIT_MS = {"us": 0.001, "ms": 1.0, "s": 1000.0}
 LATENCY = re.compile(r"^\s+(50|99)%\s+([\d.]+)(us|ms|s)\s*$", re.M)
 REQUESTS = re.compile(r"^\s+(\d+) requests in", re.M)

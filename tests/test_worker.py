@@ -19,6 +19,7 @@ from mainspring.config import Settings
 from mainspring.store import Clock
 from mainspring.worker import run, runnable
 from tests.conftest import eventually, free_port, show_log_on_failure
+from tests.heads import assert_heads_bounded
 
 
 def test_a_worker_refuses_an_app_with_nothing_it_can_run_and_says_what_it_runs() -> None:
@@ -104,6 +105,30 @@ async def test_a_worker_serves_healthz_and_metrics_on_its_port(client: httpx.Asy
     finally:
         stop.set()
         await asyncio.wait_for(worker, 30)
+
+
+async def test_a_workers_health_port_refuses_a_head_too_large_and_closes_one_never_finished(settings: Settings) -> None:
+    app = App()
+    app.queue("emails")(lambda item: None)
+    bounded = settings.model_copy(update={"server": settings.server.model_copy(update={"max_head_bytes": 8192, "head_timeout_ms": 300})})
+    port = free_port()
+    stop, started = asyncio.Event(), asyncio.Event()
+    worker = asyncio.create_task(run(bounded, app, http_port=port, stop=stop, started=started))
+    await asyncio.wait_for(started.wait(), 30)
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as probe:
+            await eventually(lambda: _answers(probe), 30, "the health port to listen")
+        await assert_heads_bounded(port)
+    finally:
+        stop.set()
+        await asyncio.wait_for(worker, 30)
+
+
+async def _answers(probe: httpx.AsyncClient) -> bool:
+    try:
+        return (await probe.get("/healthz")).status_code == 200
+    except httpx.ConnectError:
+        return False
 
 
 SLOW_APP = '''

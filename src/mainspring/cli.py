@@ -238,23 +238,19 @@ def serve(
             from mainspring.machines.machinegun.listener import LISTENER_SOCKET
 
             server_app.state.context.extras[LISTENER_SOCKET] = listener_socket
-    server_config = uvicorn.Config(
+    server_config = transport.uvicorn_config(
         server_app,
+        settings.server,
         factory=workers > 1,
         workers=workers,
         host=settings.server.host,
         port=settings.server.port,
-        log_config=None,
         timeout_graceful_shutdown=max(1, settings.server.graceful_shutdown_ms // 1000),
         # uvicorn kills a worker that misses one 5 s health ping; a worker still importing or recovering on a
         # loaded machine missed it and was killed before it ever served (seen in the two-worker test).
         timeout_worker_healthcheck=WORKER_HEALTHCHECK_S,
         ssl_certfile=settings.server.tls_certfile,
         ssl_keyfile=settings.server.tls_keyfile,
-        access_log=settings.server.access_log,
-        # Bounds on the request head and the time to send it (httptools leaves both open); see web/transport.py.
-        http=transport.configure(settings.server),
-        timeout_keep_alive=max(1, round(settings.server.keep_alive_ms / 1000)),
     )
     # What uvicorn.run does, on the socket bound above.
     if workers > 1:

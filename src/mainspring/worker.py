@@ -31,11 +31,13 @@ from mainspring.client._async.interactions import AsyncInteractionsClient
 from mainspring.client.errors import NotFound, ServiceUnavailable
 from mainspring.config import Settings
 from mainspring.core.runtime import Context
+from mainspring.core.settings import ServerSettings
 from mainspring.interactions.face import periodic_loop, sync_app_schedules
 from mainspring.interactions.sources import LONG_POLL_MS, HttpQueues, QueueSource
 from mainspring.interactions.worker import Worker as QueueWorker
 from mainspring.machines.background import ONLY, machines_loop
 from mainspring.store import Store
+from mainspring.web import transport
 from mainspring.workflows import service as workflows_service  # also: a task that finishes here wakes its run
 from mainspring.workflows.runner import runner_of
 
@@ -88,10 +90,11 @@ def health_app(worker: QueueWorker, app: App, stopping: asyncio.Event) -> Starle
     return Starlette(routes=[Route("/healthz", healthz), Route("/metrics", metrics)])
 
 
-def health_server(asgi: Starlette, host: str, port: int) -> Any:
+def health_server(asgi: Starlette, host: str, port: int, settings: ServerSettings) -> Any:
     """A uvicorn server for ``asgi`` that leaves SIGTERM and SIGINT to the worker. (uvicorn ≥ 0.54 takes them
     over while ``serve()`` runs and raises them again when it returns; the loop's own handler, woken as well,
-    then saw one SIGTERM twice and stopped by force.)"""
+    then saw one SIGTERM twice and stopped by force.) Its protocol and limits are the main server's (head
+    size, head and keep-alive timeouts): a health port is reachable by whatever probes it."""
     import uvicorn
 
     class HealthServer(uvicorn.Server):
@@ -99,7 +102,7 @@ def health_server(asgi: Starlette, host: str, port: int) -> Any:
         def capture_signals(self) -> Iterator[None]:
             yield
 
-    return HealthServer(uvicorn.Config(asgi, host=host, port=port, log_config=None, access_log=False, lifespan="off"))
+    return HealthServer(transport.uvicorn_config(asgi, settings, host=host, port=port, access_log=False, lifespan="off"))
 
 
 @dataclass
@@ -174,7 +177,7 @@ async def run(settings: Settings, app: App, *, http_host: str = "127.0.0.1", htt
         queues = QueueWorker(queue_source, app, settings.interactions, poll_ms=server.poll_interval_ms)
         await work(queues, package_source, app, stopping, stop, force, started, settings,
                    f"; /healthz and /metrics on http://{http_host}:{http_port}" if http_port is not None else "",
-                   None if http_port is None else health_server(health_app(queues, app, stop), http_host, http_port), what)
+                   None if http_port is None else health_server(health_app(queues, app, stop), http_host, http_port, server), what)
 
 
 async def _stop_tasks(tasks: list[asyncio.Task[None]], stopping: asyncio.Event) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -12,6 +10,7 @@ import uvicorn
 
 from mainspring.core.settings import ServerSettings
 from mainspring.web import transport
+from tests.heads import BIG_HEAD, TRICKLE, exchange
 
 
 async def hello(scope: Any, receive: Any, send: Any) -> None:
@@ -23,8 +22,8 @@ async def hello(scope: Any, receive: Any, send: Any) -> None:
 
 @pytest.fixture
 async def port() -> AsyncIterator[int]:
-    protocol = transport.configure(ServerSettings(max_head_bytes=8192, head_timeout_ms=300))
-    config = uvicorn.Config(hello, host="127.0.0.1", port=0, http=protocol, lifespan="off", log_config=None, timeout_keep_alive=1)
+    settings = ServerSettings(max_head_bytes=8192, head_timeout_ms=300, keep_alive_ms=1000)
+    config = transport.uvicorn_config(hello, settings, host="127.0.0.1", port=0, lifespan="off")
     config.load()
     server = uvicorn.Server(config)
     server.lifespan = config.lifespan_class(config)
@@ -34,27 +33,9 @@ async def port() -> AsyncIterator[int]:
     transport.configure(ServerSettings())
 
 
-async def exchange(port: int, *parts: bytes, pause_s: float = 0) -> tuple[bytes, float]:
-    """Send ``parts``, read until the server closes; answers what it sent and how long that took."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    started = time.monotonic()
-    answer = b""
-    try:
-        for part in parts:
-            writer.write(part)
-            await writer.drain()
-            await asyncio.sleep(pause_s)
-        answer = await asyncio.wait_for(reader.read(), 5)
-    except ConnectionError:
-        pass  # the server closed while we were still sending (what a bound is for)
-    finally:
-        writer.transport.abort()
-    return answer, time.monotonic() - started
-
-
 async def test_a_head_over_the_limit_is_431_with_connection_close_before_it_ends(port: int) -> None:
     # One read's worth past the limit is answered; the rest (it would be 2 MB) is never read.
-    answer, _ = await exchange(port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 60_000)
+    answer, _ = await exchange(port, BIG_HEAD)
     assert answer.startswith(b"HTTP/1.1 431") and b"connection: close" in answer
 
 
@@ -66,6 +47,13 @@ async def test_a_head_within_the_limit_is_served(port: int) -> None:
 async def test_a_connection_that_sends_nothing_or_half_a_head_is_closed_at_the_head_timeout(port: int) -> None:
     silent, took = await exchange(port)
     assert silent.startswith(b"HTTP/1.1 408") and took < 3
-    trickle = [b"GET / HTTP/1.1\r\n", b"Host: x\r\n", b"X-A: 1\r\n"]
-    half, took = await exchange(port, *trickle, pause_s=0.05)
+    half, took = await exchange(port, *TRICKLE, pause_s=0.05)
     assert half.startswith(b"HTTP/1.1 408") and took < 3
+
+
+async def test_after_an_answer_the_next_head_has_the_head_timeout_again(port: int) -> None:
+    # The keep-alive timeout is 1 s: a 408 within it is the head timeout, armed again for the second head.
+    request = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+    answer, took = await exchange(port, request, request, b"GET / HTTP/1.1\r\n", pause_s=0.05)
+    assert answer.count(b"HTTP/1.1 200") == 2 and answer.endswith(b'"code":"request_timeout"}') and took < 3
+

@@ -8,6 +8,7 @@ from typing import Any
 import httpx
 
 from mainspring.config import Settings
+from mainspring.interactions.models import InteractionList
 from mainspring.store import ManualClock, Store
 from tests.interactions.conftest import clients_with_tokens, create, events_of, get, lease, put_queue
 
@@ -109,3 +110,23 @@ async def test_a_token_scoped_to_one_queue_cannot_release_through_another(settin
         through_mine = await a.post("/v1/queues/alpha/release", json={"releases": [_release(theirs, {"complete": {}})]})
         assert through_mine.json() == {"released": [], "lease_lost": [theirs["id"]]}
         assert (await admin.get(f"/v1/interactions/{theirs['id']}")).json()["status"] == "processing"
+
+
+async def test_a_lease_answers_byte_for_byte_what_its_declared_model_sends(client: httpx.AsyncClient, clock: ManualClock) -> None:
+    # The lease's answer skips building the models (web.routing.AsDeclared): its bytes must still be theirs,
+    # field order, nulls, numbers, text and a failed attempt's error detail included.
+    await put_queue(client, error_delay_ms=1000, max_attempts=5)
+    datas = [{"n": 1, "x": 1.5, "big": 2**60, "text": "é ✓ \"q\"", "nested": [None, True, {"e": 1e-7}]}, "plain", None, [1, 2.25e16]]
+    for data in datas:
+        await create(client, data=data, name="job", user="u1", priority=3)
+    (first,) = await lease(client, max=1)
+    detail = {"type": "ValueError", "message": "bad", "traceback": "Traceback …"}
+    retried = await client.post("/v1/queues/q/release", json={"releases": [
+        _release(first, {"retry": {"error": "flaky", "error_detail": detail}})]})
+    assert retried.status_code == 200, retried.text
+    clock.advance(2000)
+    answer = await client.post("/v1/queues/q/lease", json={"worker": "w1", "max": 10})
+    assert answer.status_code == 200, answer.text
+    items = answer.json()["interactions"]
+    assert len(items) == len(datas) and any(i["error_detail"] == detail for i in items)
+    assert answer.content == InteractionList.model_validate_json(answer.content).model_dump_json(by_alias=True).encode()

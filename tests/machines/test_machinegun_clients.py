@@ -21,6 +21,7 @@ from mainspring.machines.machinegun.idl import stateproc
 from mainspring.machines.processor import Unprocessable
 from mainspring.store import ManualClock, Store
 from tests.conftest import free_port
+from tests.heads import assert_heads_bounded
 from tests.machines.conftest import FakeProcessor, eventually, serve_app
 from tests.machines.machinegun import (
     NIL,
@@ -545,6 +546,31 @@ class TestStoragePolicySpent:
         assert (down.value.status, down.value.error_class) == (503, "Resource Unavailable")
         outage.down = False
         assert len(fistful.calls) == calls and await mg.GetMachine(desc(FISTFUL_NS, "m")) == before
+
+
+class TestOwnListenerBounds:
+    """The listener's port is as exposed as the main one: the same bounds on a request's head."""
+
+    @pytest.fixture
+    def port(self) -> int:
+        return free_port()
+
+    @pytest.fixture
+    def settings(self, database_url: str, tmp_path: Path, port: int) -> Settings:
+        settings = _with_tokens(database_url, tmp_path, auth="none", listen=f"127.0.0.1:{port}")
+        return settings.model_copy(update={"server": settings.server.model_copy(update={"max_head_bytes": 8192, "head_timeout_ms": 300})})
+
+    async def test_the_listener_refuses_a_head_too_large_and_closes_one_never_finished(self, client: httpx.AsyncClient, port: int) -> None:
+        async def listening() -> bool:
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+            except OSError:
+                return False
+            writer.close()
+            return True
+
+        await eventually(listening, what="the listener to listen")  # it starts with the server's loops
+        await assert_heads_bounded(port)
 
 
 class TestOwnListener:

@@ -7,6 +7,9 @@ idle keep-alive connections *between* requests. This protocol counts the head's 
 answers ``431`` (``connection: close``) past ``server.max_head_bytes``, and closes a connection whose head is not
 complete within ``server.head_timeout_ms`` (``408``). It is a module-level class, so that the processes of
 ``serve --workers N`` import it; ``configure`` sets its limits in each.
+
+Every port Mainspring serves HTTP on (the main server, Machinegun's listener, a worker's health port) gets its
+uvicorn config from ``uvicorn_config``, so none of them is left with the stock protocol.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from mainspring.core.settings import ServerSettings
@@ -37,18 +41,28 @@ class BoundedHttp(HttpToolsProtocol):
         super().__init__(*args, **kwargs)
         self._head_bytes = 0
         self._in_head = True
+        self._head_started = 0.0
         self._head_timer: asyncio.TimerHandle | None = None
 
     def _await_head(self) -> None:
         self._in_head, self._head_bytes = True, 0
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-        self._head_timer = self.loop.call_later(self.head_timeout_s, self._head_timed_out)
+        self._head_started = self.loop.time()
+        # One timer per connection, not one per request: it stays armed while requests come faster than the
+        # timeout, and when it fires it looks at the head being read now (``_head_timed_out``).
+        if self._head_timer is None:
+            self._head_timer = self.loop.call_at(self._head_started + self.head_timeout_s, self._head_timed_out)
 
     def _head_timed_out(self) -> None:
-        if self._in_head and not self.transport.is_closing():
-            self.transport.write(HEAD_TIMEOUT)
-            self.transport.close()
+        self._head_timer = None
+        if not self._in_head or self.transport.is_closing():
+            return  # a request is being answered: the next head arms the timer again
+        deadline = self._head_started + self.head_timeout_s
+        if self.loop.time() < deadline:
+            # This head began after the timer was armed (for an earlier one): it has until its own deadline.
+            self._head_timer = self.loop.call_at(deadline, self._head_timed_out)
+            return
+        self.transport.write(HEAD_TIMEOUT)
+        self.transport.close()
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -57,6 +71,7 @@ class BoundedHttp(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self._head_timer is not None:
             self._head_timer.cancel()
+            self._head_timer = None
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -71,9 +86,6 @@ class BoundedHttp(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._in_head = False
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
         super().on_headers_complete()
 
     def on_response_complete(self) -> None:
@@ -89,3 +101,12 @@ def configure(settings: ServerSettings) -> type[BoundedHttp]:
     BoundedHttp.max_head_bytes = settings.max_head_bytes
     BoundedHttp.head_timeout_s = settings.head_timeout_ms / 1000
     return BoundedHttp
+
+
+def uvicorn_config(app: Any, settings: ServerSettings, **options: Any) -> uvicorn.Config:
+    """The uvicorn config of a port Mainspring serves: the head-bounded protocol with ``settings``' limits,
+    its keep-alive, no logging config of uvicorn's own (the process's logging is Mainspring's). ``options``
+    are the port's own (address, TLS, workers, lifespan, access log)."""
+    options.setdefault("access_log", settings.access_log)
+    return uvicorn.Config(app, log_config=None, http=configure(settings),
+                          timeout_keep_alive=max(1, round(settings.keep_alive_ms / 1000)), **options)

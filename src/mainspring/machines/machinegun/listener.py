@@ -22,6 +22,7 @@ from mainspring.core.auth import Authenticator
 from mainspring.core.errors import CannotListen
 from mainspring.core.runtime import SHARED_PORTS, Context, bind_address
 from mainspring.machines.machinegun.automaton import woody_routes
+from mainspring.web import transport
 from mainspring.web.http import Api, send_problem
 
 log = logging.getLogger("mainspring.machines.machinegun")
@@ -90,8 +91,9 @@ async def run_listener(ctx: Context) -> None:
             log.error("Machinegun's listener: %s", exc.detail)
             return
     host, port = listen.rsplit(":", 1)
-    server = _Server(uvicorn.Config(listener_app(ctx), host=host.strip("[]"), port=int(port), lifespan="off", log_config=None,
-                                    access_log=ctx.settings.server.access_log, backlog=2048))
+    # The main server's protocol and limits (head size, head and keep-alive timeouts): this port is as exposed.
+    server = _Server(transport.uvicorn_config(listener_app(ctx), ctx.settings.server, host=host.strip("[]"), port=int(port),
+                                              lifespan="off", backlog=2048))
     serving = asyncio.create_task(server.serve(sockets=[sock]))
     stopping = asyncio.create_task(ctx.stopping.wait())
     await asyncio.wait([serving, stopping], return_when=asyncio.FIRST_COMPLETED)
