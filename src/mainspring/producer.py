@@ -40,6 +40,7 @@ from mainspring.core.runtime import Context
 from mainspring.exchange import messages
 from mainspring.exchange.models import Message
 from mainspring.interactions import service as interactions
+from mainspring.interactions.data import InteractionRow
 from mainspring.interactions.models import CreateIn, Interaction
 from mainspring.machines import service as machines
 from mainspring.machines.namespaces import close_processors
@@ -89,25 +90,24 @@ class Producer:
         and its wake-up exist once you commit, and not at all if you roll back. A SQLite store refuses it
         (``NeedsPostgres``), a connection to another database too (``ForeignConnection``)."""
         if connection is None:
-            body = CreateIn.model_validate({"data": data, **fields})
-            created, _ = await interactions.create(
-                self.store, self.settings.interactions, queue, interactions.spec_from(body, self.store.now_ms())
-            )
-            return cast(answers.Interaction, Interaction.model_validate(created).model_dump(mode="json"))
+            new = interactions.new_from(queue, CreateIn.model_validate({"data": data, **fields}), self.store.now_ms())
+            row, _ = await interactions.create_row(self.store, self.settings.interactions, new)
+            return _answer(row, self.store.now_ms())
         return (await self.create_many(queue, [{"data": data, **fields}], connection=connection))[0]
 
     async def create_many(self, queue: str, items: Sequence[Mapping[str, Any]], *, connection: Any = None) -> list[answers.Interaction]:
         """Create interactions in ``queue`` in one transaction, all or none, answered in order: each of
         ``items`` holds ``data`` and the fields of ``create``. ``connection`` as in ``create``."""
         now = self.store.now_ms()
-        specs = [interactions.spec_from(CreateIn.model_validate(dict(item)), now) for item in items]
+        batch = [interactions.new_from(queue, CreateIn.model_validate(dict(item)), now) for item in items]
         if connection is not None and not self.store.dialect.writes_in_callers_transactions:
             raise NeedsPostgres("this store is SQLite: create without connection= (the producer's own connection writes)")
         try:
-            created = await interactions.create_many(self.store, self.settings.interactions, queue, specs, connection)
+            created = await interactions.create_rows(self.store, self.settings.interactions, batch, connection)
         except UnusableConnection as exc:
             raise ForeignConnection(str(exc)) from None
-        return [cast(answers.Interaction, Interaction.model_validate(item).model_dump(mode="json")) for item, _ in created]
+        now = self.store.now_ms()
+        return [_answer(row, now) for row, _ in created]
 
     async def result(self, interaction_id: str, *, timeout_s: float | None = None) -> Any:
         """The item's ``result`` once it is completed, as ``InteractionsClient.result``: ``InteractionFailed``
@@ -163,6 +163,16 @@ class Producer:
         if reply.status >= 400:
             raise error_from_problem(reply.status, reply.body)
         return reply.body  # type: ignore[no-any-return]
+
+
+def _answer(row: InteractionRow, now: int) -> answers.Interaction:
+    """The item as the API answers it. ``to_api`` builds the API's JSON fields already; only an item with an
+    ``error_detail`` (an existing one, answered for its ``message_id``) goes through the model, which keeps the
+    detail's three fields — a created one skips a validation and a dump (per item of a bulk create)."""
+    answer = interactions.to_api(row, now)
+    if answer["error_detail"] is not None:
+        answer = Interaction.model_validate(answer).model_dump(mode="json")
+    return cast(answers.Interaction, answer)
 
 
 def producer(registry: Any = None, *, database: str | None = None, data_dir: Path | None = None, config: Path | None = None) -> Producer:

@@ -50,6 +50,37 @@ async def test_the_producer_answers_what_the_client_answers_typed_the_same(
     assert item == over_http
 
 
+async def test_the_producers_answers_are_the_api_models_dump_for_every_field_and_an_existing_failed_item(
+    database_url: str, tmp_path: Path, client: httpx.AsyncClient
+) -> None:
+    """The producer answers ``to_api``'s dict without the model's validation and dump: the same JSON, field for field,
+    for every field a create sets (one create, a bulk, a created-completed item) and for an existing item with an
+    ``error_detail`` answered for its ``message_id``."""
+    from mainspring.interactions import leasing
+    from mainspring.interactions.models import Interaction
+    from mainspring.interactions.outcomes import Fail
+
+    cfg = InteractionsSettings()
+    fields = {"name": "step", "channel": "web", "user": "ada", "source": "shop", "priority": 7}
+    async with producer(database=database_url, data_dir=tmp_path) as mainspring:
+        parent = await mainspring.create("emails", {"to": "ada"}, message_id="parent-1", **fields)
+        child = await mainspring.create("emails", [1, "two", None], parent_id=parent["id"], process_in_ms=60_000, **fields)
+        bulk = await mainspring.create_many("emails", [
+            {"data": {"n": 1}, "message_id": "bulk-1", **fields},
+            {"data": None, "completed": True, "result": {"ok": True}, "parent_id": parent["id"]},
+        ])
+        leased = (await leasing.lease(mainspring.store, cfg, "emails", "w", 1)).items
+        assert [i["id"] for i in leased] == [parent["id"]]
+        detail = {"type": "ValueError", "message": "no", "traceback": "Traceback …"}
+        await leasing.release(mainspring.store, parent["id"], leased[0]["lease"]["token"], Fail("ValueError: no", detail=detail))
+        failed = await mainspring.create("emails", {"to": "someone else"}, message_id="parent-1")
+    assert failed["id"] == parent["id"] and failed["status"] == "failed" and failed["error_detail"] == detail
+    for answer in (parent, child, *bulk, failed):
+        assert answer == Interaction.model_validate(answer).model_dump(mode="json")
+    assert child["status"] == "scheduled" and bulk[1]["status"] == "completed"
+    assert bulk[0] == (await client.get(f"/v1/interactions/{bulk[0]['id']}")).json()  # the failed parent cancelled the others
+
+
 async def test_a_produced_interaction_is_validated_like_a_request(database_url: str, tmp_path: Path) -> None:
     async with producer(database=database_url, data_dir=tmp_path) as mainspring:
         with pytest.raises(ValidationError):

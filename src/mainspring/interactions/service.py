@@ -269,6 +269,21 @@ async def count_by_status(store: Store) -> data.StatusCounts:
 # --- create ----------------------------------------------------------------------------------------
 
 
+def new_from(queue: str, body: CreateIn, now: int) -> NewInteraction:
+    """A validated create request as ``create_rows`` takes it: ``new_interaction(queue, spec_from(body, now))``
+    without dumping the model to a dict and reading it back (the direct producer's path, per item of a bulk)."""
+    parent_id = None
+    if body.parent_id is not None:
+        parent_id = parse_id(body.parent_id)
+        if parent_id is None:
+            raise ParentNotFound(f"no interaction {body.parent_id}")
+    return NewInteraction(
+        queue=queue, data=body.data, parent_id=parent_id, name=body.name, message_id=body.message_id, channel=body.channel,
+        user=body.user, source=body.source, priority=body.priority or 0, due_at=body.due_at(now), completed=body.completed,
+        result=body.result, trace_parent=tracing.current_traceparent(),
+    )
+
+
 def spec_from(body: CreateIn, now: int) -> dict[str, Any]:
     """A validated create request (HTTP or the direct producer) as ``create`` takes it."""
     spec = body.model_dump(exclude={"process_at", "process_in_ms"})
@@ -303,14 +318,18 @@ async def create(store: Store, cfg: InteractionsSettings, queue: str, spec: dict
     """Create one interaction, committed together with the writes that arrive at the same moment. Answers
     (interaction, created); created is False when ``message_id`` was already used in this queue, and the
     existing one is answered."""
-    new = new_interaction(queue, spec)
+    row, created = await create_row(store, cfg, new_interaction(queue, spec))
+    return to_api(row, store.now_ms()), created
+
+
+async def create_row(store: Store, cfg: InteractionsSettings, new: NewInteraction) -> tuple[InteractionRow, bool]:
+    """``create`` of a ``NewInteraction``, answering its row."""
 
     async def create_all(tx: Transaction, batch: list[NewInteraction]) -> list[tuple[InteractionRow, bool]]:
         return await create_in(tx, cfg, batch)
 
     # Creates arriving together share one INSERT (a failure among them replays each alone).
-    row, created = await store.grouped_batch(("interactions.create", id(cfg)), create_all, new)
-    return to_api(row, store.now_ms()), created
+    return await store.grouped_batch(("interactions.create", id(cfg)), create_all, new)
 
 
 async def create_many(
@@ -319,12 +338,20 @@ async def create_many(
     """Create interactions in one transaction (all or none), answered in request order: a transaction of the
     store's, or the one the caller has open on ``connection`` (``Store.borrowed_transaction``; committed when
     the caller commits)."""
-    batch = [new_interaction(queue, spec) for spec in specs]
-    opened = store.transaction() if connection is None else store.borrowed_transaction(connection)
-    async with opened as tx:
-        answers = await create_in(tx, cfg, batch)
+    answers = await create_rows(store, cfg, [new_interaction(queue, spec) for spec in specs], connection)
     now = store.now_ms()
     return [(to_api(row, now), created) for row, created in answers]
+
+
+async def create_rows(
+    store: Store, cfg: InteractionsSettings, batch: Sequence[NewInteraction], connection: Any = None
+) -> list[tuple[InteractionRow, bool]]:
+    """``create_many`` of ``NewInteraction``s, answering their rows. In a transaction of the store's, a batch
+    that needs no statement before its insert (its queues known, no parents to check) is that one insert
+    with its events and wake-ups, committed alone: one round trip on PostgreSQL."""
+    opened = store.transaction(alone=True) if connection is None else store.borrowed_transaction(connection)
+    async with opened as tx:
+        return await create_in(tx, cfg, batch)
 
 
 async def create_in(tx: Transaction, cfg: InteractionsSettings, batch: Sequence[NewInteraction]) -> list[tuple[InteractionRow, bool]]:
@@ -340,6 +367,10 @@ async def create_in(tx: Transaction, cfg: InteractionsSettings, batch: Sequence[
             raise ParentNotFound(f"no interaction {min(missing)}")
     answers: list[tuple[InteractionRow, bool] | None] = [None] * len(batch)
     queued = [i for i, new in enumerate(batch) if not new.completed]
+    if len(queued) < len(batch):
+        # Created-completed items are written after the insert of the others: that insert cannot be the whole
+        # transaction (committed alone, nothing may follow it).
+        tx.alone = False
     if queued:
         wake = sorted({queue_channel(batch[i].queue) for i in queued})
         inserted = await data.insert_queued_with_events(tx, [batch[i] for i in queued], now, wake)
