@@ -14,14 +14,16 @@ import asyncio
 import json
 import logging
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
+
+from pydantic import BaseModel
 
 from mainspring.client._async.interactions import AsyncInteractionsClient
 from mainspring.client.errors import InvalidRequest, LeaseLost, ServiceUnavailable
 from mainspring.core.runtime import log_failure
 from mainspring.interactions import data, leasing, outcomes, service
 from mainspring.interactions.leasing import Leased
-from mainspring.interactions.models import QueueSettingsIn
+from mainspring.interactions.models import Interaction, Lease, QueueSettingsIn
 from mainspring.interactions.settings import InteractionsSettings
 from mainspring.store import Store, format_time
 from mainspring.store.notify import Waiter
@@ -29,6 +31,7 @@ from mainspring.store.notify import Waiter
 log = logging.getLogger("mainspring.interactions.worker")
 
 Release = tuple[int, str, outcomes.Outcome]
+ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
 class Wakeup(Protocol):
@@ -49,6 +52,9 @@ class QueueSource(Protocol):
 
     async def lease(self, queue: str, worker: str, max_items: int, lease_ms: int | None) -> Leased: ...
 
+    def interaction(self, item: dict[str, Any]) -> Interaction:
+        """A leased item (one of ``Leased.items``) as its handler receives it."""
+
     async def release_many(self, queue: str, releases: Sequence[Release]) -> list[bool]:
         """Store each outcome; per release, whether its lease was still held (a lost one changed nothing)."""
 
@@ -64,6 +70,32 @@ class QueueSource(Protocol):
 
     async def apply_queue_settings(self, settings: dict[str, dict[str, Any]]) -> dict[str, service.Changes]:
         """Store the settings of ``settings`` (per queue, as the API gives them) over each queue's; answers what changed."""
+
+
+_INTERACTION_FIELDS = frozenset(Interaction.model_fields)
+_LEASE_FIELDS = frozenset(Lease.model_fields)
+
+
+def _built(cls: type[ModelT], values: dict[str, Any]) -> ModelT:
+    """A model from values that already have its fields' types, as ``model_construct`` makes it (the same
+    instance attributes pydantic documents), without its per-field Python loop: a third of the time of
+    ``model_validate`` and a sixth of ``model_construct``'s for an ``Interaction``."""
+    built = cls.__new__(cls)
+    object.__setattr__(built, "__dict__", values)
+    object.__setattr__(built, "__pydantic_fields_set__", set(values))
+    object.__setattr__(built, "__pydantic_extra__", None)
+    object.__setattr__(built, "__pydantic_private__", None)
+    return built
+
+
+def stored_interaction(item: dict[str, Any]) -> Interaction:
+    """A leased item as the store answers it (``service.to_api`` of its own row: every field present, with its
+    type) as an ``Interaction``, built without validating again. Anything else (a field more or less, an
+    ``error_detail``, which a worker over HTTP may have sent) is validated."""
+    lease = item.get("lease")
+    if item.keys() != _INTERACTION_FIELDS or item["error_detail"] is not None or not isinstance(lease, dict) or lease.keys() != _LEASE_FIELDS:
+        return Interaction.model_validate(item)
+    return _built(Interaction, {**item, "lease": _built(Lease, lease)})
 
 
 class StoreQueues:
@@ -83,6 +115,9 @@ class StoreQueues:
 
     async def lease(self, queue: str, worker: str, max_items: int, lease_ms: int | None) -> Leased:
         return await leasing.lease(self.store, self.cfg, queue, worker, max_items, lease_ms)
+
+    def interaction(self, item: dict[str, Any]) -> Interaction:
+        return stored_interaction(item)
 
     async def release_many(self, queue: str, releases: Sequence[Release]) -> list[bool]:
         return await leasing.release_many(self.store, queue, releases)
@@ -152,6 +187,9 @@ class HttpQueues:
 
     def waiter(self, channel: str) -> Wakeup:
         return _Nap()
+
+    def interaction(self, item: dict[str, Any]) -> Interaction:
+        return Interaction.model_validate(item)  # what a server answered: checked
 
     def until_next(self, next_due: int | None) -> float:
         return 0.0
