@@ -196,12 +196,17 @@ async def test_a_graceful_stop_waits_until_the_finished_items_outcomes_are_store
 async def test_an_item_the_store_leased_reaches_its_handler_as_the_validated_interaction(store: Store, cfg: Any) -> None:
     parent, _ = await service.create(store, cfg, "q", {"data": {"a": [1, 2]}, "name": "n", "priority": 3, "user": "u"})
     await service.create(store, cfg, "q", {"parent_id": int(parent["id"]), "name": "child", "data": None})
+    built = []
     for fields in (await leasing.lease(store, cfg, "q", "w", 10)).items:
-        built, checked = stored_interaction(fields), Interaction.model_validate(fields)
-        assert type(built) is Interaction and type(built.lease) is type(checked.lease)
-        assert built == checked and built.model_dump() == checked.model_dump() and built.model_fields_set == checked.model_fields_set
-        built.status = "changed"  # a handler may change its copy, as it could a validated one
-        assert built.model_dump()["status"] == "changed" and fields["status"] != "changed"
+        checked = Interaction.model_validate(fields)
+        item = stored_interaction(fields)
+        assert type(item) is Interaction and type(item.lease) is type(checked.lease)
+        assert item == checked and item.model_dump() == checked.model_dump() and item.model_fields_set == checked.model_fields_set
+        built.append(item)
+    first, second = built
+    first.status = "changed"  # a handler may change its item, as it could a validated one: that one alone
+    assert first.model_dump()["status"] == "changed" and second.status == "processing"
+    assert first.model_fields_set == second.model_fields_set == set(Interaction.model_fields)
 
 
 def test_an_item_with_an_error_detail_or_other_fields_is_validated() -> None:

@@ -106,7 +106,7 @@ class _InFlight:
     """One item leased by this process, from its lease until its outcome is stored (or it is given up): a plain
     record, no task of its own; a handler loop of the runner runs it."""
 
-    __slots__ = ("given_up", "id", "item", "releasing", "task", "token")
+    __slots__ = ("given_up", "id", "item", "outcome", "releasing", "task", "token")
 
     def __init__(self, item: Interaction, token: str) -> None:
         self.id = int(item.id)
@@ -116,6 +116,7 @@ class _InFlight:
         """The handler loop running it, while its handler runs."""
         self.releasing = False
         """Its handler returned: its outcome is on its way to the store."""
+        self.outcome: outcomes.Outcome | None = None
         self.given_up = False
         """Cancelled or its lease lost: its handler is cancelled (or never runs), nothing is released."""
 
@@ -216,7 +217,8 @@ class QueueRunner:
         """One future per handler loop waiting for an item (the last to wait is woken first)."""
         self._waking = 0
         """Handler loops woken (or made) that have not yet looked at the deque."""
-        self._outcomes: list[tuple[_InFlight, outcomes.Outcome]] = []
+        self._outcomes: list[_InFlight] = []
+        """Items whose outcome is to be stored, in the order their handlers returned."""
         self._outcome_ready = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         # Handler loops start from the context the runner was made in, whichever loop or handler makes them.
@@ -364,9 +366,10 @@ class QueueRunner:
             if outcome is None:
                 self._forget(entry)
                 continue
+            entry.outcome = outcome
             entry.releasing = True
             self._releasing += 1
-            self._outcomes.append((entry, outcome))
+            self._outcomes.append(entry)
             self._outcome_ready.set()
             self._slot.set()
 
@@ -425,19 +428,19 @@ class QueueRunner:
             for start in range(0, len(pending), RELEASE_BATCH):
                 await self._release(pending[start:start + RELEASE_BATCH])
 
-    async def _release(self, batch: list[tuple[_InFlight, outcomes.Outcome]]) -> None:
+    async def _release(self, batch: list[_InFlight]) -> None:
         """Store a batch of outcomes (one call), trying again until the store takes it; only then is each
         item forgotten (so its slot counts until its outcome is stored)."""
         for attempt in range(1, 1_000_000):
             try:
-                answers = await self.source.release_many(self.name, [(e.id, e.token, outcome) for e, outcome in batch])
+                answers = await self.source.release_many(self.name, [(e.id, e.token, e.outcome) for e in batch if e.outcome is not None])
                 break
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 log_failure(log, exc, "releasing %d items of %s failed (attempt %d)", len(batch), self.name, attempt)
                 await asyncio.sleep(min(5.0, 0.05 * 2**attempt))
-        for (entry, _), held in zip(batch, answers, strict=True):
+        for entry, held in zip(batch, answers, strict=True):
             if not held:
                 log.info("the lease on %s #%s was lost before its outcome was stored", self.name, entry.id)
             self._forget(entry)
