@@ -42,6 +42,7 @@ from mainspring.interactions.settings import InteractionsSettings
 from mainspring.interactions.worker import Worker
 from mainspring.store import Store
 from mainspring.store.migrate import migrate
+from mainspring.worker import settle_heap
 
 CFG = InteractionsSettings()
 
@@ -90,6 +91,7 @@ async def bench_bulk_and_processing(url: str, jobs: int, options: dict[str, Any]
                 done.set()
 
         worker = Worker(store, app, CFG, poll_ms=1000)
+        settle_heap()  # as `mainspring worker` does before its first item (this process stands for it)
         pg_cpu = DatabaseCpu(url) if url.startswith("postgresql") else None
         if pg_cpu is not None:
             await pg_cpu.start()
