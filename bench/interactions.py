@@ -42,7 +42,13 @@ from mainspring.interactions.settings import InteractionsSettings
 from mainspring.interactions.worker import Worker
 from mainspring.store import Store
 from mainspring.store.migrate import migrate
-from mainspring.worker import settle_heap
+
+try:
+    from mainspring.worker import settle_heap
+except ImportError:  # an older version under PYTHONPATH (before/after pairs): it did not settle its heap
+
+    def settle_heap() -> None:
+        pass
 
 CFG = InteractionsSettings()
 
