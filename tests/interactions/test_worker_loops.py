@@ -127,6 +127,27 @@ async def _error_of(store: Store, item_id: str, error: str) -> bool:
     return bool((await service.read(store, item_id))["error"] == error)
 
 
+async def test_a_handler_that_raises_cancelled_error_itself_leaves_its_item_to_its_lease_and_its_loop_goes_on(store: Store, cfg: Any) -> None:
+    app = App()
+
+    @app.queue("q", concurrency=1, batch=1)
+    async def handle(item: Any) -> Any:
+        if item.data == "gives up":
+            raise asyncio.CancelledError  # nothing cancelled it: as a cancellation, its item is not released
+        return "done"
+
+    worker = await started(store, app, cfg)
+    try:
+        first, _ = await service.create(store, cfg, "q", {"data": "gives up"})
+        second, _ = await service.create(store, cfg, "q", {"data": "fine"})
+        await eventually(lambda: _is(store, second["id"], "completed"))
+        assert await status(store, first["id"]) == "processing"  # until its lease expires
+        runner = worker.runners["q"]
+        assert int(first["id"]) not in runner.inflight and len(runner._loops) == 1
+    finally:
+        await worker.stop()
+
+
 async def test_a_timed_out_handler_leaves_its_loop_running_the_next_items(store: Store, cfg: Any) -> None:
     app = App()
 

@@ -407,8 +407,12 @@ class QueueRunner:
             outcome = outcomes.Retry(f"processing timed out after {timeout_ms} ms")
             log.warning("handler of %s #%s timed out after %s ms", self.name, entry.id, timeout_ms)
         except asyncio.CancelledError:
-            # The item's own cancellation is taken back and the loop goes on; any other (a stop) ends the loop.
+            # The item's own cancellation is taken back and the loop goes on; a stop's ends the loop. One the handler
+            # raised itself (nothing cancelled this loop) leaves the item to its lease, as a cancellation does.
             if entry.given_up and task.uncancel() == 0:
+                return None
+            if task.cancelling() == 0:
+                log.warning("handler of %s #%s raised CancelledError: its lease is left to expire", self.name, entry.id)
                 return None
             raise
         except Exception as exc:
