@@ -243,3 +243,23 @@ async def test_a_worker_registers_the_apps_periodic_schedules_and_two_workers_fi
     assert created[0] == f"periodic:nightly:{minute}", created
     # Each tick once, whichever worker fired it, and handled once (a minute may have turned meanwhile).
     assert len(created) == len(set(created)) and sorted(handled) == sorted(set(handled)) and set(handled) <= set(created)
+
+
+@pytest.mark.parametrize("own_process", [False, True])
+async def test_a_worker_in_a_process_of_its_own_leaves_its_start_up_heap_out_of_full_collections(settings: Settings, own_process: bool) -> None:
+    """``mainspring worker`` freezes what start-up made (gc.freeze) before its first item; a worker embedded in
+    another process (``own_process`` False) leaves that process's collector alone."""
+    import gc
+
+    app = App()
+    app.queue("emails")(lambda item: None)
+    gc.unfreeze()
+    stop, started = asyncio.Event(), asyncio.Event()
+    worker = asyncio.create_task(run(settings, app, stop=stop, started=started, own_process=own_process))
+    try:
+        await asyncio.wait_for(started.wait(), 30)
+        assert (gc.get_freeze_count() > 0) is own_process
+    finally:
+        stop.set()
+        await asyncio.wait_for(worker, 30)
+        gc.unfreeze()

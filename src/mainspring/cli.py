@@ -295,7 +295,7 @@ def worker(
     out.print(f"mainspring worker runs {what}{f' through {url}' if url else ''}", markup=False)
     import asyncio
 
-    asyncio.run(run(settings, registry, http_host=http_host, http_port=http_port, remote=remote))
+    asyncio.run(run(settings, registry, http_host=http_host, http_port=http_port, remote=remote, own_process=True))
 
 
 @cli.command()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 from collections.abc import Iterator
@@ -114,11 +115,24 @@ class Remote:
     long_poll_ms: int = LONG_POLL_MS
 
 
+def settle_heap() -> None:
+    """Leave what start-up made (modules, classes, schemas, the app: ~115,000 objects, nearly all kept for the
+    process's life) out of the garbage collector's work: a full collection walks every tracked object, and a
+    busy worker's items trigger one every ~10,000 items — ~70 ms each, 3.5–7 µs of its CPU per item at best
+    settings (bench/history/2026-11-29-workerloop.md). Start-up's garbage is collected first, so none of it is
+    kept for ever. For a process of its own (``mainspring worker``), not for one that embeds a worker."""
+    gc.collect()
+    gc.freeze()
+
+
 async def run(settings: Settings, app: App, *, http_host: str = "127.0.0.1", http_port: int | None = None,
-              stop: asyncio.Event | None = None, started: asyncio.Event | None = None, remote: Remote | None = None) -> None:
+              stop: asyncio.Event | None = None, started: asyncio.Event | None = None, remote: Remote | None = None,
+              own_process: bool = False) -> None:
     """Run ``app``'s queues and batchers until ``stop`` is set, or SIGTERM/SIGINT (graceful: running
     handlers get ``server.graceful_shutdown_ms``; a second signal stops at once). On the store of
-    ``settings``, or with ``remote`` through that server's HTTP API (no database needed)."""
+    ``settings``, or with ``remote`` through that server's HTTP API (no database needed). ``own_process``:
+    the process is the worker's alone (``mainspring worker``), and its start-up heap is settled
+    (``settle_heap``) before the first item."""
     what = runnable(app)
     stop = stop or asyncio.Event()
     force = asyncio.Event()
@@ -175,6 +189,8 @@ async def run(settings: Settings, app: App, *, http_host: str = "127.0.0.1", htt
             queue_source = HttpQueues(items, long_poll_ms=remote.long_poll_ms)
             package_source = batching_worker.HttpCafe(packages, long_poll_ms=remote.long_poll_ms)
         queues = QueueWorker(queue_source, app, settings.interactions, poll_ms=server.poll_interval_ms)
+        if own_process:
+            settle_heap()
         await work(queues, package_source, app, stopping, stop, force, started, settings,
                    f"; /healthz and /metrics on http://{http_host}:{http_port}" if http_port is not None else "",
                    None if http_port is None else health_server(health_app(queues, app, stop), http_host, http_port, server), what)

@@ -423,14 +423,16 @@ async def _started(started_ids: list[str], n: int) -> bool:
     return len(started_ids) >= n
 
 
-async def _runner_with_leased_items(store: Store, cfg: Any, n: int) -> tuple[Worker, Any, list[Any]]:
+async def _runner_with_leased_items(store: Store, cfg: Any, n: int) -> tuple[Worker, Any, list[Any], list[str]]:
     from mainspring.interactions import leasing
     from mainspring.interactions.models import Interaction
 
     app = App()
+    ran: list[str] = []
 
     @app.queue("idle")
     async def runs_until_stopped(item: Any) -> None:
+        ran.append(item.id)
         await asyncio.Event().wait()
 
     worker = Worker(store, app, cfg, poll_ms=200)
@@ -438,13 +440,13 @@ async def _runner_with_leased_items(store: Store, cfg: Any, n: int) -> tuple[Wor
     for i in range(n):
         await service.create(store, cfg, "other", {"data": i})
     leased = (await leasing.lease(store, cfg, "other", "w", n)).items
-    return worker, worker.runners["idle"], [Interaction.model_validate(item) for item in leased]
+    return worker, worker.runners["idle"], [Interaction.model_validate(item) for item in leased], ran
 
 
 async def test_an_item_leased_while_the_keeper_reads_the_store_is_not_taken_for_lost(store: Store, cfg: Any, monkeypatch: Any) -> None:
     from mainspring.interactions import worker as worker_module
 
-    worker, runner, (running, leased_meanwhile) = await _runner_with_leased_items(store, cfg, 2)
+    worker, runner, (running, leased_meanwhile), ran = await _runner_with_leased_items(store, cfg, 2)
     original = worker_module.data.held_leases
 
     async def lease_meanwhile(conn: Any, checking: Any) -> Any:
@@ -455,23 +457,23 @@ async def test_an_item_leased_while_the_keeper_reads_the_store_is_not_taken_for_
     monkeypatch.setattr(worker_module.data, "held_leases", lease_meanwhile)
     try:
         runner._cancel_lost(*await runner._still_held())
-        await asyncio.sleep(0)
+        await eventually(lambda: _started(ran, 2))
         for item in (running, leased_meanwhile):
-            task = runner.inflight[int(item.id)].task
-            assert task is not None and not task.cancelled(), item.id
+            entry = runner.inflight[int(item.id)]
+            assert not entry.given_up and entry.task is not None and not entry.task.cancelling(), item.id
     finally:
         await worker.stop(False)
 
 
-async def test_a_handler_cancelled_before_it_ran_is_forgotten(store: Store, cfg: Any) -> None:
-    worker, runner, (item,) = await _runner_with_leased_items(store, cfg, 1)
+async def test_an_item_given_up_before_its_handler_ran_is_forgotten_and_never_run(store: Store, cfg: Any) -> None:
+    worker, runner, (item, other), ran = await _runner_with_leased_items(store, cfg, 2)
     try:
         runner._start(item)
-        entry = runner.inflight[int(item.id)]
-        assert entry.task is not None
-        entry.task.cancel()  # before its first step: its own ``finally`` never runs
-        await asyncio.sleep(0)
-        await asyncio.sleep(0)
+        runner._start(other)
+        runner._cancel_lost(set(), {int(item.id)})  # lost while still queued: no handler loop has taken it yet
         assert int(item.id) not in runner.inflight
+        await eventually(lambda: _started(ran, 1))
+        await asyncio.sleep(0.05)
+        assert ran == [other.id]
     finally:
         await worker.stop(False)

@@ -50,6 +50,12 @@ def current() -> dict[str, Any]:
     return _context.get()
 
 
+def set_current(ids: dict[str, Any]) -> None:
+    """Make ``ids`` (a fresh dict, never mutated after) the current context's ids, whatever was bound before: a
+    long-lived loop that runs one item after another binds each item's ids so."""
+    _context.set(ids)
+
+
 def _request_fields() -> dict[str, Any]:
     # Read at log time: the router adds path_params to the request's scope after the middleware bound it.
     scope = _request.get()

@@ -51,9 +51,14 @@ class Retry:
 
 Outcome = Complete | Fail | Repeat | Wait | Retry
 
+_COMPLETED = Complete()
+"""What a handler that returns nothing (most do) says: one, shared (outcomes are frozen)."""
+
 
 def as_outcome(value: Any) -> Outcome:
     """A handler's return value as an outcome."""
+    if value is None:
+        return _COMPLETED
     if isinstance(value, Complete | Fail | Repeat | Wait | Retry):
         return value
     return Complete(value)

@@ -23,7 +23,9 @@ Python cannot interrupt a thread, so a timed-out or cancelled sync handler is ab
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import contextvars
 import inspect
 import logging
 import os
@@ -31,11 +33,11 @@ import socket
 import time
 import traceback
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, cast
 
 from mainspring.client import models as answers
-from mainspring.core import tracing
+from mainspring.core import logs, tracing
 from mainspring.core.logs import bind
 from mainspring.core.runtime import log_failure
 from mainspring.interactions import data, outcomes
@@ -100,20 +102,23 @@ class QueueOptions:
         return cls(**known)
 
 
-@dataclass
 class _InFlight:
-    item: Interaction
-    token: str
-    task: asyncio.Task[None] | None = None
-    releasing: bool = False
+    """One item leased by this process, from its lease until its outcome is stored (or it is given up): a plain
+    record, no task of its own; a handler loop of the runner runs it."""
 
+    __slots__ = ("given_up", "id", "item", "outcome", "releasing", "task", "token")
 
-@dataclass
-class _Release:
-    item_id: int
-    token: str
-    outcome: outcomes.Outcome
-    done: asyncio.Future[bool] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+    def __init__(self, item: Interaction, token: str) -> None:
+        self.id = int(item.id)
+        self.item = item
+        self.token = token
+        self.task: asyncio.Task[None] | None = None
+        """The handler loop running it, while its handler runs."""
+        self.releasing = False
+        """Its handler returned: its outcome is on its way to the store."""
+        self.outcome: outcomes.Outcome | None = None
+        self.given_up = False
+        """Cancelled or its lease lost: its handler is cancelled (or never runs), nothing is released."""
 
 
 class HandlerContext:
@@ -177,7 +182,15 @@ def _wants_context(target: Any) -> bool:
 
 
 class QueueRunner:
-    """Leases, runs and releases the items of one queue."""
+    """Leases, runs and releases the items of one queue.
+
+    Per item there is a record (``_InFlight``), not a task: the lease loop appends the items it took to a deque,
+    and up to ``concurrency`` long-lived handler loops take them from it. A handler that returns without
+    waiting for anything lets its loop take the next item in the same step of the event loop, so a batch of
+    quick handlers costs a few task wake-ups, not one task each. Cancelling one item's handler (the item was
+    cancelled, its lease lost, its timeout passed) cancels the loop's task while it runs that handler, and the
+    loop takes the cancellation back (``Task.uncancel``) and goes on. Outcomes are gathered and stored one
+    batch at a time; an item holds its place in ``inflight`` until its outcome is stored."""
 
     def __init__(self, worker: Worker, name: str, target: Any, options: QueueOptions) -> None:
         self.worker = worker
@@ -193,8 +206,23 @@ class QueueRunner:
         self._leasing = True
         self._slot = asyncio.Event()
         self._stop_leasing = asyncio.Event()
-        self._releases: asyncio.Queue[_Release] = asyncio.Queue()
+        self._forced = asyncio.Event()
+        self._drained = asyncio.Event()
+        self._drained.set()
+        self._releasing = 0
+        """Items of ``inflight`` whose outcome is on its way to the store."""
+        self._queued: collections.deque[_InFlight] = collections.deque()
+        self._loops: set[asyncio.Task[None]] = set()
+        self._idle: list[asyncio.Future[None]] = []
+        """One future per handler loop waiting for an item (the last to wait is woken first)."""
+        self._waking = 0
+        """Handler loops woken (or made) that have not yet looked at the deque."""
+        self._outcomes: list[_InFlight] = []
+        """Items whose outcome is to be stored, in the order their handlers returned."""
+        self._outcome_ready = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        # Handler loops start from the context the runner was made in, whichever loop or handler makes them.
+        self._context = contextvars.copy_context()
         self.stopped = asyncio.Event()
 
     @property
@@ -234,8 +262,9 @@ class QueueRunner:
                 self._timeout_ms = leased.processing_timeout_ms
             if leased.lease_ms:
                 self._lease_ms = leased.lease_ms
+            interaction = self.source.interaction
             for taken in leased.items:
-                self._start(Interaction.model_validate(taken))
+                self._start(interaction(taken))
             busy = len(leased.items) == min(free, self.options.batch)
             if busy or self.source.long_polls:
                 continue
@@ -246,8 +275,7 @@ class QueueRunner:
         """Handlers this runner may start now. A handler that has returned no longer holds a slot while its
         outcome is being stored, so the next lease overlaps the last release; outcomes still being stored are
         capped at one more concurrency's worth, so a slow store still holds leasing back."""
-        releasing = sum(1 for e in self.inflight.values() if e.releasing)
-        running = len(self.inflight) - releasing
+        running = len(self.inflight) - self._releasing
         return min(self.options.concurrency - running, 2 * self.options.concurrency - len(self.inflight))
 
     async def _until(self, awaitable: Any, limit_s: float | None) -> None:
@@ -261,21 +289,93 @@ class QueueRunner:
             stopping.cancel()
 
     def _start(self, item: Interaction) -> None:
+        """Hand a leased item to the handler loops."""
         assert item.lease is not None
         entry = _InFlight(item, item.lease.token)
-        self.inflight[int(item.id)] = entry
-        entry.task = asyncio.create_task(self._process(entry), name=f"interactions:{self.name}:{item.id}")
-        # A task cancelled before its first step never runs its ``finally``: forget the item here as well, or
-        # its lease would be heartbeated for ever with nothing running.
-        entry.task.add_done_callback(lambda _task, item_id=int(item.id): self._forget(item_id))
+        self.inflight[entry.id] = entry
+        self._drained.clear()
+        self._queued.append(entry)
+        if not self._waking:
+            self._wake(1)
 
-    def _forget(self, item_id: int) -> None:
-        self.inflight.pop(item_id, None)
+    def _wake(self, n: int) -> None:
+        """Wake (or make, up to ``concurrency``) at most ``n`` handler loops, never more than the items queued
+        beyond those already woken."""
+        while n > 0 and len(self._queued) > self._waking:
+            if self._idle:
+                self._idle.pop().set_result(None)
+            elif len(self._loops) < self.options.concurrency:
+                task = asyncio.create_task(self._handler_loop(), name=f"interactions:{self.name}:handler", context=self._context.copy())
+                self._loops.add(task)
+                task.add_done_callback(self._loops.discard)
+            else:
+                return
+            self._waking += 1
+            n -= 1
+
+    def _forget(self, entry: _InFlight) -> None:
+        if self.inflight.pop(entry.id, None) is None:
+            return
+        if entry.releasing:
+            self._releasing -= 1
         self._slot.set()
+        if not self.inflight:
+            self._drained.set()
 
     # --- handling ------------------------------------------------------------------------------
 
+    async def _handler_loop(self) -> None:
+        """Run queued items one after another until stopped; woken when items are queued and this loop waits."""
+        task = asyncio.current_task()
+        assert task is not None
+        queued = self._queued
+        loop = asyncio.get_running_loop()
+        bind(queue=self.name)
+        context = logs.current()
+        woken = True  # a loop is made to take an item, as if woken
+        while True:
+            if woken:
+                self._waking -= 1
+            if not queued:
+                wakeup: asyncio.Future[None] = loop.create_future()
+                self._idle.append(wakeup)
+                try:
+                    await wakeup
+                except asyncio.CancelledError:
+                    if wakeup.done() and not wakeup.cancelled():
+                        self._waking -= 1  # woken, then stopped before it looked
+                    elif wakeup in self._idle:
+                        self._idle.remove(wakeup)
+                    raise
+                woken = True
+                continue
+            entry = queued.popleft()
+            if queued:
+                # More items than this loop: a loop just woken wakes two more (so a batch of handlers that wait
+                # spreads over the loops in a few steps), a busy one only keeps one wake-up on its way.
+                self._wake(2 if woken else 0 if self._waking else 1)
+            woken = False
+            if entry.given_up:
+                continue
+            entry.task = task
+            logs.set_current({**context, "interaction_id": entry.item.id})  # this item's log lines
+            try:
+                outcome = await self._handle(entry, task)
+            finally:
+                entry.task = None
+            if outcome is None:
+                self._forget(entry)
+                continue
+            entry.outcome = outcome
+            entry.releasing = True
+            self._releasing += 1
+            self._outcomes.append(entry)
+            self._outcome_ready.set()
+            self._slot.set()
+
     async def _call(self, item: Interaction) -> Any:
+        if self._is_async and not self._with_context:
+            return await self.target(item)
         args: tuple[Any, ...] = (item,)
         if self._with_context:
             args = (item, HandlerContext(self, item, asyncio.get_running_loop()))
@@ -286,64 +386,69 @@ class QueueRunner:
             result = await result
         return result
 
-    async def _process(self, entry: _InFlight) -> None:
-        item_id = int(entry.item.id)
-        bind(queue=self.name, interaction_id=entry.item.id)  # this task's log lines
+    async def _handle(self, entry: _InFlight, task: asyncio.Task[None]) -> outcomes.Outcome | None:
+        """Run the item's handler: its outcome, or None when the item was given up (cancelled, its lease
+        lost) and its handler cancelled. The lease of an item given up is left to expire, so the item is
+        retried elsewhere if it is still wanted."""
+        item = entry.item
+        timeout_ms = self._timeout_ms
         try:
-            timeout_ms = self._timeout_ms
-            try:
-                # Neither a span nor a timeout is built when tracing is off and the queue has no timeout.
-                traced = (tracing.span(f"interaction {self.name}", links_to=entry.item.trace_parent, queue=self.name,
-                                       interaction_id=entry.item.id) if tracing.enabled() else contextlib.nullcontext())
-                with traced:
-                    if timeout_ms:
-                        async with asyncio.timeout(timeout_ms / 1000):
-                            value = await self._call(entry.item)
-                    else:
-                        value = await self._call(entry.item)
-                outcome = outcomes.as_outcome(value)
-            except TimeoutError:
-                outcome = outcomes.Retry(f"processing timed out after {timeout_ms} ms")
-                log.warning("handler of %s #%s timed out after %s ms", self.name, item_id, timeout_ms)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                outcome = self.options.outcome_of(exc)
-                log.warning("handler of %s #%s raised %r (attempt %d%s)", self.name, item_id, exc, entry.item.attempts,
-                            ": it fails" if isinstance(outcome, outcomes.Fail) else "")
-            entry.releasing = True
-            release = _Release(item_id, entry.token, outcome)
-            self._releases.put_nowait(release)
-            self._slot.set()
-            held = await release.done
-            if not held:
-                log.info("the lease on %s #%s was lost before its outcome was stored", self.name, item_id)
-            self.handled += 1
+            # Neither a span nor a timeout is built when tracing is off and the queue has no timeout.
+            traced = (tracing.span(f"interaction {self.name}", links_to=item.trace_parent, queue=self.name,
+                                   interaction_id=item.id) if tracing.enabled() else contextlib.nullcontext())
+            with traced:
+                if timeout_ms:
+                    async with asyncio.timeout(timeout_ms / 1000):
+                        value = await self._call(item)
+                else:
+                    value = await self._call(item)
+            outcome = outcomes.as_outcome(value)
+        except TimeoutError:
+            outcome = outcomes.Retry(f"processing timed out after {timeout_ms} ms")
+            log.warning("handler of %s #%s timed out after %s ms", self.name, entry.id, timeout_ms)
         except asyncio.CancelledError:
-            # Cancelled: the item was cancelled, its lease lost, or the worker stops by force. The
-            # lease is left to expire, so the item is retried elsewhere if it is still wanted.
-            pass
-        finally:
-            self._forget(item_id)
+            # The item's own cancellation is taken back and the loop goes on; a stop's ends the loop. One the handler
+            # raised itself (nothing cancelled this loop) leaves the item to its lease, as a cancellation does.
+            if entry.given_up and task.uncancel() == 0:
+                return None
+            if task.cancelling() == 0:
+                log.warning("handler of %s #%s raised CancelledError: its lease is left to expire", self.name, entry.id)
+                return None
+            raise
+        except Exception as exc:
+            outcome = self.options.outcome_of(exc)
+            log.warning("handler of %s #%s raised %r (attempt %d%s)", self.name, entry.id, exc, item.attempts,
+                        ": it fails" if isinstance(outcome, outcomes.Fail) else "")
+        if entry.given_up:
+            # The handler swallowed its cancellation and returned: the loop's task must not stay cancelling.
+            task.uncancel()
+        return outcome
 
     async def _release_loop(self) -> None:
         while True:
-            first = await self._releases.get()
-            batch = [first]
-            while not self._releases.empty() and len(batch) < RELEASE_BATCH:
-                batch.append(self._releases.get_nowait())
-            for attempt in range(1, 1_000_000):
-                try:
-                    answers = await self.source.release_many(self.name, [(r.item_id, r.token, r.outcome) for r in batch])
-                    break
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:
-                    log_failure(log, exc, "releasing %d items of %s failed (attempt %d)", len(batch), self.name, attempt)
-                    await asyncio.sleep(min(5.0, 0.05 * 2**attempt))
-            for release, held in zip(batch, answers, strict=True):
-                if not release.done.done():
-                    release.done.set_result(held)
+            await self._outcome_ready.wait()
+            self._outcome_ready.clear()
+            pending, self._outcomes = self._outcomes, []
+            for start in range(0, len(pending), RELEASE_BATCH):
+                await self._release(pending[start:start + RELEASE_BATCH])
+
+    async def _release(self, batch: list[_InFlight]) -> None:
+        """Store a batch of outcomes (one call), trying again until the store takes it; only then is each
+        item forgotten (so its slot counts until its outcome is stored)."""
+        for attempt in range(1, 1_000_000):
+            try:
+                answers = await self.source.release_many(self.name, [(e.id, e.token, e.outcome) for e in batch if e.outcome is not None])
+                break
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log_failure(log, exc, "releasing %d items of %s failed (attempt %d)", len(batch), self.name, attempt)
+                await asyncio.sleep(min(5.0, 0.05 * 2**attempt))
+        for entry, held in zip(batch, answers, strict=True):
+            if not held:
+                log.info("the lease on %s #%s was lost before its outcome was stored", self.name, entry.id)
+            self._forget(entry)
+        self.handled += len(batch)
 
     # --- leases of running handlers -------------------------------------------------------------
 
@@ -384,38 +489,51 @@ class QueueRunner:
     def _cancel_lost(self, held: set[int], checked: set[int]) -> None:
         for item_id in checked:
             entry = self.inflight.get(item_id)
-            if entry is None or entry.releasing or item_id in held:
+            if entry is None or entry.releasing or entry.given_up or item_id in held:
                 continue
-            if entry.task is not None and not entry.task.done():
-                log.info("cancelling the handler of %s #%s: the item was cancelled or its lease lost", self.name, item_id)
-                entry.task.cancel()
+            entry.given_up = True
+            if entry.task is None:
+                self._forget(entry)  # still queued: it never runs
+                continue
+            log.info("cancelling the handler of %s #%s: the item was cancelled or its lease lost", self.name, item_id)
+            entry.task.cancel()
 
     # --- stopping ------------------------------------------------------------------------------
 
     async def stop(self, graceful: bool = True, timeout_ms: int | None = None) -> None:
-        """Stop leasing; let running handlers finish (at most ``timeout_ms``), or cancel them at once
-        when not ``graceful``. Cancelled items keep their leases until they expire, then are retried."""
+        """Stop leasing; let running handlers finish and their outcomes be stored (at most ``timeout_ms``), or
+        cancel them at once when not ``graceful``. Cancelled items keep their leases until they expire, then
+        are retried."""
         self._leasing = False
         self._stop_leasing.set()
         if self.stopped.is_set():
             return
+        if not graceful:
+            self._forced.set()  # a graceful stop under way stops waiting as well
         loop = asyncio.get_running_loop()
         deadline = None if timeout_ms is None else loop.time() + timeout_ms / 1000
         if graceful and self._tasks:
             # A lease in flight (a long poll over HTTP) may still take items: they are run, not orphaned.
             await asyncio.wait([self._tasks[0]], timeout=None if deadline is None else max(0.0, deadline - loop.time()))
-        running = [e.task for e in list(self.inflight.values()) if e.task is not None]
-        if graceful and running:
-            _done, pending = await asyncio.wait(running, timeout=None if deadline is None else max(0.0, deadline - loop.time()))
-        else:
-            pending = set(running)
-        for task in pending:
+        if graceful and self.inflight:
+            # Every item taken is run and its outcome stored, unless forced or out of time.
+            waits = [asyncio.ensure_future(self._drained.wait()), asyncio.ensure_future(self._forced.wait())]
+            try:
+                await asyncio.wait(waits, timeout=None if deadline is None else max(0.0, deadline - loop.time()),
+                                   return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiting in waits:
+                    waiting.cancel()
+        loops = list(self._loops)
+        for task in loops:
             task.cancel()
-        await asyncio.gather(*running, return_exceptions=True)
-        # A handler that finished waited for its outcome to be stored, so nothing is left to release.
+        await asyncio.gather(*loops, return_exceptions=True)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        for entry in list(self.inflight.values()):
+            self._forget(entry)  # their leases expire
+        self._queued.clear()
         self.stopped.set()
 
 

@@ -55,12 +55,23 @@ def _second(seconds: int) -> str:
     return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.")
 
 
+_FORMATTED: dict[int, str] = {}
+FORMATTED_KEPT = 4096
+
+
 def format_time(ms: int | None) -> str | None:
     """RFC 3339 UTC with milliseconds, as the API writes every time."""
     if ms is None:
         return None
-    # Times written together share their second: formatting each second once is a measured win.
-    return _second(ms // 1000) + f"{ms % 1000:03d}Z"
+    # Times written together share their millisecond (a batch's created_at, its lease's updated_at and expiry):
+    # a lease of 500 items formats a handful of distinct times 2,000 times, and a dict look-up is a quarter of
+    # formatting one (bench/history/2026-11-29-workerloop.md). Its second is formatted once as well.
+    text = _FORMATTED.get(ms)
+    if text is None:
+        if len(_FORMATTED) >= FORMATTED_KEPT:
+            _FORMATTED.clear()
+        text = _FORMATTED[ms] = _second(ms // 1000) + f"{ms % 1000:03d}Z"
+    return text
 
 
 def parse_time(value: str | datetime) -> int:
