@@ -25,7 +25,8 @@ from mainspring.batching.errors import (
 from mainspring.batching.models import DEFAULTS, SETTING_KEYS, BatcherSettingsIn, TaskIn
 from mainspring.batching.planner import PendingTask
 from mainspring.core import outbox
-from mainspring.core.paging import decode_cursor, encode_cursor
+from mainspring.core.errors import MainspringError
+from mainspring.core.paging import encode_cursor, int_cursor
 from mainspring.store import Store, Transaction, format_time
 from mainspring.store.notify import Waiter
 
@@ -373,7 +374,7 @@ async def list_versions(
     store: Store, name: str, group: str, member: str, limit: int, cursor: str | None
 ) -> tuple[list[dict[str, Any]], str | None]:
     """The permanent log of one group+member, oldest version first."""
-    after = int(decode_cursor(cursor, 1)[0]) if cursor else 0
+    after = int_cursor(cursor) if cursor else 0
     async with store.read() as conn:
         rows = await data.member_versions(conn, name, group, member, after, limit + 1)
     more = len(rows) > limit
