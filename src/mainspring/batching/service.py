@@ -18,6 +18,7 @@ from mainspring.batching.data import BatcherRow, NewTask, VersionRow
 from mainspring.batching.errors import (
     BatcherBusy,
     BatcherNotFound,
+    BatcherSettingsConflict,
     InvalidBatcherSettings,
     TaskIdConflict,
     TaskNotFound,
@@ -65,14 +66,14 @@ def content_sha256(content: Any) -> str:
 # --- batchers -------------------------------------------------------------------------------------------
 
 
-def check_rules(values: dict[str, Any]) -> None:
+def check_rules(values: dict[str, Any], refusal: type[MainspringError] = InvalidBatcherSettings) -> None:
     errors = []
     if values["min_size"] > values["max_size"]:
         errors.append({"loc": ["body", "min_size"], "msg": "min_size must not exceed max_size"})
     if values["group_size"] > values["max_size"]:
         errors.append({"loc": ["body", "group_size"], "msg": "group_size must not exceed max_size"})
     if errors:
-        raise InvalidBatcherSettings("inconsistent batcher settings", errors=errors)
+        raise refusal("inconsistent batcher settings", errors=errors)
 
 
 def batcher_to_api(row: BatcherRow, counts: dict[str, int] | None = None, package_counts: dict[str, int] | None = None) -> dict[str, Any]:
@@ -134,7 +135,7 @@ async def put_batcher(store: Store, name: str, body: BatcherSettingsIn) -> dict[
         if row is None:  # deleted by another server between the two statements
             raise BatcherNotFound(f"no batcher {name!r}")
         values = {**{k: getattr(row, k) for k in SETTING_KEYS}, **changes}
-        check_rules(values)
+        check_rules(values, BatcherSettingsConflict)
         await data.update_batcher_settings(tx, name, values, store.now_ms())
         tx.notify(dispatcher_channel(name))
     return await get_batcher(store, name)
