@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from mainspring.core.errors import Forbidden, InvalidRequest, LeaseLost
 from mainspring.core.runtime import Context
@@ -248,19 +249,45 @@ async def lease(call: Call, queue: Name, body: LeaseIn) -> InteractionList:
     return InteractionList.model_validate({"interactions": taken.items, "next_cursor": None})
 
 
+E = TypeVar("E", bound=tuple[Any, ...])
+
+
+async def in_turn(entries: list[E], run: Callable[[list[E]], Awaitable[tuple[list[str], list[str]]]]) -> tuple[list[str], list[str]]:
+    """(ids done, ids not held) for entries ``(id, token, …)`` that may name an id more than once: each is
+    taken as if sent after the ones before it. ``run`` takes a list in which each id appears once, so the
+    entries go in rounds — the first of each id, then the second… (one round, but for such a list)."""
+    rounds: list[list[tuple[int, E]]] = []
+    seen: dict[str, int] = {}
+    for index, entry in enumerate(entries):
+        turn = seen[entry[0]] = seen.get(entry[0], -1) + 1
+        if turn == len(rounds):
+            rounds.append([])
+        rounds[turn].append((index, entry))
+    done: set[int] = set()
+    for entries_of_round in rounds:
+        yes, _ = await run([entry for _, entry in entries_of_round])
+        held = set(yes)
+        done.update(index for index, entry in entries_of_round if entry[0] in held)
+    return ([entry[0] for index, entry in enumerate(entries) if index in done],
+            [entry[0] for index, entry in enumerate(entries) if index not in done])
+
+
 @routes.post("/queues/{queue}/heartbeat", permission=QUEUE)
 async def heartbeat_leases(call: Call, queue: Name, body: HeartbeatManyIn) -> HeartbeatManyOut:
-    """Extend many held leases of the queue in one call (a worker's batch); `lease_ms` defaults to the queue's."""
-    held, lost = await leasing.heartbeat_in_queue(call.store, queue, [(e.id, e.token) for e in body.leases], body.lease_ms)
+    """Extend many held leases of the queue in one call (a worker's batch); `lease_ms` defaults to the queue's.
+    An id given more than once is answered once per entry, as if each were sent after the ones before it."""
+    held, lost = await in_turn([(e.id, e.token) for e in body.leases],
+                               lambda entries: leasing.heartbeat_in_queue(call.store, queue, entries, body.lease_ms))
     return HeartbeatManyOut(held=held, lease_lost=lost)
 
 
 @routes.post("/queues/{queue}/release", permission=QUEUE)
 async def release_leases(call: Call, queue: Name, body: ReleaseManyIn) -> ReleaseManyOut:
     """End many held leases of the queue in one call, each with its outcome; all of them are stored before
-    the answer. A lease no longer held changes nothing and is answered in `lease_lost`."""
-    released, lost = await leasing.release_in_queue(
-        call.store, queue, [(e.id, e.token, e.outcome.to_outcome()) for e in body.releases])
+    the answer. A lease no longer held changes nothing and is answered in `lease_lost`. An id given more than
+    once is taken in order: its first entry with the lease's token releases it, any later one finds it gone."""
+    released, lost = await in_turn([(e.id, e.token, e.outcome.to_outcome()) for e in body.releases],
+                                   lambda entries: leasing.release_in_queue(call.store, queue, entries))
     return ReleaseManyOut(released=released, lease_lost=lost)
 
 
