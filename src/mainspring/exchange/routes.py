@@ -103,8 +103,9 @@ async def list_messages(call: Call, addressee: Name, database: Name, query: Mess
     return MessageList.model_validate(await messages.list_available(call.ctx, addressee, database, limit=query.limit, cursor=query.cursor))
 
 
+# The bytes go out with the type their sender stored (any media type), so the description names no one type.
 @routes.get(MAILBOX + "/messages/{message_id}", permission=RECEIVE, problems=[MessageNotFound],
-            content={"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}})
+            content={"*/*": {"schema": {"type": "string", "format": "binary"}}})
 async def read_message(call: Call, addressee: Name, database: Name, message_id: Name) -> Reply:
     """One message's bytes with its content type; ``404 message_not_found`` once committed."""
     message, data = await messages.read_message(call.ctx, addressee, database, message_id)
