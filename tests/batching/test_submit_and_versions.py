@@ -88,6 +88,9 @@ async def test_the_version_log_pages_with_a_cursor(client) -> None:
     assert [v["version"] for v in page["versions"]] == [1, 2]
     page2 = (await client.get("/v1/batchers/books/versions/g/m", params={"limit": 2, "cursor": page["next_cursor"]})).json()
     assert [v["version"] for v in page2["versions"]] == [3, 4]
+    # Every cursor the pattern allows is a place: one past the largest version is after all of them.
+    past = await client.get("/v1/batchers/books/versions/g/m", params={"cursor": "2885194674"})
+    assert past.status_code == 200 and past.json()["versions"] == []
     bad = await client.get("/v1/batchers/books/versions/g/m", params={"cursor": "not-a-cursor"})
     assert bad.status_code == 422 and bad.json()["code"] == "invalid_request"
     empty = await client.get("/v1/batchers/books/versions/g/nobody")

@@ -66,6 +66,9 @@ def content_sha256(content: Any) -> str:
 # --- batchers -------------------------------------------------------------------------------------------
 
 
+MAX_VERSION = 2**31 - 1
+
+
 def check_rules(values: dict[str, Any], refusal: type[MainspringError] = InvalidBatcherSettings) -> None:
     errors = []
     if values["min_size"] > values["max_size"]:
@@ -375,7 +378,9 @@ async def list_versions(
     store: Store, name: str, group: str, member: str, limit: int, cursor: str | None
 ) -> tuple[list[dict[str, Any]], str | None]:
     """The permanent log of one group+member, oldest version first."""
-    after = int_cursor(cursor) if cursor else 0
+    # Versions are 32-bit integers in the store: any cursor past the largest is after every version (PostgreSQL
+    # refuses a larger parameter for the column).
+    after = min(int_cursor(cursor), MAX_VERSION) if cursor else 0
     async with store.read() as conn:
         rows = await data.member_versions(conn, name, group, member, after, limit + 1)
     more = len(rows) > limit
