@@ -14,6 +14,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from mainspring.core import alerts, outbox
 from mainspring.core.errors import AlertNotFound, InvalidRequest
+from mainspring.core.paging import TimeKeyCursor
 from mainspring.core.runtime import Context
 from mainspring.core.types import Limit, Name, Page, Query
 from mainspring.store.errors import is_unavailable
@@ -65,8 +66,9 @@ class AlertPage(BaseModel):
 
 
 class EventsQuery(Query):
-    after: str | None = Field(None, max_length=20)
-    """The cursor: the ``id`` of the last event read (absent: from the start)."""
+    after: str | None = Field(None, pattern=r"^[0-9]{0,18}$")
+    """The cursor: the ``id`` of the last event read (absent or empty: from the start); any such number is a
+    place in the log."""
     types: str | None = Field(None, max_length=2000)
     """Comma-separated event types; ``prefix*`` matches every type that starts with the prefix."""
 
@@ -78,6 +80,7 @@ class EventsPageQuery(EventsQuery):
 
 
 class AlertsQuery(Page):
+    cursor: TimeKeyCursor | None = None
     open: bool = False
 
 

@@ -89,7 +89,6 @@ async def test_bad_batches_are_refused_with_422_and_change_nothing(client: httpx
     (held,) = await lease(client, max=1)
     for body in (
         {"releases": []},
-        {"releases": [_release(held, {"complete": {}}), _release(held, {"complete": {}})]},
         {"releases": [_release(held, {"complete": {}, "fail": {"error": "x"}})]},
         {"releases": [_release(held, {"complete": {}})] * 1001},
         {"leases": []},

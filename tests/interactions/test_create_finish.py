@@ -226,7 +226,8 @@ async def test_list_filters_and_cursor_paging(client: httpx.AsyncClient) -> None
     assert [i["id"] for i in ready["interactions"]] == ids[1:]
     bad = await client.get("/v1/queues/q/interactions", params={"status": "nope"})
     assert bad.status_code == 422 and bad.json()["code"] == "invalid_request"
-    for forged in ("!!", encode_cursor("x"), encode_cursor(1.5), encode_cursor(2**70)):
+    # A cursor is its sort key in the open: anything not of its shape (core.paging) is refused.
+    for forged in ("!!", encode_cursor("x"), encode_cursor(-1), encode_cursor(2**70), encode_cursor(2**70, 1), "1.5.2"):
         assert (await client.get("/v1/queues/q/interactions", params={"cursor": forged})).status_code == 422
         assert (await client.get(f"/v1/interactions/{ids[1]}/children", params={"cursor": forged})).status_code == 422
 

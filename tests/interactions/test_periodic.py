@@ -8,12 +8,15 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from mainspring.api import create_app
 from mainspring.app import App
 from mainspring.config import Settings
 from mainspring.core.errors import InvalidRequest
 from mainspring.interactions import data, periodic, service
+from mainspring.interactions.cron import CRON_PATTERN
 from mainspring.interactions.settings import InteractionsSettings
 from mainspring.store import ManualClock, Store
 from tests.conftest import eventually
@@ -157,3 +160,21 @@ async def test_an_app_schedule_is_stored_at_start_and_its_handler_runs_each_tick
 
             await eventually(ran, within_s=10, what="the handler of the tick's interaction")
     assert handled == [{"from": "app"}]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.from_regex(CRON_PATTERN, fullmatch=True))
+def test_every_cron_expression_the_described_pattern_allows_is_one_the_scheduler_follows(cron: str) -> None:
+    # /openapi.json shows the pattern: an expression it allows must never be refused (schemathesis sends them).
+    periodic.validate(cron, "UTC")
+    assert periodic.next_tick_after(cron, "UTC", 1_764_410_000_000) > 1_764_410_000_000
+
+
+async def test_a_cron_expression_outside_the_pattern_is_422_though_cronsim_might_read_it(client: httpx.AsyncClient) -> None:
+    # Reversed ranges, 30 February, double spaces, six fields: what the description does not allow is refused.
+    for cron in ("5-3 * * * *", "0 0 30 2 *", "0  0 * * *", "* * * * * *", "@hourly", "0 0 L * *"):
+        answer = await client.put("/v1/periodic/outside", json={"cron": cron, "queue": "reports"})
+        assert answer.status_code == 422 and answer.json()["code"] == "invalid_request", cron
+    for cron in ("0 9-17 * * 1-5", "*/15 0-23/2 1,15 JAN,7 MON", "59 23 31 */2 7", "0 0 29 2 *"):
+        answer = await client.put("/v1/periodic/inside", json={"cron": cron, "queue": "reports"})
+        assert answer.status_code == 200, (cron, answer.text)

@@ -21,7 +21,7 @@ from mainspring.batching.service import cafe_channel, task_subject
 from mainspring.core import outbox
 from mainspring.core.errors import LeaseLost, MainspringError
 from mainspring.core.leases import new_token
-from mainspring.core.paging import decode_cursor, encode_cursor
+from mainspring.core.paging import encode_cursor, int_cursor
 from mainspring.store import Store, Transaction, format_time
 from mainspring.store.notify import PG_CHANNEL
 
@@ -310,7 +310,7 @@ async def list_packages(
 ) -> tuple[list[dict[str, Any]], str | None]:
     """A page of packages with their tasks (the first ``tasks_per_package`` of each, or all: a package's
     ``size`` says how many it has)."""
-    after = int(decode_cursor(cursor, 1)[0]) if cursor else 0
+    after = int_cursor(cursor) if cursor else 0
     async with store.read() as conn:
         rows = await data.list_packages(conn, name, status, after, limit + 1)
         more = len(rows) > limit

@@ -27,6 +27,14 @@ class InvalidBatcherSettings(InvalidRequest):
     pass
 
 
+class BatcherSettingsConflict(Conflict):
+    """A PUT whose fields, with the batcher's stored ones it leaves unchanged, contradict each other (``min_size``
+    or ``group_size`` over ``max_size``). A 409, not a 422: the body alone may be valid — whether it fits depends
+    on what is stored."""
+
+    code, title = "batcher_settings_conflict", "These settings contradict the batcher's others"
+
+
 class UnknownTaskResult(InvalidRequest):
     pass
 
@@ -34,6 +42,7 @@ class UnknownTaskResult(InvalidRequest):
 __all__ = [
     "BatcherBusy",
     "BatcherNotFound",
+    "BatcherSettingsConflict",
     "InvalidBatcherSettings",
     "LeaseLost",
     "PackageNotFound",

@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from mainspring.core.types import DurationMs, JsonValue, Limit, Name, Page, PositiveMs, Query, ShortText, Text
+from mainspring.core.paging import IntCursor
+from mainspring.core.types import (
+    DurationMs,
+    JsonValue,
+    KeysMatch,
+    Limit,
+    Name,
+    Page,
+    PositiveMs,
+    Query,
+    ShortText,
+    Text,
+)
 
 DEFAULTS: dict[str, Any] = {
     "min_size": 2,
@@ -148,7 +160,7 @@ class TaskResult(Strict):
 
 class CompleteIn(Strict):
     token: ShortText
-    results: list[TaskResult] | dict[Name, JsonValue] | None = Field(
+    results: list[TaskResult] | Annotated[dict[Name, JsonValue], KeysMatch()] | None = Field(
         None,
         description="Per-task outcomes: a list of {task_id, status, result, error}, or a map task id → result.",
     )
@@ -188,8 +200,10 @@ class DeleteBatcherQuery(Query):
 
 
 class PackagesQuery(Page):
+    cursor: IntCursor | None = None
     status: Literal["ready", "claimed", "done", "failed"] | None = None
 
 
 class VersionsQuery(Page):
+    cursor: IntCursor | None = None
     limit: Limit = 1000

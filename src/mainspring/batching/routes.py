@@ -6,6 +6,7 @@ from mainspring.batching import cafe, service
 from mainspring.batching.errors import (
     BatcherBusy,
     BatcherNotFound,
+    BatcherSettingsConflict,
     LeaseLost,
     PackageNotFound,
     TaskIdConflict,
@@ -47,9 +48,11 @@ PACKAGE = Owned("package_id", _batcher_of, lambda batcher: f"batchers:{batcher}"
                 lambda key: PackageNotFound(f"no package {key!r}"), shown_as="batchers:<the package's batcher>")
 
 
-@routes.put("/batchers/{name}", permission=BATCHER)
+@routes.put("/batchers/{name}", permission=BATCHER, problems=[BatcherSettingsConflict])
 async def put_batcher(call: Call, name: Name, body: BatcherSettingsIn) -> Batcher:
-    """Create a batcher or change its stored settings; every server applies them to the next batch."""
+    """Create a batcher or change its stored settings; every server applies them to the next batch. Fields left
+    out keep their stored value; ``409 batcher_settings_conflict`` when the result would have ``min_size`` or
+    ``group_size`` over ``max_size``."""
     return Batcher.model_validate(await service.put_batcher(call.store, name, body))
 
 

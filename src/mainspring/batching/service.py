@@ -18,6 +18,7 @@ from mainspring.batching.data import BatcherRow, NewTask, VersionRow
 from mainspring.batching.errors import (
     BatcherBusy,
     BatcherNotFound,
+    BatcherSettingsConflict,
     InvalidBatcherSettings,
     TaskIdConflict,
     TaskNotFound,
@@ -25,7 +26,8 @@ from mainspring.batching.errors import (
 from mainspring.batching.models import DEFAULTS, SETTING_KEYS, BatcherSettingsIn, TaskIn
 from mainspring.batching.planner import PendingTask
 from mainspring.core import outbox
-from mainspring.core.paging import decode_cursor, encode_cursor
+from mainspring.core.errors import MainspringError
+from mainspring.core.paging import encode_cursor, int_cursor
 from mainspring.store import Store, Transaction, format_time
 from mainspring.store.notify import Waiter
 
@@ -64,14 +66,17 @@ def content_sha256(content: Any) -> str:
 # --- batchers -------------------------------------------------------------------------------------------
 
 
-def check_rules(values: dict[str, Any]) -> None:
+MAX_VERSION = 2**31 - 1
+
+
+def check_rules(values: dict[str, Any], refusal: type[MainspringError] = InvalidBatcherSettings) -> None:
     errors = []
     if values["min_size"] > values["max_size"]:
         errors.append({"loc": ["body", "min_size"], "msg": "min_size must not exceed max_size"})
     if values["group_size"] > values["max_size"]:
         errors.append({"loc": ["body", "group_size"], "msg": "group_size must not exceed max_size"})
     if errors:
-        raise InvalidBatcherSettings("inconsistent batcher settings", errors=errors)
+        raise refusal("inconsistent batcher settings", errors=errors)
 
 
 def batcher_to_api(row: BatcherRow, counts: dict[str, int] | None = None, package_counts: dict[str, int] | None = None) -> dict[str, Any]:
@@ -133,7 +138,7 @@ async def put_batcher(store: Store, name: str, body: BatcherSettingsIn) -> dict[
         if row is None:  # deleted by another server between the two statements
             raise BatcherNotFound(f"no batcher {name!r}")
         values = {**{k: getattr(row, k) for k in SETTING_KEYS}, **changes}
-        check_rules(values)
+        check_rules(values, BatcherSettingsConflict)
         await data.update_batcher_settings(tx, name, values, store.now_ms())
         tx.notify(dispatcher_channel(name))
     return await get_batcher(store, name)
@@ -373,7 +378,9 @@ async def list_versions(
     store: Store, name: str, group: str, member: str, limit: int, cursor: str | None
 ) -> tuple[list[dict[str, Any]], str | None]:
     """The permanent log of one group+member, oldest version first."""
-    after = int(decode_cursor(cursor, 1)[0]) if cursor else 0
+    # Versions are 32-bit integers in the store: any cursor past the largest is after every version (PostgreSQL
+    # refuses a larger parameter for the column).
+    after = min(int_cursor(cursor), MAX_VERSION) if cursor else 0
     async with store.read() as conn:
         rows = await data.member_versions(conn, name, group, member, after, limit + 1)
     more = len(rows) > limit

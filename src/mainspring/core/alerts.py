@@ -15,8 +15,8 @@ from typing import Any
 
 from mainspring.core import data, outbox
 from mainspring.core.data import Alert
-from mainspring.core.errors import AlertNotFound, InvalidRequest
-from mainspring.core.paging import decode_cursor, encode_cursor
+from mainspring.core.errors import AlertNotFound
+from mainspring.core.paging import encode_cursor, time_key_cursor
 from mainspring.store import Store, Transaction, format_time
 from mainspring.store.dialect import Executor
 
@@ -85,10 +85,7 @@ async def raise_alerts(
 async def list_alerts(store: Store, *, open_only: bool, limit: int, cursor: str | None) -> tuple[list[dict[str, Any]], str | None]:
     before = None
     if cursor:
-        at, alert_id = decode_cursor(cursor, 2)
-        if not isinstance(at, int) or isinstance(at, bool) or not isinstance(alert_id, str):
-            raise InvalidRequest("cursor is not one this server gave", errors=[{"loc": ["query", "cursor"], "msg": "invalid cursor"}])
-        before = (at, alert_id)
+        before = time_key_cursor(cursor)
     async with store.read() as conn:
         found = await data.list_alerts(conn, open_only=open_only, limit=limit + 1, before=before)
     next_cursor = encode_cursor(found[limit - 1].at, found[limit - 1].id) if len(found) > limit else None

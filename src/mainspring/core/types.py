@@ -5,9 +5,20 @@ from __future__ import annotations
 import codecs
 import math
 import re
+from collections.abc import Callable
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetJsonSchemaHandler,
+    RootModel,
+    StringConstraints,
+)
+from pydantic.config import JsonDict
+from pydantic.json_schema import JsonSchemaValue
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 
@@ -58,14 +69,103 @@ def _check_json(value: Any) -> Any:
     return value
 
 
+NO_NUL = r"^[^\x00]*$"
+"""Text without NUL (which PostgreSQL cannot store), as a JSON Schema pattern."""
+_NoNul = Field(json_schema_extra={"pattern": NO_NUL})
+
+
+class KeysMatch:
+    """For ``Annotated[dict[K, V], KeysMatch()]`` with a pattern on ``K``: the JSON schema says that every key
+    matches it (``propertyNames``) — pydantic's ``patternProperties`` only constrains the keys that do, and
+    lets any other through."""
+
+    def __get_pydantic_json_schema__(self, core_schema: Any, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        schema = handler(core_schema)
+        ((pattern, value),) = schema.pop("patternProperties").items()
+        return {**schema, "additionalProperties": value, "propertyNames": {"pattern": pattern}}
+
+
+_NoNulText = Annotated[str, Field(pattern=NO_NUL)]
+
+
+# The shape of ``JsonValue`` in the API description (a recursive schema); never used to validate.
+class StoredJson(RootModel[None | bool | int | float | _NoNulText | list["StoredJson"]
+                          | Annotated[dict[_NoNulText, "StoredJson"], KeysMatch()]]):
+    """Any JSON value the server stores as it is given: no string or key holds NUL (which PostgreSQL cannot
+    store); at most 64 levels deep and 50,000 arrays and objects."""
+
+
+class _DescribedAsJson:
+    """Validation stays ``_check_json`` on any value (one pass, no union to try); the API description shows
+    the same rule as a schema — any JSON whose strings and keys hold no NUL — so a client (or a fuzzer)
+    sees what is accepted."""
+
+    def __get_pydantic_json_schema__(self, core_schema: Any, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        return handler(StoredJson.__pydantic_core_schema__)
+
+
 # Any JSON value a client stores (data, args, results): free shape, but storable on both engines.
-JsonValue = Annotated[Any, AfterValidator(_check_json)]
+JsonValue = Annotated[Any, AfterValidator(_check_json), _DescribedAsJson()]
 
 # Free text a client stores (errors, details, worker names).
-Text = Annotated[str, StringConstraints(max_length=10_000), AfterValidator(_check_json)]
-ShortText = Annotated[str, StringConstraints(max_length=400), AfterValidator(_check_json)]
+Text = Annotated[str, StringConstraints(max_length=10_000), AfterValidator(_check_json), _NoNul]
+ShortText = Annotated[str, StringConstraints(max_length=400), AfterValidator(_check_json), _NoNul]
 # Longer text a client sends: a handler's traceback (``error_detail``), kept to its last 16,000 characters.
-LongText = Annotated[str, StringConstraints(max_length=20_000), AfterValidator(_check_json)]
+LongText = Annotated[str, StringConstraints(max_length=20_000), AfterValidator(_check_json), _NoNul]
+
+# Rules between fields, for a model's ``json_schema_extra``: what its ``model_validator`` checks, said in the
+# API description too, so that a request the description allows is one the server takes.
+
+def given(name: str) -> JsonDict:
+    """The field is present and not null."""
+    return {"required": [name], "properties": {name: {"not": {"type": "null"}}}}
+
+
+def _not_null(schema: JsonDict) -> JsonDict:
+    schema = {k: v for k, v in schema.items() if k != "default"}
+    options = schema.pop("anyOf", None)
+    if isinstance(options, list):
+        kept = [o for o in options if o != {"type": "null"}]
+        schema.update(kept[0] if len(kept) == 1 else {"anyOf": kept})  # type: ignore[arg-type]
+    return schema
+
+
+def exactly_one(*names: str) -> Callable[[JsonDict], None]:
+    """The object has exactly one of ``names``, not null (``check_exactly_one`` refuses the rest), described as
+    one object shape per name: each with that field required and the others absent. A shape per name, not a
+    ``oneOf`` of "this one is not null" rules beside the fields: a client (or a fuzzer) building a body field by
+    field from the description then builds one the server takes."""
+
+    def rewrite(schema: JsonDict) -> None:
+        properties = schema.pop("properties")
+        assert isinstance(properties, dict)
+        required = [r for r in schema.pop("required", []) or [] if isinstance(r, str)]  # type: ignore[union-attr]
+        common = {k: v for k, v in properties.items() if k not in names}
+        schema["oneOf"] = [
+            {"type": "object", "properties": {**common, name: _not_null(properties[name])},  # type: ignore[arg-type]
+             "required": [*required, name], "additionalProperties": False}
+            for name in names
+        ]
+        schema.pop("additionalProperties", None)
+        schema.pop("type", None)
+
+    return rewrite
+
+
+def check_exactly_one(model: BaseModel, *names: str) -> None:
+    """ValueError unless exactly one of ``names`` was given, and not as null (``exactly_one``'s rule)."""
+    given_names = [name for name in names if name in model.model_fields_set]
+    if len(given_names) != 1 or getattr(model, given_names[0]) is None:
+        raise ValueError(f"give exactly one of {', '.join(names)}, not null")
+
+
+def not_all(*conditions: JsonDict) -> JsonDict:
+    return {"not": {"allOf": list(conditions)}}
+
+
+def all_of(*rules: JsonDict) -> JsonDict:
+    return {"allOf": list(rules)}
+
 
 # RFC 9110 §8.3.1: type "/" subtype *( OWS ";" OWS parameter ), parameter values a token or a quoted string.
 _TOKEN = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
@@ -105,8 +205,7 @@ class Query(BaseModel):
 
 
 class Page(Query):
-    """The paging parameters every list takes."""
+    """The paging parameter every list takes; each list adds its ``cursor`` (the ``next_cursor`` of the previous
+    page), of the shape its sort key has (``core.paging``)."""
 
     limit: Limit = 100
-    cursor: str | None = Field(None, max_length=500)
-    """The ``next_cursor`` of the previous page."""

@@ -11,7 +11,7 @@ from typing import Any
 
 from mainspring.core import outbox
 from mainspring.core.errors import InvalidRequest
-from mainspring.core.paging import decode_cursor, encode_cursor
+from mainspring.core.paging import encode_cursor, time_key_cursor
 from mainspring.core.runtime import Context
 from mainspring.core.types import check_media_type
 from mainspring.exchange import data, files
@@ -175,7 +175,7 @@ async def list_available(
     ctx: Context, addressee: str, database: str, *, limit: int, cursor: str | None
 ) -> dict[str, Any]:
     """API_1: the mailbox's available messages, oldest first, and whether a process holds it."""
-    after = tuple(decode_cursor(cursor, 2)) if cursor else None
+    after = time_key_cursor(cursor) if cursor else None
     async with ctx.store.read() as conn:
         rows = await data.available_messages(conn, addressee, database, limit + 1, after)
         active = await data.active_process_id(conn, addressee, database)

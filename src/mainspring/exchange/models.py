@@ -8,7 +8,11 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
-from mainspring.core.types import MediaType, Name, Page, Text
+from mainspring.core.paging import TimeKeyCursor
+from mainspring.core.types import MediaType, Name, Page, Text, check_exactly_one, exactly_one
+
+# Standard base64 with its padding, of at least one byte: what ``b64decode(validate=True)`` reads.
+BASE64 = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{4}|[A-Za-z0-9+/]{3}=|[A-Za-z0-9+/]{2}==)$"
 
 State = Literal["STARTED", "READY_TO_COMMIT", "CLEANUP", "DONE", "CANCELLED", "ABORTED", "IN_DOUBT"]
 STATES: tuple[str, ...] = ("STARTED", "READY_TO_COMMIT", "CLEANUP", "DONE", "CANCELLED", "ABORTED", "IN_DOUBT")
@@ -60,19 +64,18 @@ class StartRequest(BaseModel):
 class Reply(BaseModel):
     """A message to publish when the process commits: ``body`` (text) or ``body_base64`` (bytes)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=exactly_one("body", "body_base64"))
 
     addressee: Name
     database: Name
     body: Annotated[str, Field(min_length=1)] | None = None
-    body_base64: Annotated[str, Field(min_length=1)] | None = None
+    body_base64: Annotated[str, Field(pattern=BASE64)] | None = None
     content_type: MediaType | None = None
     message_id: Name | None = None
 
     @model_validator(mode="after")
     def _one_body(self) -> Reply:
-        if (self.body is None) == (self.body_base64 is None):
-            raise ValueError("give exactly one of body and body_base64")
+        check_exactly_one(self, "body", "body_base64")
         if self.body_base64 is not None:
             try:
                 base64.b64decode(self.body_base64, validate=True)
@@ -116,7 +119,12 @@ class ResolveRequest(BaseModel):
     committed: StrictBool
 
 
+class MessagesQuery(Page):
+    cursor: TimeKeyCursor | None = None
+
+
 class ProcessesQuery(Page):
+    cursor: TimeKeyCursor | None = None
     state: Literal["STARTED", "READY_TO_COMMIT", "CLEANUP", "DONE", "CANCELLED", "ABORTED", "IN_DOUBT"] | None = None
     addressee: Name | None = None
     """Processes of this addressee's mailboxes (without it the caller needs ``admin``)."""

@@ -7,7 +7,7 @@ from typing import Any
 
 from mainspring.core.errors import InvalidRequest, MainspringError
 from mainspring.core.runtime import Context
-from mainspring.core.types import NAME_PATTERN, Name, Page
+from mainspring.core.types import NAME_PATTERN, Name
 from mainspring.exchange import messages, service
 from mainspring.exchange.errors import (
     AlreadyCommitted,
@@ -25,6 +25,7 @@ from mainspring.exchange.models import (
     MailboxList,
     Message,
     MessageList,
+    MessagesQuery,
     Process,
     ProcessesQuery,
     ProcessList,
@@ -97,13 +98,14 @@ async def store_message(call: Call, addressee: Name, database: Name, body: bytes
 
 
 @routes.get(MAILBOX + "/messages", permission=RECEIVE)
-async def list_messages(call: Call, addressee: Name, database: Name, query: Page) -> MessageList:
+async def list_messages(call: Call, addressee: Name, database: Name, query: MessagesQuery) -> MessageList:
     """API_1: the messages available for processing, oldest first, and whether a process holds the mailbox."""
     return MessageList.model_validate(await messages.list_available(call.ctx, addressee, database, limit=query.limit, cursor=query.cursor))
 
 
+# The bytes go out with the type their sender stored (any media type), so the description names no one type.
 @routes.get(MAILBOX + "/messages/{message_id}", permission=RECEIVE, problems=[MessageNotFound],
-            content={"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}})
+            content={"*/*": {"schema": {"type": "string", "format": "binary"}}})
 async def read_message(call: Call, addressee: Name, database: Name, message_id: Name) -> Reply:
     """One message's bytes with its content type; ``404 message_not_found`` once committed."""
     message, data = await messages.read_message(call.ctx, addressee, database, message_id)

@@ -16,7 +16,7 @@ from typing import Any
 from mainspring.core import outbox
 from mainspring.core.alerts import raise_alert
 from mainspring.core.errors import MainspringError
-from mainspring.core.paging import decode_cursor, encode_cursor
+from mainspring.core.paging import encode_cursor, time_key_cursor
 from mainspring.core.runtime import Context
 from mainspring.exchange import data, files, sync
 from mainspring.exchange.data import NewMessage, ProcessRow
@@ -76,7 +76,7 @@ async def get_process(ctx: Context, process_id: str) -> dict[str, Any]:
 async def list_processes(
     ctx: Context, *, state: str | None, addressee: str | None, database: str | None, limit: int, cursor: str | None
 ) -> dict[str, Any]:
-    after = tuple(decode_cursor(cursor, 2)) if cursor else None
+    after = time_key_cursor(cursor) if cursor else None
     async with ctx.store.read() as conn:
         rows = await data.list_processes(
             conn, state=state, addressee=addressee, database=database, limit=limit + 1, after=after

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import math
+import zoneinfo
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -15,12 +17,29 @@ from pydantic import (
     StringConstraints,
     model_validator,
 )
+from pydantic.config import JsonDict
 
-from mainspring.core.types import DurationMs, Limit, LongText, Name, Page, PositiveMs, Query
+from mainspring.core.paging import IntCursor, IntPairCursor
+from mainspring.core.types import (
+    DurationMs,
+    KeysMatch,
+    Limit,
+    LongText,
+    Name,
+    Page,
+    PositiveMs,
+    Query,
+    all_of,
+    check_exactly_one,
+    exactly_one,
+    given,
+    not_all,
+)
 from mainspring.core.types import JsonValue as CoreJsonValue
 from mainspring.core.types import ShortText as CoreShortText
 from mainspring.core.types import Text as CoreText
 from mainspring.interactions import outcomes
+from mainspring.interactions.cron import CRON_PATTERN
 from mainspring.store import parse_time
 
 
@@ -88,8 +107,18 @@ class PerOwner(Strict):
     rate_limit: RateLimit | None = None
 
 
+# per_owner, fair and weights need owner_by: either it is given, or none of them is.
+OWNERS_NEED_OWNER_BY: JsonDict = {"anyOf": [
+    given("owner_by"),
+    {"properties": {"fair": {"const": False}, "per_owner": {"type": "null"},
+                    "weights": {"anyOf": [{"type": "null"}, {"type": "object", "maxProperties": 0}]}}},
+]}
+
+
 class OwnerSettings(Strict):
     """Priorities that age, owners, their limits and fair shares (API.md §3)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=OWNERS_NEED_OWNER_BY)
 
     priority_aging_ms: PositiveMs | None = None
     """A due item's effective priority grows by 1 every this many ms it waits (null: priorities do not age)."""
@@ -98,7 +127,7 @@ class OwnerSettings(Strict):
     per_owner: PerOwner | None = None
     fair: bool = False
     """Owners with due items take turns (weighted round robin by ``weights``)."""
-    weights: dict[Name, Weight] | None = Field(None, max_length=10_000)
+    weights: Annotated[dict[Name, Weight], KeysMatch()] | None = Field(None, max_length=10_000)
     """Each named owner's share of the turns (default 1)."""
 
     @model_validator(mode="after")
@@ -111,6 +140,8 @@ class OwnerSettings(Strict):
 
 
 class QueueSettingsIn(RetrySettings, OwnerSettings):
+    model_config = ConfigDict(extra="forbid", json_schema_extra=OWNERS_NEED_OWNER_BY)
+
     rate_limit: RateLimit | None = None
     concurrency: int | None = Field(None, ge=1, le=1_000_000)
     lease_ms: PositiveMs | None = None
@@ -150,7 +181,12 @@ def _time_of(value: str | datetime | None) -> int | None:
     return None if value is None else parse_time(value)
 
 
+ONE_TIME_AT_MOST = not_all(given("process_at"), given("process_in_ms"))
+
+
 class When(Strict):
+    model_config = ConfigDict(extra="forbid", json_schema_extra=ONE_TIME_AT_MOST)
+
     process_at: datetime | None = None
     process_in_ms: DurationMs | None = None
 
@@ -170,6 +206,13 @@ class When(Strict):
 
 
 class CreateIn(When):
+    model_config = ConfigDict(extra="forbid", json_schema_extra=all_of(
+        ONE_TIME_AT_MOST,
+        # A completed interaction is not scheduled.
+        not_all({"required": ["completed"], "properties": {"completed": {"const": True}}},
+                {"anyOf": [given("process_at"), given("process_in_ms")]}),
+    ))
+
     data: JsonValue = None
     parent_id: Id | None = None
     name: Name | None = None
@@ -194,10 +237,11 @@ class BulkCreateIn(Strict):
 
 
 class ScheduleIn(When):
+    model_config = ConfigDict(extra="forbid", json_schema_extra=exactly_one("process_at", "process_in_ms"))
+
     @model_validator(mode="after")
     def _needs_a_time(self) -> ScheduleIn:
-        if self.process_at is None and self.process_in_ms is None:
-            raise ValueError("give process_at or process_in_ms")
+        check_exactly_one(self, "process_at", "process_in_ms")
         return self
 
 
@@ -297,13 +341,14 @@ class _ErrorBody(Strict):
 
 
 class _RepeatBody(Strict):
+    model_config = ConfigDict(extra="forbid", json_schema_extra=exactly_one("at", "in_ms"))
+
     at: datetime | None = None
     in_ms: DurationMs | None = None
 
     @model_validator(mode="after")
     def _exactly_one(self) -> _RepeatBody:
-        if (self.at is None) == (self.in_ms is None):
-            raise ValueError("repeat needs exactly one of at or in_ms")
+        check_exactly_one(self, "at", "in_ms")
         return self
 
 
@@ -311,7 +356,12 @@ class _WaitBody(Strict):
     pass
 
 
+OUTCOMES = ("complete", "fail", "repeat", "wait", "retry")
+
+
 class OutcomeIn(Strict):
+    model_config = ConfigDict(extra="forbid", json_schema_extra=exactly_one(*OUTCOMES))
+
     complete: _CompleteBody | None = None
     fail: _ErrorBody | None = None
     repeat: _RepeatBody | None = None
@@ -320,9 +370,7 @@ class OutcomeIn(Strict):
 
     @model_validator(mode="after")
     def _exactly_one(self) -> OutcomeIn:
-        given = [k for k in ("complete", "fail", "repeat", "wait", "retry") if getattr(self, k) is not None]
-        if len(given) != 1:
-            raise ValueError("an outcome is exactly one of complete, fail, repeat, wait, retry")
+        check_exactly_one(self, *OUTCOMES)
         return self
 
     def to_outcome(self) -> outcomes.Outcome:
@@ -349,20 +397,13 @@ class ReleaseIn(Strict):
 ItemId = Annotated[str, StringConstraints(min_length=1, max_length=32)]
 
 
-def _distinct_ids(entries: list[Any]) -> list[Any]:
-    ids = [e.id for e in entries]
-    if len(set(ids)) != len(ids):
-        raise ValueError("each interaction may appear once")
-    return entries
-
-
 class LeaseRef(Strict):
     id: ItemId
     token: Token
 
 
 class HeartbeatManyIn(Strict):
-    leases: Annotated[list[LeaseRef], Field(min_length=1, max_length=1000), AfterValidator(_distinct_ids)]
+    leases: Annotated[list[LeaseRef], Field(min_length=1, max_length=1000)]
     lease_ms: PositiveMs | None = None
 
 
@@ -380,7 +421,7 @@ class ReleaseOneIn(Strict):
 
 
 class ReleaseManyIn(Strict):
-    releases: Annotated[list[ReleaseOneIn], Field(min_length=1, max_length=1000), AfterValidator(_distinct_ids)]
+    releases: Annotated[list[ReleaseOneIn], Field(min_length=1, max_length=1000)]
 
 
 class ReleaseManyOut(BaseModel):
@@ -390,13 +431,31 @@ class ReleaseManyOut(BaseModel):
     """The ids not held with their token (finished, leased again, unknown or of another queue): unchanged."""
 
 
+@functools.cache
+def time_zones() -> frozenset[str]:
+    """The IANA time zones this server knows (read once: listing them walks the tz database)."""
+    return frozenset(zoneinfo.available_timezones())
+
+
+def _known_zone(name: str) -> str:
+    if name not in time_zones():
+        raise ValueError("not an IANA time zone name this server knows")
+    return name
+
+
+def _zones_enum(schema: dict[str, Any]) -> None:
+    schema["enum"] = sorted(time_zones())
+
+
 class PeriodicIn(Strict):
-    cron: Annotated[str, StringConstraints(min_length=1, max_length=200)]
-    """A cron expression (five fields; ``@hourly`` and friends too)."""
+    cron: Annotated[str, StringConstraints(pattern=CRON_PATTERN)]
+    """A cron expression: minute, hour, day of month, month, day of week, one space apart; each field ``*``,
+    ``*/step`` or a comma list of numbers, ranges ``a-b`` and ``a-b/step`` (months and week days also by
+    name: ``JAN``, ``MON``). A day of month over 29 needs every month (``*``)."""
     queue: Name
     data: JsonValue = None
     """The ``data`` of every interaction a tick creates."""
-    timezone: Annotated[str, StringConstraints(min_length=1, max_length=64)] = "UTC"
+    timezone: Annotated[str, AfterValidator(_known_zone), Field(json_schema_extra=_zones_enum)] = "UTC"
     catch_up_ms: DurationMs = 3_600_000
     """Ticks missed while no server ran are created up to this far back; older ones are skipped."""
 
@@ -420,9 +479,13 @@ class PeriodicList(BaseModel):
     next_cursor: str | None = None
 
 
+_STATUS = "(?:scheduled|ready|processing|waiting|completed|failed|cancelled)"
+
+
 class ListQuery(Page):
+    cursor: IntCursor | None = None
     message_id: Name | None = None
-    status: str | None = Field(None, max_length=200)
+    status: str | None = Field(None, max_length=200, pattern=rf"^{_STATUS}?(?:,{_STATUS}?)*$")
     """Comma-separated statuses."""
     channel: Name | None = None
     user: Name | None = None
@@ -435,6 +498,7 @@ class ReadQuery(Query):
 
 
 class ChildrenQuery(Page):
+    cursor: IntPairCursor | None = None
     name: Name | None = None
 
 

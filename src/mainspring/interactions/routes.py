@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from mainspring.core.errors import Forbidden, InvalidRequest, LeaseLost
 from mainspring.core.runtime import Context
@@ -249,19 +250,60 @@ async def lease(call: Call, queue: Name, body: LeaseIn) -> InteractionList | AsD
     return AsDeclared({"interactions": taken.items, "next_cursor": None})
 
 
+E = TypeVar("E", bound=tuple[Any, ...])
+
+
+async def in_turn(entries: list[E], run: Callable[[list[E]], Awaitable[tuple[list[str], list[str]]]], *,
+                  repeat_done: bool) -> tuple[list[str], list[str]]:
+    """(ids done, ids not held) for entries ``(id, token, …)`` that may name an id more than once: each is
+    taken as if sent after the ones before it. ``run`` takes a list in which each id appears once, so the
+    distinct ``(id, token)`` go in rounds — the first token of each id, then the second… — and an id done in
+    one round is not tried again (a lease has one token). A repeat of an entry is answered as done when
+    ``repeat_done`` (a heartbeat again) and otherwise as not held (a release finds the lease gone), without a
+    round of its own: a list of one entry a thousand times costs one round."""
+    firsts: dict[tuple[Any, Any], int] = {}
+    for index, entry in enumerate(entries):
+        firsts.setdefault((entry[0], entry[1]), index)
+    rounds: list[list[int]] = []
+    turns: dict[str, int] = {}
+    for index in firsts.values():
+        turn = turns[entries[index][0]] = turns.get(entries[index][0], -1) + 1
+        if turn == len(rounds):
+            rounds.append([])
+        rounds[turn].append(index)
+    done: set[int] = set()
+    settled: set[str] = set()
+    for indexes in rounds:
+        tried = [i for i in indexes if entries[i][0] not in settled]
+        if not tried:
+            continue
+        yes, _ = await run([entries[i] for i in tried])
+        held = set(yes)
+        done.update(i for i in tried if entries[i][0] in held)
+        settled.update(held)
+    answered = [index in done or (repeat_done and firsts[(entry[0], entry[1])] in done) for index, entry in enumerate(entries)]
+    return ([e[0] for e, ok in zip(entries, answered, strict=True) if ok],
+            [e[0] for e, ok in zip(entries, answered, strict=True) if not ok])
+
+
 @routes.post("/queues/{queue}/heartbeat", permission=QUEUE)
 async def heartbeat_leases(call: Call, queue: Name, body: HeartbeatManyIn) -> HeartbeatManyOut:
-    """Extend many held leases of the queue in one call (a worker's batch); `lease_ms` defaults to the queue's."""
-    held, lost = await leasing.heartbeat_in_queue(call.store, queue, [(e.id, e.token) for e in body.leases], body.lease_ms)
+    """Extend many held leases of the queue in one call (a worker's batch); `lease_ms` defaults to the queue's.
+    An id given more than once is answered once per entry, as if each were sent after the ones before it."""
+    held, lost = await in_turn([(e.id, e.token) for e in body.leases],
+                               lambda entries: leasing.heartbeat_in_queue(call.store, queue, entries, body.lease_ms),
+                               repeat_done=True)
     return HeartbeatManyOut(held=held, lease_lost=lost)
 
 
 @routes.post("/queues/{queue}/release", permission=QUEUE)
 async def release_leases(call: Call, queue: Name, body: ReleaseManyIn) -> ReleaseManyOut:
     """End many held leases of the queue in one call, each with its outcome; all of them are stored before
-    the answer. A lease no longer held changes nothing and is answered in `lease_lost`."""
-    released, lost = await leasing.release_in_queue(
-        call.store, queue, [(e.id, e.token, e.outcome.to_outcome()) for e in body.releases])
+    the answer. A lease no longer held changes nothing and is answered in `lease_lost`. An id given more than
+    once is taken in order: its first entry with the lease's token releases it, any later one finds it gone."""
+    released, lost = await in_turn([(e.id, e.token, e.outcome.to_outcome()) for e in body.releases],
+                                   lambda entries: leasing.release_in_queue(call.store, queue, entries),
+                                   repeat_done=False)
     return ReleaseManyOut(released=released, lease_lost=lost)
 
 

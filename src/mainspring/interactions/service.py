@@ -12,8 +12,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from mainspring.core import finishes, outbox, tracing
-from mainspring.core.errors import InvalidRequest
-from mainspring.core.paging import decode_cursor, encode_cursor
+from mainspring.core.paging import encode_cursor, int_cursor, int_pair_cursor
 from mainspring.interactions import data, metrics
 from mainspring.interactions.data import FINISHED, InteractionRow, NewInteraction, QueueRow
 from mainspring.interactions.errors import (
@@ -612,18 +611,11 @@ async def wait_finished(store: Store, interaction_id: str, wait_ms: int) -> dict
         await waiter.wait(min(left, 1.0))
 
 
-def _cursor_ints(cursor: str, arity: int) -> list[int]:
-    values = decode_cursor(cursor, arity)
-    if not all(isinstance(v, int) and not isinstance(v, bool) and abs(v) < 2**62 for v in values):
-        raise InvalidRequest("cursor is not one this server gave", errors=[{"loc": ["query", "cursor"], "msg": "invalid cursor"}])
-    return values
-
-
 async def list_items(store: Store, queue: str, filters: dict[str, Any], limit: int, cursor: str | None) -> tuple[list[dict[str, Any]], str | None]:
     """A queue's interactions, oldest first, filtered; keyset-paged by id."""
     now = store.now_ms()
     exact = {key: filters.get(key) for key in ("message_id", "channel", "user", "source")}
-    after = _cursor_ints(cursor, 1)[0] if cursor else None
+    after = int_cursor(cursor) if cursor else None
     async with store.read() as conn:
         rows = await data.list_items(
             conn, now, queue=queue, filters=exact, statuses=filters.get("status") or (), limit=limit + 1, after_id=after
@@ -636,7 +628,7 @@ async def list_items(store: Store, queue: str, filters: dict[str, Any], limit: i
 async def children(store: Store, interaction_id: str, name: str | None, limit: int, cursor: str | None) -> tuple[list[dict[str, Any]], str | None]:
     """Children of an interaction (with ``name``), oldest first."""
     parent = await get(store, interaction_id)
-    after = tuple(_cursor_ints(cursor, 2)) if cursor else None
+    after = int_pair_cursor(cursor) if cursor else None
     async with store.read() as conn:
         rows = await data.children(conn, parent.id, name, limit + 1, after)  # type: ignore[arg-type]
     more = len(rows) > limit

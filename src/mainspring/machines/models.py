@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from mainspring.core.paging import MachineIdCursor
 from mainspring.core.types import JsonValue, Page, PositiveMs, Query
 from mainspring.machines.settings import (
     HistoryRange,
@@ -36,7 +37,9 @@ def check_machine_name(value: str) -> str:
     return value
 
 
-MachineName = Annotated[str, Field(min_length=1, max_length=MAX_NAME_BYTES), AfterValidator(check_machine_name)]
+# The description shows the NUL rule as a pattern; ``check_machine_name`` checks it with the byte length.
+MachineName = Annotated[str, Field(min_length=1, max_length=MAX_NAME_BYTES, json_schema_extra={"pattern": r"^[^\x00]+$"}),
+                        AfterValidator(check_machine_name)]
 """A namespace or machine id in a path (percent-encoded: ``ff%2Fidentity``) or a body."""
 
 
@@ -142,7 +145,7 @@ class NamespaceOut(BaseModel):
 
 class MachinesQuery(Page):
     status: Literal["working", "failed"] | None = None
-    cursor: str | None = Field(None, max_length=4000)  # it holds a machine id of up to 1 KiB
+    cursor: MachineIdCursor | None = None
 
 
 class HistoryQuery(Query):

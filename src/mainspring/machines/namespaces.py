@@ -163,7 +163,10 @@ def processor_for(ctx: Context, namespace: Namespace) -> Processor:
     if namespace.name not in cache:
         target = local_target(ctx, namespace.name)
         if target is None:
-            raise ProcessorFailed(f"namespace {namespace.name!r} has no processor URL and no in-process processor on this server")
+            # Nothing was tried, so nothing failed: for this server the namespace does not exist (API.md's
+            # 404 for Start). Another server, with the in-process processor, serves it.
+            raise NamespaceNotFound(f"namespace {namespace.name!r} has no processor on this server "
+                                    "(no processor URL, no in-process processor registered here)")
         cache[namespace.name] = LocalProcessor(target)
     return cache[namespace.name]
 

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from mainspring.core import outbox
 from mainspring.core.data import Alert
 from mainspring.core.errors import MainspringError
-from mainspring.core.paging import decode_cursor, encode_cursor
+from mainspring.core.paging import encode_cursor, machine_id_cursor
 from mainspring.core.runtime import Context
 from mainspring.machines import data, metrics
 from mainspring.machines.data import Applied, FailureRow, MachineRow, NotificationRow, OperationRow
@@ -608,8 +608,7 @@ async def remove_machine(ctx: Context, namespace: str, machine_id: str, origin: 
 async def list_machines(ctx: Context, namespace: str, status: str | None, limit: int, cursor: str | None) -> tuple[list[dict[str, Any]], str | None]:
     after = None
     if cursor:
-        (value,) = decode_cursor(cursor, 1)
-        after = str(value)
+        after = machine_id_cursor(cursor)
     async with ctx.store.read() as conn:
         await find_namespace(conn, ctx, namespace)
         found = await data.list_machines(conn, namespace, status, after, limit + 1)

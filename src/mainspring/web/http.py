@@ -243,10 +243,18 @@ class Api:
         if not _is_json(media):
             # A browser's form or text/plain body is how another site writes without a preflight.
             raise UnsupportedMediaType(f"expected a JSON body, got Content-Type {media[:100]} (send Content-Type: application/json)")
+        validate = self._body_validators[operation]
         try:
-            return self._body_validators[operation](raw)
+            return validate(raw)
         except ValidationError as exc:
-            raise _invalid(_clean_errors(exc.errors(include_input=False), ("body",))) from None
+            error = exc
+        integral = _integral_floats(raw, error)
+        if integral is not None:
+            try:
+                return validate(integral)
+            except ValidationError as exc:
+                error = exc
+        raise _invalid(_clean_errors(error.errors(include_input=False), ("body",))) from None
 
     async def _send_result(self, operation: Operation, result: object, scope: Scope, receive: Receive, send: Send) -> int:
         status = operation.status
@@ -319,6 +327,42 @@ def _json_validator(body: Any) -> Callable[[bytes], Any]:
     if isinstance(body, type) and issubclass(body, BaseModel):
         return functools.partial(body.model_validate_json, strict=True)
     return functools.partial(TypeAdapter(body).validate_json, strict=True)
+
+
+def _integral_floats(raw: bytes, error: ValidationError) -> bytes | None:
+    """The body again with each number that the strict validation refused as an integer but that is one
+    (``12.0``) written as that integer; None when there is none.
+
+    JSON Schema calls ``12.0`` an integer (a number with no fractional part), so a client that writes it so
+    sends a valid request; strict validation, kept for the rest (``false`` is not 0, nor ``"5"`` 5), does not
+    see it that way. Only the places the errors name change — a ``12.0`` inside free JSON (``data``) stays a
+    float — and only once a request was refused, so a valid body costs nothing more."""
+    places = [e["loc"] for e in error.errors() if e["type"] == "int_type" and type(e.get("input")) is float
+              and e["input"].is_integer()]
+    if not places:
+        return None
+    try:
+        document = json.loads(raw)
+    except ValueError:
+        return None
+    changed = False
+    for loc in places:
+        parent: Any = None
+        key: Any = None
+        node: Any = document
+        for part in loc:
+            if isinstance(node, dict) and part in node:
+                parent, key, node = node, part, node[part]
+            elif isinstance(node, list) and isinstance(part, int) and -len(node) <= part < len(node):
+                parent, key, node = node, part, node[part]
+            elif isinstance(node, dict | list):
+                break  # a union member's tag where a value was expected: not a place in the document
+            # else: a union member's tag after the value (``parent_id`` → ``int``): the value is found
+        else:
+            if parent is not None and type(node) is float and node.is_integer():
+                parent[key] = int(node)
+                changed = True
+    return json.dumps(document).encode() if changed else None
 
 
 def _request_id(scope: Scope) -> str:

@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from mainspring.core.paging import MachineIdCursor
 from mainspring.core.types import JsonValue, Page, Query
 from mainspring.machines.models import MachineName, check_machine_name
 
@@ -88,7 +89,7 @@ class WorkflowList(BaseModel):
 
 class RunsQuery(Page):
     status: Status | None = None
-    cursor: str | None = Field(None, max_length=4000)
+    cursor: MachineIdCursor | None = None
 
 
 class ReadQuery(Query):

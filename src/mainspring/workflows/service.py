@@ -8,7 +8,7 @@ from typing import Any
 
 from mainspring.core import finishes, outbox
 from mainspring.core.leases import new_token
-from mainspring.core.paging import decode_cursor, encode_cursor
+from mainspring.core.paging import encode_cursor, machine_id_cursor
 from mainspring.core.runtime import Context
 from mainspring.machines import data as machines_data
 from mainspring.machines import driven
@@ -126,8 +126,7 @@ async def list_runs(ctx: Context, name: str, status: str | None, limit: int, cur
     _known(ctx, name)
     after = None
     if cursor:
-        (value,) = decode_cursor(cursor, 1)
-        after = str(value)
+        after = machine_id_cursor(cursor)
     async with ctx.store.read() as conn:
         # A failed run's machine is failed whatever its aux state said last; its aux state says failed too.
         found = await machines_data.list_by_aux(conn, name, "status", status, after, limit + 1)
