@@ -28,11 +28,15 @@ from __future__ import annotations
 
 import base64
 import math
-from typing import Any
+from typing import Any, NotRequired, TypedDict
+
+from typing_extensions import ReadOnly
 
 from mainspring.core.errors import InvalidRequest
 from mainspring.machines.machinegun.idl import msgpack, stateproc
+from mainspring.machines.processor import HistoryEvent
 from mainspring.machines.settings import HistoryRange
+from mainspring.types import JsonData, JsonObject
 
 Value = msgpack.Value
 Content = stateproc.Content
@@ -166,7 +170,20 @@ def thrift_range(rng: HistoryRange) -> Any:
     return stateproc.HistoryRange(after=rng.after, limit=rng.limit, direction=direction)
 
 
-def machine_struct(machine: dict[str, Any], rng: HistoryRange) -> Any:
+class MachineShown(TypedDict):
+    """What ``machine_struct`` reads: Get's answer, or a processor's view with its ``timer``."""
+
+    namespace: str
+    id: str
+    status: str
+    history: list[HistoryEvent]
+    aux_state: JsonData
+    timer: str | None
+    error: NotRequired[ReadOnly[JsonObject | None]]
+    """Get's answer has it; a processor's view does not."""
+
+
+def machine_struct(machine: MachineShown, rng: HistoryRange) -> Any:
     """A machine as the face shows it (Get's answer, or a processor's view plus ``timer``) as Machinegun's
     ``Machine``: what GetMachine answers and what a Machinegun processor is sent."""
     history = []
