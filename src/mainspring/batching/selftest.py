@@ -19,7 +19,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import httpx
 import typer
@@ -28,6 +28,7 @@ from rich.table import Table
 
 from mainspring.client.batching import BatchingClient, BatchingError
 from mainspring.core.cli import working
+from mainspring.types import JsonObject
 
 DEPTHS = ("accepted", "packed", "claimed", "done")
 SCENARIOS = ("pair", "overflow", "odd")
@@ -152,7 +153,7 @@ class Scenario:
             for _ in range(200):
                 page = self.client.events(after=after, types="batch.task.rejected")
                 for event in page["events"]:
-                    if event["subject"]["id"] == subject and event["data"].get("reason") == "incomplete_group":
+                    if event["subject"]["id"] == subject and cast(JsonObject, event["data"]).get("reason") == "incomplete_group":
                         return "event seen"
                 if not page["events"]:
                     break

@@ -4,7 +4,7 @@ as the API route does, so the checks, state changes and events are the API's own
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote, urlsplit
 
 from starlette.requests import Request
@@ -233,7 +233,7 @@ class Tally:
         self.refused: dict[str, int] = {}
 
     def refuse(self, exc: MainspringError) -> None:
-        code = exc.problem()["code"]
+        code = cast(str, exc.problem()["code"])
         self.refused[code] = self.refused.get(code, 0) + 1
 
     def says(self, verb: str, left: bool) -> tuple[str, str]:
