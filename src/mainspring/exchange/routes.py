@@ -44,18 +44,18 @@ RECEIVE = Scope("exchange:receive:{addressee}")
 _HEADER_LIMIT = 400
 
 
-async def _process(ctx: Context, process_id: str) -> dict[str, Any] | None:
+async def _process(ctx: Context, process_id: str) -> service.ProcessView | None:
     try:
         return await service.get_process(ctx, process_id)
     except ProcessNotFound:
         return None
 
 
-def _receiver(process: dict[str, Any]) -> str:
+def _receiver(process: service.ProcessView) -> str:
     return f"exchange:receive:{process['addressee']}"
 
 
-def _process_of(hidden: type[MainspringError], **options: Any) -> Owned[dict[str, Any]]:
+def _process_of(hidden: type[MainspringError], **options: Any) -> Owned[service.ProcessView]:
     """The process's receiver; a process of another receiver is answered as an unknown one is."""
     return Owned("process_id", _process, _receiver, lambda key: hidden(f"no process {key}"),
                  shown_as="exchange:receive:<the process's addressee>", **options)
