@@ -258,12 +258,12 @@ class Store:
         commits; answers what ``work`` answered, once it has committed."""
         return await self.group_commit.run(work)
 
-    async def grouped_batch(self, key: Hashable, write_all: Callable[[Transaction, list[ItemT]], Awaitable[Sequence[ResultT]]], item: ItemT) -> ResultT:
+    async def grouped_batch(self, key: Hashable, write_all: Callable[[Transaction, list[ItemT]], Awaitable[Sequence[ResultT | BaseException]]], item: ItemT) -> ResultT:
         """Write ``item`` in a shared transaction (as ``grouped``), and in one call ``write_all(tx, items)`` with
         the other items of ``key`` that arrived at the same moment; answers ``item``'s result, once committed."""
         return await self.joined_commit.run_joined(key, write_all, item)
 
-    async def read_batched(self, key: Hashable, read_all: Callable[[Session, list[ItemT]], Awaitable[Sequence[ResultT]]], item: ItemT) -> ResultT:
+    async def read_batched(self, key: Hashable, read_all: Callable[[Session, list[ItemT]], Awaitable[Sequence[ResultT | BaseException]]], item: ItemT) -> ResultT:
         """Read ``item`` in one call ``read_all(session, items)`` with the other reads of ``key`` that arrive while
         the previous group is read; answers ``item``'s result."""
         return await self.group_read.run_joined(key, read_all, item)  # type: ignore[arg-type]

@@ -54,7 +54,7 @@ class GroupCommit:
     async def run(self, work: Callable[[Transaction], Awaitable[T]]) -> T:
         return cast(T, await self._enqueue(work))
 
-    async def run_joined(self, key: Hashable, write_all: Callable[[Transaction, list[ItemT]], Awaitable[Sequence[ResultT]]], item: ItemT) -> ResultT:
+    async def run_joined(self, key: Hashable, write_all: Callable[[Transaction, list[ItemT]], Awaitable[Sequence[ResultT | BaseException]]], item: ItemT) -> ResultT:
         """Write ``item`` in the next group, in one call ``write_all(tx, items)`` with the group's other items of
         ``key``; ``write_all`` answers one result per item, in order."""
         return cast(ResultT, await self._enqueue(_Joined(key, write_all, item)))
