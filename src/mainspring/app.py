@@ -31,6 +31,7 @@ from typing import Annotated, Any, Generic, Literal, ParamSpec, Protocol, TypeVa
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from mainspring.core.errors import MainspringError
+from mainspring.types import JsonData, JsonInput
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -134,23 +135,23 @@ class NoSender(MainspringError):
 class AsyncSender(Protocol):
     """What ``enqueue`` writes through: a ``mainspring.producer()`` or an ``AsyncInteractionsClient``."""
 
-    async def create(self, queue: str, data: Any = None, **fields: Any) -> Any: ...
+    async def create(self, queue: str, data: JsonInput = None, **fields: Any) -> Mapping[str, object]: ...
 
-    async def result(self, interaction_id: str, *, timeout_s: float | None = None) -> Any: ...
+    async def result(self, interaction_id: str, *, timeout_s: float | None = None) -> JsonData: ...
 
 
 class SyncSender(Protocol):
     """What ``defer`` writes through: an ``InteractionsClient``."""
 
-    def create(self, queue: str, data: Any = None, **fields: Any) -> Any: ...
+    def create(self, queue: str, data: JsonInput = None, **fields: Any) -> Mapping[str, object]: ...
 
-    def result(self, interaction_id: str, *, timeout_s: float | None = None) -> Any: ...
+    def result(self, interaction_id: str, *, timeout_s: float | None = None) -> JsonData: ...
 
 
 class Enqueued(Generic[R]):
     """A task's item, created by ``await task.enqueue(…)``: ``id``, ``item`` (as created) and its result."""
 
-    def __init__(self, item: Mapping[str, Any], sender: AsyncSender) -> None:
+    def __init__(self, item: Mapping[str, object], sender: AsyncSender) -> None:
         self.item = dict(item)
         self.id = str(item["id"])
         self._sender = sender
@@ -165,7 +166,7 @@ class Enqueued(Generic[R]):
 class Deferred(Generic[R]):
     """A task's item, created by ``task.defer(…)`` (blocking): ``id``, ``item`` and its result."""
 
-    def __init__(self, item: Mapping[str, Any], sender: SyncSender) -> None:
+    def __init__(self, item: Mapping[str, object], sender: SyncSender) -> None:
         self.item = dict(item)
         self.id = str(item["id"])
         self._sender = sender
@@ -199,8 +200,8 @@ class Task(Generic[P, R]):
     through (default: the app's, ``app.use(…)``). Calling the task calls the function itself.
     """
 
-    def __init__(self, app: App, queue: str, function: Callable[P, Any], fields: Mapping[str, Any] | None = None,
-                 sender: Any = None) -> None:
+    def __init__(self, app: App, queue: str, function: Callable[P, Any], fields: Mapping[str, object] | None = None,
+                 sender: AsyncSender | SyncSender | None = None) -> None:
         self.app = app
         self.queue = queue
         self.function = function
@@ -212,7 +213,7 @@ class Task(Generic[P, R]):
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Any:
         return self.function(*args, **kwargs)
 
-    def configure(self, *, connection: Any = None, **fields: Any) -> Task[P, R]:
+    def configure(self, *, connection: object = None, **fields: object) -> Task[P, R]:
         """This task with the item's fields set (``message_id``, ``priority``, ``process_at``, ``process_in_ms``,
         ``channel``, ``user``, ``source``, ``name``, ``parent_id``) and, for ``enqueue`` through a producer,
         ``connection``: created in your own open transaction (PostgreSQL)."""
@@ -228,7 +229,7 @@ class Task(Generic[P, R]):
         """This task sent through ``sender`` (a producer, or an async or blocking interactions client)."""
         return Task(self.app, self.queue, self.function, self.fields, sender)
 
-    def arguments(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    def arguments(self, *args: object, **kwargs: object) -> dict[str, object]:
         """The item's ``data`` for these arguments: bound to the signature (positional ones by name), each
         value checked against its annotation. ``TaskArgumentsError`` when they do not fit."""
         try:
@@ -299,12 +300,12 @@ class Task(Generic[P, R]):
         return run
 
 
-def _takes_a_connection(sender: Any) -> bool:
+def _takes_a_connection(sender: AsyncSender | SyncSender) -> bool:
     """Whether ``sender.create`` can write in the caller's transaction (a producer's can; a client's cannot)."""
     return "connection" in inspect.signature(sender.create).parameters
 
 
-def _hints(function: Callable[..., Any]) -> dict[str, Any]:
+def _hints(function: Callable[..., object]) -> dict[str, Any]:
     try:
         return typing.get_type_hints(function)
     except Exception:  # an annotation that does not resolve is not checked here (the worker's call still is)
@@ -316,6 +317,7 @@ class Registration:
     """One registered handler, processor or batch worker and its options (as given)."""
 
     target: Any
+    """The user's handler, processor or batch worker: called as its kind calls it."""
     options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -334,7 +336,7 @@ class App:
         self.schedules: dict[str, Registration] = {}
         self.workflows: dict[str, Registration] = {}
         self.tasks: dict[str, Task[Any, Any]] = {}
-        self.sender: Any = None
+        self.sender: AsyncSender | SyncSender | None = None
         """What ``Task.enqueue``/``defer`` send through by default (``use``)."""
 
     def use(self, sender: AsyncSender | SyncSender) -> App:
@@ -388,7 +390,7 @@ class App:
         max_attempts: int | None = None,
         priority_aging_ms: int | None = None,
         owner_by: Literal["user", "source", "channel"] | None = None,
-        per_owner: dict[str, Any] | None = None,
+        per_owner: dict[str, JsonInput] | None = None,
         fair: bool | None = None,
         weights: dict[str, int] | None = None,
     ) -> Callable[[T], T]:
@@ -411,7 +413,7 @@ class App:
         return self._register(self.queues, "queue", name, options)
 
     def periodic(
-        self, cron: str, *, queue: str, name: str | None = None, data: Any = None, timezone: str = "UTC", catch_up_ms: int = 3_600_000
+        self, cron: str, *, queue: str, name: str | None = None, data: JsonInput = None, timezone: str = "UTC", catch_up_ms: int = 3_600_000
     ) -> Callable[[T], T]:
         """Create one interaction in ``queue`` at every tick of ``cron`` (in ``timezone``), exactly once
         across all servers; ticks missed while no server ran are caught up to ``catch_up_ms`` back. The
@@ -530,12 +532,12 @@ class App:
         return decorator
 
 
-def _as_tuple(value: Any) -> Any:
+def _as_tuple(value: type[Exception] | tuple[type[Exception], ...] | None) -> tuple[type[Exception], ...] | None:
     """One exception class as a tuple of one, as ``except`` takes either."""
     return (value,) if isinstance(value, type) else value
 
 
-def _checked(model: type[BaseModel], what: str, **given: Any) -> dict[str, Any]:
+def _checked(model: type[BaseModel], what: str, **given: object) -> dict[str, Any]:
     try:
         return model(**{k: v for k, v in given.items() if v is not None}).model_dump(exclude_none=True)
     except ValidationError as exc:

@@ -385,6 +385,13 @@ class WorkflowRun(TypedDict):
     steps: NotRequired[list[JsonObject]]
 
 
+class WorkflowSummary(TypedDict):
+    """A registered workflow with its runs counted by status."""
+
+    name: str
+    counts: dict[str, int]
+
+
 class WorkflowRunPage(TypedDict):
     runs: list[WorkflowRun]
     cursor: str | None

@@ -9,8 +9,8 @@ from urllib.parse import quote
 
 from mainspring.client._async.base import AsyncBaseClient, body
 from mainspring.client.errors import WorkflowCancelled, WorkflowFailed
-from mainspring.client.models import WorkflowRun, WorkflowRunPage
-from mainspring.types import JsonData, JsonInput, JsonObject
+from mainspring.client.models import WorkflowRun, WorkflowRunPage, WorkflowSummary
+from mainspring.types import JsonData, JsonInput
 
 FINISHED = ("completed", "failed", "cancelled")
 LONG_POLL_MS = 30_000
@@ -25,9 +25,9 @@ class AsyncWorkflowsClient(AsyncBaseClient):
     """Every call of workflows. ``start`` is idempotent by ``id`` (a repeat answers the existing run), so it is
     retried safely when an ``id`` is given."""
 
-    async def workflows(self) -> list[JsonObject]:
+    async def workflows(self) -> list[WorkflowSummary]:
         """Every workflow the server's app registers, with its runs counted by status."""
-        return cast(dict[str, list[JsonObject]], await self._json("GET", "/v1/workflows", idempotent=True))["workflows"]
+        return cast(dict[str, list[WorkflowSummary]], await self._json("GET", "/v1/workflows", idempotent=True))["workflows"]
 
     async def start(self, name: str, args: JsonInput = None, id: str | None = None) -> WorkflowRun:
         """Start a run of workflow ``name`` (``id``: default a new uuid); the existing run when ``id`` exists."""
