@@ -91,7 +91,7 @@ def root(
     Debug.enabled = debug
 
 
-def settings_from(config: Path | None, database: str | None = None, data_dir: Path | None = None, **server: Any) -> Settings:
+def settings_from(config: Path | None, database: str | None = None, data_dir: Path | None = None, **server: object) -> Settings:
     from mainspring.config import load_settings
 
     return load_settings(config, server={"database": database, "data_dir": data_dir, **server})

@@ -367,7 +367,7 @@ DURATION_SAMPLE = 100
 
 
 async def mean_duration_by_bucket(
-    conn: Executor, start: ColumnElement[Any], end: ColumnElement[Any], finished: ColumnElement[bool],
+    conn: Executor, start: ColumnElement[int], end: ColumnElement[int], finished: ColumnElement[bool],
     since: int, until: int, bucket_ms: int, *, postgres: bool = False, sample: int = DURATION_SAMPLE,
 ) -> dict[int, float]:
     """Mean ``end - start`` (ms) of the ``finished`` rows whose ``end`` falls in each ``bucket_ms`` after

@@ -64,13 +64,13 @@ def taking(table: Table, where: ColumnElement[bool], token: Any, now: Any, expir
     return table.update().where(where, free(table, now)).values(lease_token=token, lease_expires_at=expires_at, **values)
 
 
-async def take(tx: Executor, table: Table, where: ColumnElement[bool], token: str, now: int, expires_at: int, **values: Any) -> int:
+async def take(tx: Executor, table: Table, where: ColumnElement[bool], token: str, now: int, expires_at: int, **values: object) -> int:
     """Lease the free rows matching ``where`` with ``token`` until ``expires_at``; answers how many it took."""
     return (await tx.execute(taking(table, where, token, now, expires_at, **values))).rowcount or 0
 
 
 async def fenced_update(
-    tx: Executor, table: Table, where: ColumnElement[bool], token: str, now: int | None = None, **values: Any
+    tx: Executor, table: Table, where: ColumnElement[bool], token: str, now: int | None = None, **values: object
 ) -> None:
     """Update the row only while ``token`` holds it; otherwise ``409 lease_lost`` and nothing changes."""
     result = await tx.execute(table.update().where(where, held(table, token, now)).values(**values))
