@@ -448,7 +448,7 @@ _RESCHEDULE_NOTIFICATION = (
 _COUNT_PENDING = select(func.count()).select_from(notifications).where(notifications.c.machine_uid == bindparam("uid"))
 
 
-async def insert_notification(tx: Transaction, notification_id: str, uid: int, args: JsonData, now: int, history_range: JsonObject | None = None) -> None:
+async def insert_notification(tx: Transaction, notification_id: str, uid: int, args: object, now: int, history_range: JsonObject | None = None) -> None:
     """Queue a notification (the machine's row held by ``tx``) and point ``notify_at`` at the queue's head."""
     values = {"id": notification_id, "machine_uid": uid, "args": args, "created_at": now, "due_at": now, "attempts": 0, "history_range": history_range}
     await tx.execute(_INSERT_NOTIFICATION, values)
@@ -545,7 +545,7 @@ _INSERT_HISTORY = history.insert()
 
 
 async def insert_machine(
-    tx: Transaction, namespace: str, machine_id: str, aux_state: JsonData, timer_at: int | None, last_event_id: int, now: int,
+    tx: Transaction, namespace: str, machine_id: str, aux_state: object, timer_at: int | None, last_event_id: int, now: int,
     timer_range: JsonObject | None = None, timer_timeout_ms: int | None = None, lease: tuple[str, int] | None = None,
 ) -> MachineRow:
     """A new working machine at version 1 (a duplicate (namespace, id) is a unique violation), leased with
@@ -560,13 +560,13 @@ async def insert_machine(
     return _machine((await tx.execute(_INSERT_MACHINE, values)).one())
 
 
-async def insert_history(tx: Transaction, uid: int, first: int, events: Sequence[JsonData], now: int) -> None:
+async def insert_history(tx: Transaction, uid: int, first: int, events: Sequence[object], now: int) -> None:
     """Append ``events`` as ids ``first``, ``first+1``… — the (machine, id) key refuses a duplicate."""
     if events:
         await tx.execute(_INSERT_HISTORY, [{"machine_uid": uid, "event_id": first + i, "created_at": now, "data": data} for i, data in enumerate(events)])
 
 
-async def replace_event(tx: Transaction, uid: int, event_id: int, data: JsonData) -> bool:
+async def replace_event(tx: Transaction, uid: int, event_id: int, data: object) -> bool:
     """Rewrite one event's data in place (Machinegun's Modernizer); False when the event is gone."""
     done = await tx.execute(update(history).where(history.c.machine_uid == uid, history.c.event_id == event_id).values(data=data))
     return bool(done.rowcount)
@@ -589,7 +589,8 @@ class StepWrite:
     uid: int
     version: int
     last_event_id: int
-    aux_state: JsonData
+    aux_state: object
+    """Written as JSON by the column's type."""
     timer_at: int | None
     retry_attempt: int
     retry_since: int | None
@@ -715,7 +716,7 @@ _STEPS_SKIPPING = _steps_cte(" SKIP LOCKED", alone=False)
 _STEPS_SKIPPING_ALONE = _steps_cte(" SKIP LOCKED", alone=True)
 
 
-def _json(value: JsonData) -> str | None:
+def _json(value: object) -> str | None:
     return None if value is None else json.dumps(value)
 
 

@@ -244,7 +244,7 @@ async def workflows_page(request: Request, principal: Principal, query: Workflow
     """Every workflow with its runs counted by status; the runs of one (by status)."""
     ctx = request_context(request)
     summaries = await workflows.workflow_summaries(ctx)
-    runs: list[dict[str, Any]] = []
+    runs: list[workflows.RunView] = []
     next_cursor: str | None = None
     name = query.name or (summaries[0]["name"] if len(summaries) == 1 else None)
     if name:
