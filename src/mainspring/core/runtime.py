@@ -50,7 +50,8 @@ class Context:
 
     settings: Any
     store: Store
-    registry: Any = None
+    registry: object = None
+    """The user's ``App`` (defined above the faces; each reads the registrations of its kind)."""
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     extras: dict[str, Any] = field(default_factory=dict)
 

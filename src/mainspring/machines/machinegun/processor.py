@@ -72,7 +72,7 @@ def caller_context(step: Step | None) -> tuple[woody.Trace, dict[str, str]]:
     return woody.Trace(trace_id, woody.new_id(), span_id), meta
 
 
-def request_of(kind: str, args: Any, machine: Any) -> tuple[str, dict[str, Any]]:
+def request_of(kind: str, args: JsonData, machine: object) -> tuple[str, dict[str, object]]:
     """(method, its arguments) of the Processor service for a step of ``kind``."""
     if kind == "call":
         return "ProcessCall", {"a": stateproc.CallArgs(arg=codec.value_from_json(args), machine=machine)}

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, TypedDict, cast
+from typing import TYPE_CHECKING, TypedDict, cast
 
 from mainspring.core import outbox
 from mainspring.core.publishers import KafkaPublisher, run_publisher
@@ -44,7 +44,7 @@ def _machine_event(event: outbox.EventView) -> MachineEventData:
     return cast(MachineEventData, event["data"])  # a machine.event's, as written
 
 
-def sink_event(event: outbox.EventView) -> Any:
+def sink_event(event: outbox.EventView) -> object:
     """An outbox ``machine.event`` (as ``outbox.read_events`` answers it) as Machinegun's SinkEvent."""
     data = _machine_event(event)
     version, value = codec.split_content(data["data"])
@@ -55,10 +55,10 @@ def sink_event(event: outbox.EventView) -> Any:
     return evsink.SinkEvent(event=machine_event)
 
 
-async def sink_history(ctx: Context, namespaces: Sequence[str], after: int, limit: int) -> list[Any]:
+async def sink_history(ctx: Context, namespaces: Sequence[str], after: int, limit: int) -> list[object]:
     """Machinegun's polling sink: up to ``limit`` machine events of ``namespaces`` (empty: all) after outbox
     position ``after``, oldest first, as ``state_processing.SinkEvent``s whose id is the position."""
-    found: list[Any] = []
+    found: list[object] = []
     wanted = set(namespaces)
     while len(found) < limit:
         events, cursor = await outbox.read_events(ctx.store, after, max(100, limit - len(found)), EVENT_TYPES)
