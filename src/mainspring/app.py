@@ -26,12 +26,15 @@ import sys
 import typing
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Generic, Literal, ParamSpec, Protocol, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, ParamSpec, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from mainspring.core.errors import MainspringError
 from mainspring.types import JsonData, JsonInput
+
+if TYPE_CHECKING:
+    from mainspring.interactions.models import Interaction
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -278,23 +281,23 @@ class Task(Generic[P, R]):
                            f"not {type(sender).__name__}")
         return sender
 
-    def handler(self) -> Callable[[Any], Any]:
+    def handler(self) -> Callable[[Interaction], object]:
         """The queue handler a worker runs: the function called with the item's data as its arguments."""
         function: Callable[..., Any] = self.function
         name = self.queue
 
-        def arguments_of(item: Any) -> dict[str, Any]:
+        def arguments_of(item: Interaction) -> dict[str, object]:
             if not isinstance(item.data, dict):
                 raise TaskArgumentsError(f"task {name!r}: the item's data is not an object of arguments")
             return item.data
 
         if inspect.iscoroutinefunction(function):
-            async def run_async(item: Any) -> Any:
+            async def run_async(item: Interaction) -> object:
                 return await function(**arguments_of(item))
 
             return run_async
 
-        def run(item: Any) -> Any:
+        def run(item: Interaction) -> object:
             return function(**arguments_of(item))
 
         return run
@@ -335,7 +338,7 @@ class App:
         self.batchers: dict[str, Registration] = {}
         self.schedules: dict[str, Registration] = {}
         self.workflows: dict[str, Registration] = {}
-        self.tasks: dict[str, Task[Any, Any]] = {}
+        self.tasks: dict[str, Task[..., object]] = {}
         self.sender: AsyncSender | SyncSender | None = None
         """What ``Task.enqueue``/``defer`` send through by default (``use``)."""
 
@@ -362,11 +365,11 @@ class App:
         ```
         """
 
-        def decorator(function: Callable[..., Any]) -> Task[Any, Any]:
+        def decorator(function: Callable[..., object]) -> Task[..., object]:
             if not callable(function):
                 raise AppError(f"task {queue!r}: {function!r} is not callable")
             name = queue or str(getattr(function, "__name__", ""))
-            task: Task[Any, Any] = Task(self, name, function)
+            task: Task[..., object] = Task(self, name, function)
             self.queue(name, **options)(task.handler())
             self.tasks[name] = task
             return task

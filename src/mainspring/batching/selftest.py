@@ -19,7 +19,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Annotated, Any, cast
+from typing import Annotated, Any, TypeVar, cast
 
 import httpx
 import typer
@@ -27,8 +27,11 @@ from rich.console import Console
 from rich.table import Table
 
 from mainspring.client.batching import BatchingClient, BatchingError
+from mainspring.client.models import Task
 from mainspring.core.cli import working
 from mainspring.types import JsonObject
+
+T = TypeVar("T")
 
 DEPTHS = ("accepted", "packed", "claimed", "done")
 SCENARIOS = ("pair", "overflow", "odd")
@@ -97,7 +100,7 @@ class Scenario:
             ids.append(task_id)
         return ids
 
-    def wait_for(self, what: str, check: Callable[[], Any], within_ms: int) -> Any:
+    def wait_for(self, what: str, check: Callable[[], T | None], within_ms: int) -> T:
         deadline = time.monotonic() + within_ms / 1000
         while True:
             value = check()
@@ -107,7 +110,7 @@ class Scenario:
                 raise StepFailed(f"timed out waiting for {what}")
             time.sleep(0.05)
 
-    def statuses(self, ids: list[str]) -> dict[str, dict[str, Any]]:
+    def statuses(self, ids: list[str]) -> dict[str, Task]:
         return {i: self.client.task(self.batcher, i) for i in ids}
 
     def packed_into(self, ids: list[str]) -> str | None:

@@ -7,9 +7,10 @@ import json
 from typing import Any
 
 from mainspring.core.errors import InvalidRequest
+from mainspring.types import JsonInput
 
 
-def encode_cursor(*values: Any) -> str:
+def encode_cursor(*values: JsonInput) -> str:
     return base64.urlsafe_b64encode(json.dumps(list(values), separators=(",", ":")).encode()).decode().rstrip("=")
 
 

@@ -372,7 +372,7 @@ async def events_stream(request: Request, principal: Principal, query: StreamQue
     response = event_stream(request_context(request), position, event_types(query.types))
     named = response.body_iterator
 
-    async def unnamed() -> AsyncIterator[Any]:
+    async def unnamed() -> AsyncIterator[object]:
         async for item in named:
             if isinstance(item, ServerSentEvent):
                 item.event = None

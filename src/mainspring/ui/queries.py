@@ -87,7 +87,7 @@ async def queue_names(ctx: Context) -> list[str]:
     return sorted(set(await interactions_service.queue_names(ctx.store)) | set(getattr(ctx.registry, "queues", {})))
 
 
-async def interaction_ancestors(ctx: Context, parent_id: Any, depth: int = 20) -> list[dict[str, Any]]:
+async def interaction_ancestors(ctx: Context, parent_id: str | None, depth: int = 20) -> list[dict[str, Any]]:
     """The chain of parents above an interaction, nearest first."""
     return await interactions_service.ancestors(ctx.store, parent_id, depth)
 
