@@ -7,7 +7,6 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Callable
-from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
@@ -101,7 +100,7 @@ class Server(Starlette):
     def __init__(self, api: Api, *, routes: list[BaseRoute], lifespan: Callable[[Server], contextlib.AbstractAsyncContextManager[None]]) -> None:
         super().__init__(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error})
         self.api = api
-        self._described: dict[str, Any] | None = None
+        self._described: dict[str, object] | None = None
         self._entry: ASGIApp = self._dispatch
         if tracing.enabled():
             from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
@@ -111,7 +110,7 @@ class Server(Starlette):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self._entry(scope, receive, send)
 
-    def openapi(self) -> dict[str, Any]:
+    def openapi(self) -> dict[str, object]:
         """This server's API description (what ``/openapi.json`` answers)."""
         if self._described is None:
             self._described = openapi.build(self.api.operations, title="Mainspring", version=__version__, description=DESCRIPTION)
@@ -143,7 +142,7 @@ async def _no_operation(api: Api, scope: Scope, raw: bytes, send: Send) -> None:
 DESCRIPTION = "Durable processing: exchange, machines, interactions and batching on one store."
 
 
-def service_routes(ctx: Context, store: Store, document: Callable[[], dict[str, Any]]) -> Routes:
+def service_routes(ctx: Context, store: Store, document: Callable[[], dict[str, object]]) -> Routes:
     """Health, readiness, metrics and the API description: outside ``/v1``, never behind auth."""
     routes = Routes("", tag="service")
     gauges = Gauges([read_outbox_gauges, read_alert_gauges, *(face.read_gauges for face in FACES if face.read_gauges is not None)])

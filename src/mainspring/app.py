@@ -26,7 +26,18 @@ import sys
 import typing
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, ParamSpec, Protocol, TypeVar
+from typing import (
+    TYPE_CHECKING,
+    Annotated,
+    Any,
+    Generic,
+    Literal,
+    ParamSpec,
+    Protocol,
+    TypedDict,
+    TypeVar,
+    Unpack,
+)
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
@@ -138,7 +149,7 @@ class NoSender(MainspringError):
 class AsyncSender(Protocol):
     """What ``enqueue`` writes through: a ``mainspring.producer()`` or an ``AsyncInteractionsClient``."""
 
-    async def create(self, queue: str, data: JsonInput = None, **fields: Any) -> Mapping[str, object]: ...
+    async def create(self, queue: str, data: JsonInput = None, **fields: object) -> Mapping[str, object]: ...
 
     async def result(self, interaction_id: str, *, timeout_s: float | None = None) -> JsonData: ...
 
@@ -146,7 +157,7 @@ class AsyncSender(Protocol):
 class SyncSender(Protocol):
     """What ``defer`` writes through: an ``InteractionsClient``."""
 
-    def create(self, queue: str, data: JsonInput = None, **fields: Any) -> Mapping[str, object]: ...
+    def create(self, queue: str, data: JsonInput = None, **fields: object) -> Mapping[str, object]: ...
 
     def result(self, interaction_id: str, *, timeout_s: float | None = None) -> JsonData: ...
 
@@ -191,6 +202,27 @@ class TaskDecorator(Protocol):
 
 TASK_FIELDS = ("message_id", "priority", "process_at", "process_in_ms", "channel", "user", "source", "name", "parent_id")
 """What ``Task.configure`` may set of the item (fields of ``POST /v1/queues/{queue}/interactions``)."""
+
+
+class QueueKwargs(TypedDict, total=False):
+    """What ``App.task`` passes on to ``App.queue`` (see there)."""
+
+    concurrency: int
+    lease_ms: int | None
+    timeout_ms: int | None
+    batch: int
+    retry_for: type[Exception] | tuple[type[Exception], ...] | None
+    fail_for: type[Exception] | tuple[type[Exception], ...] | None
+    error_delay_ms: int | None
+    backoff: Literal["fixed", "exponential"] | None
+    max_delay_ms: int | None
+    jitter: bool | None
+    max_attempts: int | None
+    priority_aging_ms: int | None
+    owner_by: Literal["user", "source", "channel"] | None
+    per_owner: dict[str, JsonInput] | None
+    fair: bool | None
+    weights: dict[str, int] | None
 
 
 class Task(Generic[P, R]):
@@ -349,7 +381,7 @@ class App:
         self.sender = sender
         return self
 
-    def task(self, queue: str | None = None, **options: Any) -> TaskDecorator:
+    def task(self, queue: str | None = None, **options: Unpack[QueueKwargs]) -> TaskDecorator:
         """Register the decorated function (async or sync) as a task: the handler of queue ``queue`` (default:
         the function's name; ``options`` are ``queue``'s) called with each item's ``data`` as its keyword
         arguments, completing the item with its return value. Answers a ``Task``: ``await f.enqueue(**kwargs)``,
@@ -520,7 +552,7 @@ class App:
         return "; ".join(parts) or "nothing"
 
     @staticmethod
-    def _register(table: dict[str, Registration], kind: str, name: str, options: dict[str, Any]) -> Callable[[T], T]:
+    def _register(table: dict[str, Registration], kind: str, name: str, options: dict[str, object]) -> Callable[[T], T]:
         if name in table:
             raise AppError(f"{kind} {name!r} is already registered")
 
@@ -540,7 +572,7 @@ def _as_tuple(value: type[Exception] | tuple[type[Exception], ...] | None) -> tu
     return (value,) if isinstance(value, type) else value
 
 
-def _checked(model: type[BaseModel], what: str, **given: object) -> dict[str, Any]:
+def _checked(model: type[BaseModel], what: str, **given: object) -> dict[str, object]:
     try:
         return model(**{k: v for k, v in given.items() if v is not None}).model_dump(exclude_none=True)
     except ValidationError as exc:

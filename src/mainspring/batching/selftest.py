@@ -19,7 +19,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Annotated, Any, TypeVar, cast
+from typing import Annotated, TypedDict, TypeVar, cast
 
 import httpx
 import typer
@@ -32,6 +32,17 @@ from mainspring.core.cli import working
 from mainspring.types import JsonObject
 
 T = TypeVar("T")
+
+
+class _State(TypedDict, total=False):
+    """What one scenario's steps hand on to the next."""
+
+    ids: list[str]
+    package: str
+    tokens: dict[str, str]
+    six: list[str]
+    last: list[str]
+    packages: list[str]
 
 DEPTHS = ("accepted", "packed", "claimed", "done")
 SCENARIOS = ("pair", "overflow", "odd")
@@ -208,7 +219,7 @@ class Scenario:
         return "removed"
 
     def steps_pair(self) -> dict[str, Callable[[], str | None]]:
-        state: dict[str, Any] = {}
+        state: _State = {}
 
         def accepted() -> str:
             self.setup()
@@ -229,7 +240,7 @@ class Scenario:
         return {"accepted": accepted, "packed": packed, "claimed": claimed, "done": done}
 
     def steps_overflow(self) -> dict[str, Callable[[], str | None]]:
-        state: dict[str, Any] = {}
+        state: _State = {}
 
         def accepted() -> str:
             self.setup()
@@ -260,7 +271,7 @@ class Scenario:
         return {"accepted": accepted, "packed": packed, "claimed": claimed, "done": done}
 
     def steps_odd(self) -> dict[str, Callable[[], str | None]]:
-        state: dict[str, Any] = {}
+        state: _State = {}
 
         def accepted() -> str:
             self.setup()

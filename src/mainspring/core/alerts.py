@@ -134,7 +134,7 @@ FixedAlerts = Callable[[Executor, Sequence[Alert]], Awaitable[Mapping[str, str]]
 
 async def close_fixed_alerts(store: Store, checks: Mapping[str, FixedAlerts]) -> int:
     """Close every open alert whose face says its subject is fixed; answers how many were closed. ``checks``
-    maps alert codes to the check of the face that raises them. Any server may run it at the same time as
+    maps alert codes to the check of the face that raises them. Every server may run it at the same time as
     another: an alert is closed (and ``alert.resolved`` emitted) once."""
     closed = 0
     after: tuple[int, str] | None = None

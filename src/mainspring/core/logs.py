@@ -13,7 +13,7 @@ import sys
 from collections.abc import Iterator
 from contextvars import ContextVar
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from starlette.types import Scope
@@ -84,7 +84,7 @@ def _json_formatter() -> logging.Formatter:
         def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
             return datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
-        def add_fields(self, log_record: dict[str, Any], record: logging.LogRecord, message_dict: dict[str, Any]) -> None:
+        def add_fields(self, log_record: dict[str, object], record: logging.LogRecord, message_dict: dict[str, object]) -> None:
             super().add_fields(log_record, record, message_dict)
             log_record.pop("context", None)
 

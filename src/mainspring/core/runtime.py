@@ -74,7 +74,7 @@ def log_failure(logger: logging.Logger, exc: BaseException, message: str, *args:
 
 async def retry_while_unavailable(what: str, work: Callable[[], Awaitable[T]], within_ms: int) -> T:
     """Run ``work``, again and again with backoff while the store is unreachable, for up to ``within_ms``
-    (then the last error is raised). Any other error is raised at once."""
+    (then the last error is raised). Every other error is raised at once."""
     retrying = AsyncRetrying(
         retry=retry_if_exception(is_unavailable),
         stop=stop_after_delay(within_ms / 1000),

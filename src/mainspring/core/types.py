@@ -60,7 +60,7 @@ def _check_json(value: T) -> T:
     return value
 
 
-# Any JSON value a client stores (data, args, results): free shape, but storable on both engines.
+# A JSON value of whatever shape a client stores (data, args, results): free shape, but storable on both engines.
 JsonValue = Annotated[Any, AfterValidator(_check_json)]
 
 # Free text a client stores (errors, details, worker names).

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Callable
 
+from mainspring.core.auth import Principal
 from mainspring.core.errors import InvalidRequest, MainspringError
 from mainspring.core.runtime import Context
 from mainspring.core.types import NAME_PATTERN, Name, Page
@@ -55,10 +56,10 @@ def _receiver(process: service.ProcessView) -> str:
     return f"exchange:receive:{process['addressee']}"
 
 
-def _process_of(hidden: type[MainspringError], **options: Any) -> Owned[service.ProcessView]:
+def _process_of(hidden: type[MainspringError], unknown: Callable[[Principal], bool] | None = None) -> Owned[service.ProcessView]:
     """The process's receiver; a process of another receiver is answered as an unknown one is."""
     return Owned("process_id", _process, _receiver, lambda key: hidden(f"no process {key}"),
-                 shown_as="exchange:receive:<the process's addressee>", **options)
+                 shown_as="exchange:receive:<the process's addressee>", unknown=unknown)
 
 
 # Before anything is stored: a token that may not receive the process's messages raises no alert either;

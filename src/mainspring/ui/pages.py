@@ -296,7 +296,7 @@ async def interaction_page(request: Request, principal: Principal, interaction_i
     ctx = request_context(request)
     item = await interactions.read(ctx.store, interaction_id)
     children, _ = await interactions.children(ctx.store, item["id"], None, 100, None)
-    grandchildren: dict[str, list[dict[str, Any]]] = {}
+    grandchildren: dict[str, list[dict[str, object]]] = {}
     for child in children[:30]:
         grandchildren[child["id"]], _ = await interactions.children(ctx.store, child["id"], None, 30, None)
     return render(

@@ -4,7 +4,7 @@ throughput from the event log). Writes never happen here: every action calls the
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 from mainspring.batching import cafe as batching_cafe
 from mainspring.batching import service as batching_service
@@ -87,7 +87,7 @@ async def queue_names(ctx: Context) -> list[str]:
     return sorted(set(await interactions_service.queue_names(ctx.store)) | set(getattr(ctx.registry, "queues", {})))
 
 
-async def interaction_ancestors(ctx: Context, parent_id: str | None, depth: int = 20) -> list[dict[str, Any]]:
+async def interaction_ancestors(ctx: Context, parent_id: str | None, depth: int = 20) -> list[dict[str, object]]:
     """The chain of parents above an interaction, nearest first."""
     return await interactions_service.ancestors(ctx.store, parent_id, depth)
 

@@ -18,7 +18,7 @@ Status = Literal["running", "sleeping", "waiting", "completed", "failed", "cance
 class StartIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     id: RunId | None = None
-    """Any text up to 1 KiB; default a new uuid. Start is idempotent by id."""
+    """Free text up to 1 KiB; default a new uuid. Start is idempotent by id."""
     args: JsonValue = None
 
 
