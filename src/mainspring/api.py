@@ -7,12 +7,12 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Callable
-from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.routing import Mount
+from starlette.routing import BaseRoute, Mount
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mainspring import __version__
 from mainspring.app import App
@@ -97,26 +97,26 @@ class Server(Starlette):
     """The ASGI app of ``mainspring serve``: the declared operations (``/v1`` and the service endpoints) on
     their own request path, everything else (the dashboard, the API docs' files) on Starlette's routing."""
 
-    def __init__(self, api: Api, *, routes: list[Any], lifespan: Any) -> None:
+    def __init__(self, api: Api, *, routes: list[BaseRoute], lifespan: Callable[[Server], contextlib.AbstractAsyncContextManager[None]]) -> None:
         super().__init__(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error})
         self.api = api
-        self._described: dict[str, Any] | None = None
-        self._entry: Any = self._dispatch
+        self._described: dict[str, object] | None = None
+        self._entry: ASGIApp = self._dispatch
         if tracing.enabled():
             from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
 
             self._entry = OpenTelemetryMiddleware(self._dispatch)
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self._entry(scope, receive, send)
 
-    def openapi(self) -> dict[str, Any]:
+    def openapi(self) -> dict[str, object]:
         """This server's API description (what ``/openapi.json`` answers)."""
         if self._described is None:
             self._described = openapi.build(self.api.operations, title="Mainspring", version=__version__, description=DESCRIPTION)
         return self._described
 
-    async def _dispatch(self, scope: Any, receive: Any, send: Any) -> None:
+    async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             raw = scope.get("raw_path") or scope["path"].encode("utf-8")
             raw = raw.split(b"?", 1)[0]
@@ -130,7 +130,7 @@ class Server(Starlette):
         await super().__call__(scope, receive, send)
 
 
-async def _no_operation(api: Api, scope: Any, raw: bytes, send: Any) -> None:
+async def _no_operation(api: Api, scope: Scope, raw: bytes, send: Send) -> None:
     allowed = api.table.allowed(raw)
     if allowed:
         await send_problem(scope, send, 405, "method_not_allowed", "Method not allowed",
@@ -142,7 +142,7 @@ async def _no_operation(api: Api, scope: Any, raw: bytes, send: Any) -> None:
 DESCRIPTION = "Durable processing: exchange, machines, interactions and batching on one store."
 
 
-def service_routes(ctx: Context, store: Store, document: Callable[[], dict[str, Any]]) -> Routes:
+def service_routes(ctx: Context, store: Store, document: Callable[[], dict[str, object]]) -> Routes:
     """Health, readiness, metrics and the API description: outside ``/v1``, never behind auth."""
     routes = Routes("", tag="service")
     gauges = Gauges([read_outbox_gauges, read_alert_gauges, *(face.read_gauges for face in FACES if face.read_gauges is not None)])

@@ -26,11 +26,26 @@ import sys
 import typing
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Generic, Literal, ParamSpec, Protocol, TypeVar
+from typing import (
+    TYPE_CHECKING,
+    Annotated,
+    Any,
+    Generic,
+    Literal,
+    ParamSpec,
+    Protocol,
+    TypedDict,
+    TypeVar,
+    Unpack,
+)
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from mainspring.core.errors import MainspringError
+from mainspring.types import JsonData, JsonInput
+
+if TYPE_CHECKING:
+    from mainspring.interactions.models import Interaction
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -134,23 +149,23 @@ class NoSender(MainspringError):
 class AsyncSender(Protocol):
     """What ``enqueue`` writes through: a ``mainspring.producer()`` or an ``AsyncInteractionsClient``."""
 
-    async def create(self, queue: str, data: Any = None, **fields: Any) -> Any: ...
+    async def create(self, queue: str, data: JsonInput = None, **fields: object) -> Mapping[str, object]: ...
 
-    async def result(self, interaction_id: str, *, timeout_s: float | None = None) -> Any: ...
+    async def result(self, interaction_id: str, *, timeout_s: float | None = None) -> JsonData: ...
 
 
 class SyncSender(Protocol):
     """What ``defer`` writes through: an ``InteractionsClient``."""
 
-    def create(self, queue: str, data: Any = None, **fields: Any) -> Any: ...
+    def create(self, queue: str, data: JsonInput = None, **fields: object) -> Mapping[str, object]: ...
 
-    def result(self, interaction_id: str, *, timeout_s: float | None = None) -> Any: ...
+    def result(self, interaction_id: str, *, timeout_s: float | None = None) -> JsonData: ...
 
 
 class Enqueued(Generic[R]):
     """A task's item, created by ``await task.enqueue(…)``: ``id``, ``item`` (as created) and its result."""
 
-    def __init__(self, item: Mapping[str, Any], sender: AsyncSender) -> None:
+    def __init__(self, item: Mapping[str, object], sender: AsyncSender) -> None:
         self.item = dict(item)
         self.id = str(item["id"])
         self._sender = sender
@@ -165,7 +180,7 @@ class Enqueued(Generic[R]):
 class Deferred(Generic[R]):
     """A task's item, created by ``task.defer(…)`` (blocking): ``id``, ``item`` and its result."""
 
-    def __init__(self, item: Mapping[str, Any], sender: SyncSender) -> None:
+    def __init__(self, item: Mapping[str, object], sender: SyncSender) -> None:
         self.item = dict(item)
         self.id = str(item["id"])
         self._sender = sender
@@ -189,6 +204,27 @@ TASK_FIELDS = ("message_id", "priority", "process_at", "process_in_ms", "channel
 """What ``Task.configure`` may set of the item (fields of ``POST /v1/queues/{queue}/interactions``)."""
 
 
+class QueueKwargs(TypedDict, total=False):
+    """What ``App.task`` passes on to ``App.queue`` (see there)."""
+
+    concurrency: int
+    lease_ms: int | None
+    timeout_ms: int | None
+    batch: int
+    retry_for: type[Exception] | tuple[type[Exception], ...] | None
+    fail_for: type[Exception] | tuple[type[Exception], ...] | None
+    error_delay_ms: int | None
+    backoff: Literal["fixed", "exponential"] | None
+    max_delay_ms: int | None
+    jitter: bool | None
+    max_attempts: int | None
+    priority_aging_ms: int | None
+    owner_by: Literal["user", "source", "channel"] | None
+    per_owner: dict[str, JsonInput] | None
+    fair: bool | None
+    weights: dict[str, int] | None
+
+
 class Task(Generic[P, R]):
     """A function registered with ``@app.task``: its queue's handler, and a typed way to create its items.
 
@@ -199,8 +235,8 @@ class Task(Generic[P, R]):
     through (default: the app's, ``app.use(…)``). Calling the task calls the function itself.
     """
 
-    def __init__(self, app: App, queue: str, function: Callable[P, Any], fields: Mapping[str, Any] | None = None,
-                 sender: Any = None) -> None:
+    def __init__(self, app: App, queue: str, function: Callable[P, Any], fields: Mapping[str, object] | None = None,
+                 sender: AsyncSender | SyncSender | None = None) -> None:
         self.app = app
         self.queue = queue
         self.function = function
@@ -212,7 +248,7 @@ class Task(Generic[P, R]):
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Any:
         return self.function(*args, **kwargs)
 
-    def configure(self, *, connection: Any = None, **fields: Any) -> Task[P, R]:
+    def configure(self, *, connection: object = None, **fields: object) -> Task[P, R]:
         """This task with the item's fields set (``message_id``, ``priority``, ``process_at``, ``process_in_ms``,
         ``channel``, ``user``, ``source``, ``name``, ``parent_id``) and, for ``enqueue`` through a producer,
         ``connection``: created in your own open transaction (PostgreSQL)."""
@@ -228,7 +264,7 @@ class Task(Generic[P, R]):
         """This task sent through ``sender`` (a producer, or an async or blocking interactions client)."""
         return Task(self.app, self.queue, self.function, self.fields, sender)
 
-    def arguments(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    def arguments(self, *args: object, **kwargs: object) -> dict[str, object]:
         """The item's ``data`` for these arguments: bound to the signature (positional ones by name), each
         value checked against its annotation. ``TaskArgumentsError`` when they do not fit."""
         try:
@@ -277,34 +313,34 @@ class Task(Generic[P, R]):
                            f"not {type(sender).__name__}")
         return sender
 
-    def handler(self) -> Callable[[Any], Any]:
+    def handler(self) -> Callable[[Interaction], object]:
         """The queue handler a worker runs: the function called with the item's data as its arguments."""
         function: Callable[..., Any] = self.function
         name = self.queue
 
-        def arguments_of(item: Any) -> dict[str, Any]:
+        def arguments_of(item: Interaction) -> dict[str, object]:
             if not isinstance(item.data, dict):
                 raise TaskArgumentsError(f"task {name!r}: the item's data is not an object of arguments")
             return item.data
 
         if inspect.iscoroutinefunction(function):
-            async def run_async(item: Any) -> Any:
+            async def run_async(item: Interaction) -> object:
                 return await function(**arguments_of(item))
 
             return run_async
 
-        def run(item: Any) -> Any:
+        def run(item: Interaction) -> object:
             return function(**arguments_of(item))
 
         return run
 
 
-def _takes_a_connection(sender: Any) -> bool:
+def _takes_a_connection(sender: AsyncSender | SyncSender) -> bool:
     """Whether ``sender.create`` can write in the caller's transaction (a producer's can; a client's cannot)."""
     return "connection" in inspect.signature(sender.create).parameters
 
 
-def _hints(function: Callable[..., Any]) -> dict[str, Any]:
+def _hints(function: Callable[..., object]) -> dict[str, Any]:
     try:
         return typing.get_type_hints(function)
     except Exception:  # an annotation that does not resolve is not checked here (the worker's call still is)
@@ -316,6 +352,7 @@ class Registration:
     """One registered handler, processor or batch worker and its options (as given)."""
 
     target: Any
+    """The user's handler, processor or batch worker: called as its kind calls it."""
     options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -333,8 +370,8 @@ class App:
         self.batchers: dict[str, Registration] = {}
         self.schedules: dict[str, Registration] = {}
         self.workflows: dict[str, Registration] = {}
-        self.tasks: dict[str, Task[Any, Any]] = {}
-        self.sender: Any = None
+        self.tasks: dict[str, Task[..., object]] = {}
+        self.sender: AsyncSender | SyncSender | None = None
         """What ``Task.enqueue``/``defer`` send through by default (``use``)."""
 
     def use(self, sender: AsyncSender | SyncSender) -> App:
@@ -344,7 +381,7 @@ class App:
         self.sender = sender
         return self
 
-    def task(self, queue: str | None = None, **options: Any) -> TaskDecorator:
+    def task(self, queue: str | None = None, **options: Unpack[QueueKwargs]) -> TaskDecorator:
         """Register the decorated function (async or sync) as a task: the handler of queue ``queue`` (default:
         the function's name; ``options`` are ``queue``'s) called with each item's ``data`` as its keyword
         arguments, completing the item with its return value. Answers a ``Task``: ``await f.enqueue(**kwargs)``,
@@ -360,11 +397,11 @@ class App:
         ```
         """
 
-        def decorator(function: Callable[..., Any]) -> Task[Any, Any]:
+        def decorator(function: Callable[..., object]) -> Task[..., object]:
             if not callable(function):
                 raise AppError(f"task {queue!r}: {function!r} is not callable")
             name = queue or str(getattr(function, "__name__", ""))
-            task: Task[Any, Any] = Task(self, name, function)
+            task: Task[..., object] = Task(self, name, function)
             self.queue(name, **options)(task.handler())
             self.tasks[name] = task
             return task
@@ -388,7 +425,7 @@ class App:
         max_attempts: int | None = None,
         priority_aging_ms: int | None = None,
         owner_by: Literal["user", "source", "channel"] | None = None,
-        per_owner: dict[str, Any] | None = None,
+        per_owner: dict[str, JsonInput] | None = None,
         fair: bool | None = None,
         weights: dict[str, int] | None = None,
     ) -> Callable[[T], T]:
@@ -411,7 +448,7 @@ class App:
         return self._register(self.queues, "queue", name, options)
 
     def periodic(
-        self, cron: str, *, queue: str, name: str | None = None, data: Any = None, timezone: str = "UTC", catch_up_ms: int = 3_600_000
+        self, cron: str, *, queue: str, name: str | None = None, data: JsonInput = None, timezone: str = "UTC", catch_up_ms: int = 3_600_000
     ) -> Callable[[T], T]:
         """Create one interaction in ``queue`` at every tick of ``cron`` (in ``timezone``), exactly once
         across all servers; ticks missed while no server ran are caught up to ``catch_up_ms`` back. The
@@ -515,7 +552,7 @@ class App:
         return "; ".join(parts) or "nothing"
 
     @staticmethod
-    def _register(table: dict[str, Registration], kind: str, name: str, options: dict[str, Any]) -> Callable[[T], T]:
+    def _register(table: dict[str, Registration], kind: str, name: str, options: dict[str, object]) -> Callable[[T], T]:
         if name in table:
             raise AppError(f"{kind} {name!r} is already registered")
 
@@ -530,12 +567,12 @@ class App:
         return decorator
 
 
-def _as_tuple(value: Any) -> Any:
+def _as_tuple(value: type[Exception] | tuple[type[Exception], ...] | None) -> tuple[type[Exception], ...] | None:
     """One exception class as a tuple of one, as ``except`` takes either."""
     return (value,) if isinstance(value, type) else value
 
 
-def _checked(model: type[BaseModel], what: str, **given: Any) -> dict[str, Any]:
+def _checked(model: type[BaseModel], what: str, **given: object) -> dict[str, object]:
     try:
         return model(**{k: v for k, v in given.items() if v is not None}).model_dump(exclude_none=True)
     except ValidationError as exc:

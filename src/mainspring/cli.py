@@ -14,7 +14,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 
@@ -35,6 +35,8 @@ from mainspring.core.cli import (
 )
 
 if TYPE_CHECKING:
+    from starlette.applications import Starlette
+
     from mainspring.config import Settings
     from mainspring.store import Store
 
@@ -91,7 +93,7 @@ def root(
     Debug.enabled = debug
 
 
-def settings_from(config: Path | None, database: str | None = None, data_dir: Path | None = None, **server: Any) -> Settings:
+def settings_from(config: Path | None, database: str | None = None, data_dir: Path | None = None, **server: object) -> Settings:
     from mainspring.config import load_settings
 
     return load_settings(config, server={"database": database, "data_dir": data_dir, **server})
@@ -231,7 +233,7 @@ def serve(
         os.environ[SERVE_SETTINGS_ENV] = settings.model_dump_json()
         if app:
             os.environ[SERVE_APP_ENV] = app
-    server_app: Any = "mainspring.api:serve_app"
+    server_app: str | Starlette = "mainspring.api:serve_app"
     if workers == 1:
         server_app = create_app(settings, registry=registry)
         if listener_socket is not None:

@@ -10,7 +10,6 @@ import types
 import typing
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, ValidationError
 from pydantic_settings import (
@@ -65,7 +64,7 @@ class Settings(BaseSettings):
         return tuple(sources)
 
 
-def read_config_file(path: Path) -> dict[str, Any]:
+def read_config_file(path: Path) -> dict[str, object]:
     """The TOML file's tables, checked: it exists, parses, and names only known keys."""
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -81,7 +80,7 @@ def read_config_file(path: Path) -> dict[str, Any]:
     return data
 
 
-def unknown_keys(data: Any, model: type[BaseModel], prefix: str = "") -> list[str]:
+def unknown_keys(data: object, model: type[BaseModel], prefix: str = "") -> list[str]:
     """Dotted names of the keys in ``data`` that ``model`` (and its nested models) does not have."""
     if not isinstance(data, dict):
         return []
@@ -106,7 +105,7 @@ def unknown_keys(data: Any, model: type[BaseModel], prefix: str = "") -> list[st
     return found
 
 
-def _models_in(annotation: Any) -> list[type[BaseModel]]:
+def _models_in(annotation: object) -> list[type[BaseModel]]:
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return [annotation]
     origin = typing.get_origin(annotation)
@@ -118,7 +117,7 @@ def _models_in(annotation: Any) -> list[type[BaseModel]]:
     return []
 
 
-def _is_mapping_of_models(annotation: Any) -> bool:
+def _is_mapping_of_models(annotation: object) -> bool:
     origin = typing.get_origin(annotation)
     if origin in (typing.Union, types.UnionType):
         return any(_is_mapping_of_models(a) for a in typing.get_args(annotation))
@@ -171,7 +170,7 @@ def check_installed(settings: Settings) -> None:
             raise ConfigError(f"{what} needs {module}, which is not installed: pip install 'mainspring[{extra}]'") from None
 
 
-def load_settings(config_file: Path | None = None, **sections: dict[str, Any]) -> Settings:
+def load_settings(config_file: Path | None = None, **sections: dict[str, object]) -> Settings:
     """Settings from ``config_file`` (or ``$MAINSPRING_CONFIG``), the environment, then ``sections``
     (what flags set, section by section), later ones winning key by key. A config file that does not
     exist, does not parse or names an unknown key is a ``ConfigError``; so is a ``MAINSPRING_*`` variable that

@@ -7,7 +7,6 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
 
 from pydantic import BaseModel, Field
 from sse_starlette import EventSourceResponse, ServerSentEvent
@@ -37,7 +36,7 @@ class EventOut(BaseModel):
     type: str
     at: str
     subject: Subject
-    data: Any
+    data: object
 
 
 class EventPage(BaseModel):

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mainspring.core.alerts import FixedAlerts
 from mainspring.core.runtime import Context
 from mainspring.store.counts import CountsTable
 from mainspring.web.routing import Routes
+
+if TYPE_CHECKING:
+    import typer
 
 
 @dataclass
@@ -23,7 +26,7 @@ class Face:
     """Start-up recovery; the same code as normal running, run once before the loops start."""
     loops: Sequence[Callable[[Context], Awaitable[None]]] = ()
     """Background loops; each returns when ``ctx.stopping`` is set."""
-    cli: Any = None
+    cli: typer.Typer | None = None
     """An optional typer app mounted as ``mainspring <name>``."""
     read_gauges: Callable[[Context], Awaitable[None]] | None = None
     """Sets the face's Prometheus gauges from the store (called when ``/metrics`` is scraped, rate-limited)."""

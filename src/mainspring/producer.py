@@ -26,10 +26,11 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, cast
+from typing import cast
 
 from pydantic import JsonValue
 
+from mainspring.app import App
 from mainspring.batching import service as batching
 from mainspring.batching.models import Task, TaskIn
 from mainspring.client import models as answers
@@ -47,6 +48,7 @@ from mainspring.machines.namespaces import close_processors
 from mainspring.store import Store
 from mainspring.store.errors import UnusableConnection
 from mainspring.store.migrate import migrate
+from mainspring.types import JsonData, JsonInput, JsonObject
 
 RESULT_POLL_S = 30.0
 """How long one wait for a result lasts before it looks again (wake-ups are hints)."""
@@ -56,7 +58,7 @@ class Producer:
     """An open connection to the store for writing work directly. Use it as an async context manager (or
     ``open``/``close``); one producer is meant to be shared by a whole process."""
 
-    def __init__(self, settings: Settings, registry: Any = None) -> None:
+    def __init__(self, settings: Settings, registry: App | None = None) -> None:
         self.settings = settings
         self.store = Store(
             settings.server.database_url(), pool_size=settings.server.pool_size, sqlite_synchronous=settings.server.sqlite_synchronous
@@ -79,7 +81,7 @@ class Producer:
     async def __aexit__(self, *_exc: type[BaseException] | BaseException | TracebackType | None) -> None:
         await self.close()
 
-    async def create(self, queue: str, data: Any = None, *, connection: Any = None, **fields: Any) -> answers.Interaction:
+    async def create(self, queue: str, data: JsonInput = None, *, connection: object = None, **fields: object) -> answers.Interaction:
         """Create an interaction in ``queue`` (fields as in ``POST /v1/queues/{queue}/interactions``:
         ``parent_id``, ``name``, ``message_id``, ``channel``, ``user``, ``source``, ``priority``, ``process_at`` or
         ``process_in_ms``, ``completed`` and ``result``). A ``message_id`` already used in the queue answers
@@ -95,7 +97,7 @@ class Producer:
             return _answer(row, self.store.now_ms())
         return (await self.create_many(queue, [{"data": data, **fields}], connection=connection))[0]
 
-    async def create_many(self, queue: str, items: Sequence[Mapping[str, Any]], *, connection: Any = None) -> list[answers.Interaction]:
+    async def create_many(self, queue: str, items: Sequence[Mapping[str, object]], *, connection: object = None) -> list[answers.Interaction]:
         """Create interactions in ``queue`` in one transaction, all or none, answered in order: each of
         ``items`` holds ``data`` and the fields of ``create``. ``connection`` as in ``create``."""
         now = self.store.now_ms()
@@ -109,7 +111,7 @@ class Producer:
         now = self.store.now_ms()
         return [_answer(row, now) for row, _ in created]
 
-    async def result(self, interaction_id: str, *, timeout_s: float | None = None) -> Any:
+    async def result(self, interaction_id: str, *, timeout_s: float | None = None) -> JsonData:
         """The item's ``result`` once it is completed, as ``InteractionsClient.result``: ``InteractionFailed``
         or ``InteractionCancelled`` when it ends otherwise, ``ResultTimeout`` when ``timeout_s`` passes first."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -151,18 +153,18 @@ class Producer:
     ) -> JsonValue:
         """Call a machine; answers the processor's response, with the step committed."""
         answer = self._answer(await machines.call_machine(self.context, namespace, machine_id, args, idempotency_key, timeout_ms))
-        return answer["response"]  # type: ignore[no-any-return]
+        return answer["response"]
 
     async def notify(self, namespace: str, machine_id: str, args: JsonValue = None, *, idempotency_key: str | None = None) -> str:
         """Queue a notification for a machine; answers its id."""
         return str(self._answer(await machines.notify_machine(self.context, namespace, machine_id, args, idempotency_key))["id"])
 
     @staticmethod
-    def _answer(reply: machines.Reply) -> dict[str, Any]:
+    def _answer(reply: machines.Reply) -> JsonObject:
         # A step's failure is stored as the problem a repeat gets back, so it is raised as the client would.
         if reply.status >= 400:
             raise error_from_problem(reply.status, reply.body)
-        return reply.body  # type: ignore[no-any-return]
+        return reply.body
 
 
 def _answer(row: InteractionRow, now: int) -> answers.Interaction:
@@ -175,7 +177,7 @@ def _answer(row: InteractionRow, now: int) -> answers.Interaction:
     return cast(answers.Interaction, answer)
 
 
-def producer(registry: Any = None, *, database: str | None = None, data_dir: Path | None = None, config: Path | None = None) -> Producer:
+def producer(registry: App | None = None, *, database: str | None = None, data_dir: Path | None = None, config: Path | None = None) -> Producer:
     """A producer for the store that ``config`` (a TOML file, else ``$MAINSPRING_CONFIG``), the environment
     and ``database``/``data_dir`` name, as ``mainspring serve`` resolves them."""
     return Producer(load_settings(config, server={"database": database, "data_dir": data_dir}), registry)

@@ -11,7 +11,7 @@ import asyncio
 import dataclasses
 import functools
 import time
-from typing import Any
+from typing import TypedDict
 
 from mainspring.batching import data, metrics
 from mainspring.batching.data import PackageLease, PackageRow, TaskRow
@@ -24,10 +24,44 @@ from mainspring.core.leases import new_token
 from mainspring.core.paging import encode_cursor, int_cursor
 from mainspring.store import Store, Transaction, format_time
 from mainspring.store.notify import PG_CHANNEL
+from mainspring.types import JsonData, JsonObject
 
 
-def package_to_api(row: PackageRow, tasks: list[TaskRow], *, with_lease: bool = True) -> dict[str, Any]:
-    lease = None
+class LeaseView(TypedDict):
+    token: str
+    expires_at: str | None
+
+
+class PackageTaskView(TypedDict):
+    id: str
+    group: str
+    member: str
+    version: int | None
+    sha256: str
+    content: JsonData
+    data: JsonData
+    status: str
+    reissued: bool
+
+
+class PackageView(TypedDict):
+    """A package as the API shows it, with its tasks."""
+
+    id: str
+    batcher: str
+    status: str
+    size: int
+    worker: str | None
+    attempts: int
+    error: str | None
+    lease: LeaseView | None
+    tasks: list[PackageTaskView]
+    created_at: str | None
+    updated_at: str | None
+
+
+def package_to_api(row: PackageRow, tasks: list[TaskRow], *, with_lease: bool = True) -> PackageView:
+    lease: LeaseView | None = None
     if with_lease and row.status == "claimed" and row.lease_token:
         lease = {"token": row.lease_token, "expires_at": format_time(row.lease_expires_at)}
     return {
@@ -64,7 +98,7 @@ def count_claim(batcher: str, retaken_after_expiry: bool) -> None:
         metrics.LEASE_EXPIRIES.labels(batcher).inc()
 
 
-async def claim_once(store: Store, name: str, worker: str, lease_ms: int | None) -> dict[str, Any] | None:
+async def claim_once(store: Store, name: str, worker: str, lease_ms: int | None) -> PackageView | None:
     """Claim the oldest waiting package of ``name`` for ``worker``, or None."""
     # Claims of one batcher arriving together share one commit and one statement (PostgreSQL: alone in its
     # transaction, also their events and the event readers' wake-up): every claim writes an event, and events
@@ -73,7 +107,7 @@ async def claim_once(store: Store, name: str, worker: str, lease_ms: int | None)
                                      data.Claimer(worker, new_token(), lease_ms))
 
 
-async def _claim_all(name: str, tx: Transaction, claimers: list[data.Claimer]) -> list[dict[str, Any] | None]:
+async def _claim_all(name: str, tx: Transaction, claimers: list[data.Claimer]) -> list[PackageView | None]:
     now = tx.store.now_ms()
     claimed, wrote_events = await data.claim_oldest_many(
         tx, name, claimers, DEFAULTS["lease_ms"], now, (PG_CHANNEL, outbox.SEQUENCER_CHANNEL)
@@ -97,7 +131,7 @@ async def _claim_all(name: str, tx: Transaction, claimers: list[data.Claimer]) -
 
 async def claim(
     store: Store, name: str, worker: str, lease_ms: int | None, wait_ms: int, poll_ms: int
-) -> dict[str, Any] | None:
+) -> PackageView | None:
     """Claim a package, waiting up to ``wait_ms`` (real time) for one to be made."""
     deadline = time.monotonic() + wait_ms / 1000
     while True:
@@ -120,7 +154,7 @@ async def _locked_package(tx: Transaction, package_id: str) -> PackageRow:
     return row
 
 
-def _normalize_results(results: Any, task_ids: list[str]) -> dict[str, TaskResult]:
+def _normalize_results(results: object, task_ids: list[str]) -> dict[str, TaskResult]:
     if results is None:
         outcomes: dict[str, TaskResult] = {}
     elif not isinstance(results, dict | list):
@@ -148,12 +182,13 @@ def _normalize_results(results: Any, task_ids: list[str]) -> dict[str, TaskResul
 class _Completion:
     package_id: str
     token: str
-    results: Any
+    results: object
+    """As the client sent them: checked by ``_normalize_results``."""
 
 
 async def complete_package(
-    store: Store, package_id: str, token: str, results: Any
-) -> dict[str, Any]:
+    store: Store, package_id: str, token: str, results: object
+) -> PackageView:
     """Finish a claimed package with per-task outcomes (a task left out is done)."""
     # Completions arriving together share one commit and its statements (the packages locked with their tasks,
     # their outcomes, their events); a refused one (lease lost, unknown task) writes nothing and gets its own
@@ -161,11 +196,11 @@ async def complete_package(
     return await store.grouped_batch("batching.complete", _complete_all, _Completion(package_id, token, results))
 
 
-async def _complete_all(tx: Transaction, completions: list[_Completion]) -> list[Any]:
+async def _complete_all(tx: Transaction, completions: list[_Completion]) -> list[PackageView | MainspringError | ValueError]:
     """Each completion's answer, or the error refusing it (raised to that caller alone)."""
     locked = await data.lock_packages_with_tasks(tx, [c.package_id for c in completions])
     now = tx.store.now_ms()
-    answers: list[dict[str, Any] | MainspringError | ValueError] = []
+    answers: list[PackageView | MainspringError | ValueError] = []
     package_seqs: list[int] = []
     outcome_rows: list[data.TaskOutcome] = []
     events: list[outbox.Event] = []
@@ -218,7 +253,7 @@ def _finish(
 def _completion_events(row: PackageRow, tasks: list[TaskRow]) -> list[outbox.Event]:
     events: list[outbox.Event] = []
     for task in tasks:
-        told: dict[str, Any] = {"batcher": row.batcher, "id": task.id, "package_id": row.id}
+        told: JsonObject = {"batcher": row.batcher, "id": task.id, "package_id": row.id}
         if task.status == "failed":
             told["error"] = task.error
         events.append(outbox.Event(f"batch.task.{task.status}", "batch_task", task_subject(row.batcher, task.id), told))
@@ -229,7 +264,7 @@ def _completion_events(row: PackageRow, tasks: list[TaskRow]) -> list[outbox.Eve
 
 async def fail_package(
     store: Store, package_id: str, token: str, error: str, retry: bool
-) -> dict[str, Any]:
+) -> PackageView:
     """Give a claimed package up: back to the cafe (``retry``) or failed for good with its tasks."""
     async with store.transaction() as tx:
         row = await _locked_package(tx, package_id)
@@ -262,7 +297,7 @@ async def fail_package(
 
 async def heartbeat_package(
     store: Store, package_id: str, token: str, lease_ms: int | None
-) -> dict[str, Any]:
+) -> PackageView:
     """Extend a held lease."""
     async with store.transaction() as tx:
         row = await _locked_package(tx, package_id)
@@ -296,7 +331,7 @@ async def package_batcher(store: Store, package_id: str) -> str | None:
     return None if row is None else row.batcher
 
 
-async def get_package(store: Store, package_id: str) -> dict[str, Any]:
+async def get_package(store: Store, package_id: str) -> PackageView:
     async with store.read() as conn:
         row = await data.get_package(conn, package_id)
         if row is None:
@@ -307,7 +342,7 @@ async def get_package(store: Store, package_id: str) -> dict[str, Any]:
 
 async def list_packages(
     store: Store, name: str, status: str | None, limit: int, cursor: str | None, tasks_per_package: int | None = None
-) -> tuple[list[dict[str, Any]], str | None]:
+) -> tuple[list[PackageView], str | None]:
     """A page of packages with their tasks (the first ``tasks_per_package`` of each, or all: a package's
     ``size`` says how many it has)."""
     after = int_cursor(cursor) if cursor else 0

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Integer, String, and_, bindparam, case, column, func, or_, select, text
+from sqlalchemy import Integer, String, TextualSelect, and_, bindparam, case, column, func, or_, select, text
 
 from mainspring.batching.planner import GroupLog, LogLine, PendingTask, TimerState
 from mainspring.batching.tables import (
@@ -32,6 +32,7 @@ from mainspring.store import counts as kept_counts
 from mainspring.store.dialect import Executor
 from mainspring.store.postgres import lock_key
 from mainspring.store.schema import Millis, constant
+from mainspring.types import JsonData
 
 LIVE_TASK_STATUSES = ("pending", "packed", "claimed")
 FINISHED_PACKAGE_STATUSES = ("done", "failed")
@@ -105,7 +106,7 @@ async def batcher_names(conn: Executor) -> list[str]:
     return [row[0] for row in (await conn.execute(select(batchers.c.name).order_by(batchers.c.name))).all()]
 
 
-async def insert_batcher_if_missing(tx: Transaction, name: str, settings: dict[str, Any], now: int) -> None:
+async def insert_batcher_if_missing(tx: Transaction, name: str, settings: Mapping[str, object], now: int) -> None:
     """Create the batcher with ``settings`` and no timer; nothing happens if another transaction created it."""
     await tx.execute(
         tx.store.dialect.insert(batchers)
@@ -114,7 +115,7 @@ async def insert_batcher_if_missing(tx: Transaction, name: str, settings: dict[s
     )
 
 
-async def update_batcher_settings(tx: Executor, name: str, settings: dict[str, Any], now: int) -> None:
+async def update_batcher_settings(tx: Executor, name: str, settings: Mapping[str, object], now: int) -> None:
     await tx.execute(batchers.update().where(batchers.c.name == name).values(**settings, updated_at=now))
 
 
@@ -158,9 +159,9 @@ class NewTask:
     status: str
     reason: str | None
     package_id: str | None
-    content: Any
-    data: Any
-    result: Any
+    content: JsonData
+    data: JsonData
+    result: JsonData
     error: str | None
     created_at: int
     updated_at: int
@@ -286,7 +287,7 @@ async def tasks_of_packages(conn: Executor, package_ids: Sequence[str], per_pack
 
 async def set_package_tasks_status(tx: Executor, package_id: str, status: str, now: int, *, error: str | None = None) -> None:
     """Move every task of a package to ``status`` (and set ``error``, when given, leaving it as is otherwise)."""
-    values: dict[str, Any] = {"status": status, "updated_at": now}
+    values: dict[str, object] = {"status": status, "updated_at": now}
     if error is not None:
         values["error"] = error
     await tx.execute(batch_tasks.update().where(batch_tasks.c.package_id == package_id).values(**values))
@@ -298,7 +299,7 @@ class TaskOutcome:
 
     seq: int
     status: str
-    result: Any
+    result: JsonData
     error: str | None
 
 
@@ -601,8 +602,8 @@ async def group_logs(tx: Transaction, batcher: str, groups: Iterable[str]) -> di
 class ReissueSource:
     id: str
     sha256: str
-    content: Any
-    data: Any
+    content: JsonData
+    data: JsonData
 
 
 async def reissue_sources(tx: Transaction, batcher: str, task_ids: Iterable[str]) -> dict[str, ReissueSource]:
@@ -749,7 +750,7 @@ _CLAIM_COLUMNS = [*(column(f"p_{c.name}", c.type) for c in batch_packages.c), co
                   column("woke", Integer()), column("claimer", Integer()), *(column(f"t_{c.name}", c.type) for c in _TASK_COLUMNS)]
 
 
-def _claim_many_sql(with_events: bool) -> Any:
+def _claim_many_sql(with_events: bool) -> TextualSelect:
     span = ("COALESCE(c.lease_ms, (SELECT lease_ms FROM batchers WHERE name = :claim_batcher),"
             " CAST(:claim_default_lease_ms AS bigint))")
     events = (
@@ -849,7 +850,7 @@ async def claim_oldest(
     LOCKED`` (concurrent claimers never get the same one) and locked until commit. The lease lasts
     ``lease_ms``, else the batcher's ``lease_ms``, else ``default_lease_ms``. Answers the package as claimed
     and whether it was taken over after its lease expired, or None when none is waiting."""
-    params: dict[str, Any] = {"claim_batcher": batcher, "claim_worker": worker, "claim_token": token,
+    params: dict[str, object] = {"claim_batcher": batcher, "claim_worker": worker, "claim_token": token,
                               "claim_lease_ms": lease_ms, "claim_default_lease_ms": default_lease_ms, "claim_now": now}
     picked = (await tx.execute(tx.store.dialect.skip_locked(_CLAIM_WAITING), params)).first()
     if picked is None:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Gauge
 
 from mainspring.batching import data
 from mainspring.core.metrics import set_all
+
+if TYPE_CHECKING:
+    from mainspring.core.runtime import Context
 
 TASKS = Gauge("mainspring_batching_tasks", "Tasks still in the dispatcher or the cafe, by batcher and status (pending, packed, claimed)",
               ["batcher", "status"])
@@ -17,7 +20,7 @@ CLAIMS = Counter("mainspring_batching_package_claims_total", "Packages claimed b
 LEASE_EXPIRIES = Counter("mainspring_batching_lease_expiries_total", "Package leases that expired and put the package back", ["batcher"])
 
 
-async def read_gauges(ctx: Any) -> None:
+async def read_gauges(ctx: Context) -> None:
     async with ctx.store.read() as conn:
         tasks = await data.count_live_tasks(conn)
         forming = await data.count_forming_tasks(conn)

@@ -100,8 +100,8 @@ class Task(BaseModel):
     reason: str | None
     package_id: str | None
     reissued: bool = Field(False, description="Made by the dispatcher to complete a group whose other members did not change.")
-    data: Any = None
-    result: Any = None
+    data: object = None
+    result: object = None
     error: str | None = None
     created_at: str
     updated_at: str
@@ -113,8 +113,8 @@ class PackageTask(BaseModel):
     member: str
     version: int | None
     sha256: str
-    content: Any
-    data: Any = None
+    content: object
+    data: object = None
     status: str
     reissued: bool = False
 

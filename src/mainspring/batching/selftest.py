@@ -19,7 +19,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, TypedDict, TypeVar, cast
 
 import httpx
 import typer
@@ -27,7 +27,22 @@ from rich.console import Console
 from rich.table import Table
 
 from mainspring.client.batching import BatchingClient, BatchingError
+from mainspring.client.models import Task
 from mainspring.core.cli import working
+from mainspring.types import JsonObject
+
+T = TypeVar("T")
+
+
+class _State(TypedDict, total=False):
+    """What one scenario's steps hand on to the next."""
+
+    ids: list[str]
+    package: str
+    tokens: dict[str, str]
+    six: list[str]
+    last: list[str]
+    packages: list[str]
 
 DEPTHS = ("accepted", "packed", "claimed", "done")
 SCENARIOS = ("pair", "overflow", "odd")
@@ -96,7 +111,7 @@ class Scenario:
             ids.append(task_id)
         return ids
 
-    def wait_for(self, what: str, check: Callable[[], Any], within_ms: int) -> Any:
+    def wait_for(self, what: str, check: Callable[[], T | None], within_ms: int) -> T:
         deadline = time.monotonic() + within_ms / 1000
         while True:
             value = check()
@@ -106,7 +121,7 @@ class Scenario:
                 raise StepFailed(f"timed out waiting for {what}")
             time.sleep(0.05)
 
-    def statuses(self, ids: list[str]) -> dict[str, dict[str, Any]]:
+    def statuses(self, ids: list[str]) -> dict[str, Task]:
         return {i: self.client.task(self.batcher, i) for i in ids}
 
     def packed_into(self, ids: list[str]) -> str | None:
@@ -152,7 +167,7 @@ class Scenario:
             for _ in range(200):
                 page = self.client.events(after=after, types="batch.task.rejected")
                 for event in page["events"]:
-                    if event["subject"]["id"] == subject and event["data"].get("reason") == "incomplete_group":
+                    if event["subject"]["id"] == subject and cast(JsonObject, event["data"]).get("reason") == "incomplete_group":
                         return "event seen"
                 if not page["events"]:
                     break
@@ -204,7 +219,7 @@ class Scenario:
         return "removed"
 
     def steps_pair(self) -> dict[str, Callable[[], str | None]]:
-        state: dict[str, Any] = {}
+        state: _State = {}
 
         def accepted() -> str:
             self.setup()
@@ -225,7 +240,7 @@ class Scenario:
         return {"accepted": accepted, "packed": packed, "claimed": claimed, "done": done}
 
     def steps_overflow(self) -> dict[str, Callable[[], str | None]]:
-        state: dict[str, Any] = {}
+        state: _State = {}
 
         def accepted() -> str:
             self.setup()
@@ -256,7 +271,7 @@ class Scenario:
         return {"accepted": accepted, "packed": packed, "claimed": claimed, "done": done}
 
     def steps_odd(self) -> dict[str, Callable[[], str | None]]:
-        state: dict[str, Any] = {}
+        state: _State = {}
 
         def accepted() -> str:
             self.setup()

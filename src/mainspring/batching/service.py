@@ -10,8 +10,9 @@ import dataclasses
 import hashlib
 import json
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from mainspring.batching import data
 from mainspring.batching.data import BatcherRow, NewTask, VersionRow
@@ -30,6 +31,7 @@ from mainspring.core.errors import MainspringError
 from mainspring.core.paging import encode_cursor, int_cursor
 from mainspring.store import Store, Transaction, format_time
 from mainspring.store.notify import Waiter
+from mainspring.types import JsonData, JsonInput, JsonObject
 
 TASK_STATUSES = ("pending", "packed", "claimed", "done", "failed", "rejected")
 PACKAGE_STATUSES = ("ready", "claimed", "done", "failed")
@@ -54,7 +56,7 @@ def group_lock_key(batcher: str, group: str) -> str:
     return f"batching:{batcher}:{group}"
 
 
-def content_sha256(content: Any) -> str:
+def content_sha256(content: JsonData) -> str:
     """A string is hashed as its UTF-8 bytes (a book's plain text); any other JSON as canonical JSON."""
     if isinstance(content, str):
         raw = content.encode()
@@ -69,8 +71,8 @@ def content_sha256(content: Any) -> str:
 MAX_VERSION = 2**31 - 1
 
 
-def check_rules(values: dict[str, Any], refusal: type[MainspringError] = InvalidBatcherSettings) -> None:
-    errors = []
+def check_rules(values: Mapping[str, Any], refusal: type[MainspringError] = InvalidBatcherSettings) -> None:
+    errors: list[JsonInput] = []
     if values["min_size"] > values["max_size"]:
         errors.append({"loc": ["body", "min_size"], "msg": "min_size must not exceed max_size"})
     if values["group_size"] > values["max_size"]:
@@ -79,8 +81,8 @@ def check_rules(values: dict[str, Any], refusal: type[MainspringError] = Invalid
         raise refusal("inconsistent batcher settings", errors=errors)
 
 
-def batcher_to_api(row: BatcherRow, counts: dict[str, int] | None = None, package_counts: dict[str, int] | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {"name": row.name, **{k: getattr(row, k) for k in SETTING_KEYS}}
+def batcher_to_api(row: BatcherRow, counts: dict[str, int] | None = None, package_counts: dict[str, int] | None = None) -> JsonObject:
+    out: JsonObject = {"name": row.name, **{k: getattr(row, k) for k in SETTING_KEYS}}
     out["linger_started_at"] = format_time(row.linger_started_at)
     out["linger_ends_at"] = format_time(row.linger_ends_at)
     out["created_at"] = format_time(row.created_at)
@@ -115,7 +117,7 @@ def known_batchers(store: Store) -> set[str]:
     return entry.names
 
 
-async def ensure_batcher(tx: Transaction, name: str, defaults: dict[str, Any] | None = None) -> None:
+async def ensure_batcher(tx: Transaction, name: str, defaults: Mapping[str, object] | None = None) -> None:
     """Create the batcher with ``defaults`` (else the API defaults) on first use."""
     known = known_batchers(tx.store)
     if name in known:
@@ -129,7 +131,7 @@ async def ensure_batcher(tx: Transaction, name: str, defaults: dict[str, Any] | 
     tx.after_commit(lambda: known.add(name))
 
 
-async def put_batcher(store: Store, name: str, body: BatcherSettingsIn) -> dict[str, Any]:
+async def put_batcher(store: Store, name: str, body: BatcherSettingsIn) -> JsonObject:
     """Create or change a batcher's stored settings; every server's dispatcher uses them from its next round."""
     changes = body.model_dump(exclude_none=True)
     async with store.transaction() as tx:
@@ -171,7 +173,7 @@ async def delete_batcher(store: Store, name: str, force: bool = False) -> None:
         tx.notify(cafe_channel(name))
 
 
-async def get_batcher(store: Store, name: str) -> dict[str, Any]:
+async def get_batcher(store: Store, name: str) -> JsonObject:
     async with store.read() as conn:
         row = await data.get_batcher(conn, name)
         if row is None:
@@ -190,7 +192,37 @@ async def batcher_names(store: Store) -> list[str]:
 # --- tasks ----------------------------------------------------------------------------------------------
 
 
-def task_to_api(row: NewTask) -> dict[str, Any]:
+class TaskView(TypedDict):
+    """A task as the API shows it."""
+
+    id: str
+    batcher: str
+    group: str
+    member: str
+    sha256: str
+    version: int | None
+    status: str
+    reason: str | None
+    package_id: str | None
+    reissued: bool
+    data: JsonData
+    result: JsonData
+    error: str | None
+    created_at: str | None
+    updated_at: str | None
+
+
+class VersionView(TypedDict):
+    """One line of a member's version log."""
+
+    version: int
+    sha256: str
+    task_id: str
+    at: str | None
+    withdrawn_at: str | None
+
+
+def task_to_api(row: NewTask) -> TaskView:
     return {
         "id": row.id,
         "batcher": row.batcher,
@@ -210,13 +242,13 @@ def task_to_api(row: NewTask) -> dict[str, Any]:
     }
 
 
-def registration_defaults(registry: Any, name: str) -> dict[str, Any] | None:
+def registration_defaults(registry: object, name: str) -> dict[str, object] | None:
     """The settings a batcher registered in code (``@app.batcher``) starts with, if it is one."""
     registered = getattr(registry, "batchers", {}).get(name)
     return dict(registered.options) if registered is not None else None
 
 
-async def submit_task(store: Store, name: str, body: TaskIn, defaults: dict[str, Any] | None = None) -> tuple[dict[str, Any], bool]:
+async def submit_task(store: Store, name: str, body: TaskIn, defaults: Mapping[str, object] | None = None) -> tuple[TaskView, bool]:
     """Accept a task. Answers (task, accepted_now): accepted_now is False for a repeat of a known id and
     for a duplicate content (status ``rejected``, reason ``duplicate``)."""
     sha = content_sha256(body.content)
@@ -231,10 +263,10 @@ async def submit_task(store: Store, name: str, body: TaskIn, defaults: dict[str,
 
 
 async def _submit_once(
-    store: Store, name: str, body: TaskIn, sha: str, defaults: dict[str, Any] | None
-) -> tuple[dict[str, Any], bool]:
+    store: Store, name: str, body: TaskIn, sha: str, defaults: Mapping[str, object] | None
+) -> tuple[TaskView, bool]:
     # Submits arriving together share one commit (a refused one is replayed alone).
-    async def work(tx: Transaction) -> tuple[dict[str, Any], bool]:
+    async def work(tx: Transaction) -> tuple[TaskView, bool]:
         await ensure_batcher(tx, name, defaults)
         # One group's versions are numbered one submit at a time, on every server. Sharing a commit, a submit
         # does not wait for a group another transaction numbers: the group is run again one submit at a time.
@@ -284,10 +316,10 @@ class _Submit:
     name: str
     body: TaskIn
     sha: str
-    defaults: dict[str, Any] | None
+    defaults: Mapping[str, object] | None
 
 
-async def _submit_all(tx: Transaction, submits: list[_Submit]) -> list[tuple[dict[str, Any], bool] | Exception]:
+async def _submit_all(tx: Transaction, submits: list[_Submit]) -> list[tuple[TaskView, bool] | Exception]:
     """PostgreSQL: the submits of one group commit. Each group's versions are numbered under its lock, taken
     first (sharing a commit, a submit does not wait for a group another transaction numbers: the group commit
     is then run one submit at a time); the submits then go in one statement per round, each round holding at
@@ -297,7 +329,7 @@ async def _submit_all(tx: Transaction, submits: list[_Submit]) -> list[tuple[dic
     keys = {group_lock_key(s.name, s.body.group) for s in submits}
     if not await data.lock_groups(tx, keys, wait=not tx.shared):
         raise GroupBusy("a group is being numbered by another transaction")
-    answers: list[tuple[dict[str, Any], bool] | Exception | None] = [None] * len(submits)
+    answers: list[tuple[TaskView, bool] | Exception | None] = [None] * len(submits)
     pending = list(range(len(submits)))
     now = tx.store.now_ms()
     wake: set[str] = set()
@@ -353,7 +385,7 @@ def _new_task(name: str, body: TaskIn, sha: str, now: int, status: str, reason: 
     )
 
 
-async def get_task(store: Store, name: str, task_id: str) -> dict[str, Any]:
+async def get_task(store: Store, name: str, task_id: str) -> TaskView:
     async with store.read() as conn:
         row = await data.get_task(conn, name, task_id)
     if row is None:
@@ -364,7 +396,7 @@ async def get_task(store: Store, name: str, task_id: str) -> dict[str, Any]:
 # --- the version log ------------------------------------------------------------------------------------
 
 
-def version_to_api(row: VersionRow) -> dict[str, Any]:
+def version_to_api(row: VersionRow) -> VersionView:
     return {
         "version": row.version,
         "sha256": row.sha256,
@@ -376,7 +408,7 @@ def version_to_api(row: VersionRow) -> dict[str, Any]:
 
 async def list_versions(
     store: Store, name: str, group: str, member: str, limit: int, cursor: str | None
-) -> tuple[list[dict[str, Any]], str | None]:
+) -> tuple[list[VersionView], str | None]:
     """The permanent log of one group+member, oldest version first."""
     # Versions are 32-bit integers in the store: any cursor past the largest is after every version (PostgreSQL
     # refuses a larger parameter for the column).
@@ -388,14 +420,14 @@ async def list_versions(
     return [version_to_api(r) for r in rows], encode_cursor(rows[-1].version) if more else None
 
 
-async def group_versions(store: Store, name: str, group: str) -> dict[str, list[dict[str, Any]]]:
+async def group_versions(store: Store, name: str, group: str) -> dict[str, list[VersionView]]:
     """Every member's permanent log of one group (both books of a pair) in one read; a group nothing was
     submitted to answers no members. An unknown batcher is ``BatcherNotFound``."""
     async with store.read() as conn:
         rows = await data.group_versions(conn, name, group)
         if not rows and not await data.batcher_exists(conn, name):
             raise BatcherNotFound(f"no batcher {name!r}")
-    members: dict[str, list[dict[str, Any]]] = {}
+    members: dict[str, list[VersionView]] = {}
     for row in rows:
         members.setdefault(row.member, []).append(version_to_api(row))
     return members

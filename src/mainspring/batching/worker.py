@@ -19,6 +19,7 @@ import inspect
 import logging
 import os
 import socket
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -28,6 +29,7 @@ from mainspring.client._async.batching import AsyncBatchingClient
 from mainspring.client.errors import ServiceUnavailable
 from mainspring.core.errors import LeaseLost
 from mainspring.core.runtime import Context, log_failure
+from mainspring.types import JsonData
 
 log = logging.getLogger("mainspring.batching.worker")
 
@@ -41,8 +43,8 @@ class BatchTask:
     member: str
     version: int | None
     sha256: str
-    content: Any
-    data: Any
+    content: JsonData
+    data: JsonData
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,7 @@ class BatchPackage:
     tasks: list[BatchTask]
 
     @classmethod
-    def from_api(cls, package: dict[str, Any]) -> BatchPackage:
+    def from_api(cls, package: Mapping[str, Any]) -> BatchPackage:
         tasks = [
             BatchTask(t["id"], t["group"], t["member"], t["version"], t["sha256"], t["content"], t["data"])
             for t in package["tasks"]
@@ -74,7 +76,7 @@ async def recover(ctx: Context) -> None:
             await ensure_batcher(tx, name, dict(registration.options))
 
 
-async def _call(target: Any, package: BatchPackage) -> Any:
+async def _call(target: Callable[[BatchPackage], object], package: BatchPackage) -> object:
     if inspect.iscoroutinefunction(target):
         return await target(package)
     result = await asyncio.to_thread(target, package)
@@ -87,12 +89,12 @@ class PackageSource(Protocol):
     """Where a batch worker claims packages and finishes them: the store (``StoreCafe``) or a server's HTTP
     API (``HttpCafe``, a worker without database credentials). Both fence every write by the lease token."""
 
-    async def claim(self, name: str, worker: str, lease_ms: int | None) -> dict[str, Any] | None:
+    async def claim(self, name: str, worker: str, lease_ms: int | None) -> Mapping[str, Any] | None:
         """A claimed package (waiting a while for one), or None."""
 
     async def heartbeat(self, package_id: str, token: str, lease_ms: int) -> None: ...
 
-    async def complete(self, package_id: str, token: str, results: Any) -> None: ...
+    async def complete(self, package_id: str, token: str, results: object) -> None: ...
 
     async def fail(self, package_id: str, token: str, error: str, retry: bool) -> None: ...
 
@@ -103,14 +105,14 @@ class StoreCafe:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
 
-    async def claim(self, name: str, worker: str, lease_ms: int | None) -> dict[str, Any] | None:
+    async def claim(self, name: str, worker: str, lease_ms: int | None) -> Mapping[str, Any] | None:
         settings = self.ctx.settings
         return await cafe.claim(self.ctx.store, name, worker, lease_ms, settings.batching.worker_poll_ms, settings.server.poll_interval_ms)
 
     async def heartbeat(self, package_id: str, token: str, lease_ms: int) -> None:
         await cafe.heartbeat_package(self.ctx.store, package_id, token, lease_ms)
 
-    async def complete(self, package_id: str, token: str, results: Any) -> None:
+    async def complete(self, package_id: str, token: str, results: object) -> None:
         await cafe.complete_package(self.ctx.store, package_id, token, results)
 
     async def fail(self, package_id: str, token: str, error: str, retry: bool) -> None:
@@ -130,20 +132,21 @@ class HttpCafe:
         self.client = client
         self.long_poll_ms = long_poll_ms
 
-    async def claim(self, name: str, worker: str, lease_ms: int | None) -> dict[str, Any] | None:
+    async def claim(self, name: str, worker: str, lease_ms: int | None) -> Mapping[str, Any] | None:
         package = await self.client.claim(name, worker, lease_ms, wait_ms=self.long_poll_ms)
         return None if package is None else dict(package)
 
     async def heartbeat(self, package_id: str, token: str, lease_ms: int) -> None:
         await self.client.heartbeat(package_id, token, lease_ms)
 
-    async def complete(self, package_id: str, token: str, results: Any) -> None:
+    async def complete(self, package_id: str, token: str, results: object) -> None:
         # Sent again while the server cannot be reached: a repeat of a stored completion answers the same.
         attempt = 0
         while True:
             attempt += 1
             try:
-                await self.client.complete(package_id, token, results)
+                # The handler's answer, sent as it is: the server checks its shape.
+                await self.client.complete(package_id, token, results)  # type: ignore[arg-type]
                 return
             except ServiceUnavailable as exc:
                 log_failure(log, exc, "completing package %s failed (attempt %d); retrying", package_id, attempt)
@@ -165,7 +168,7 @@ async def _keep_alive(source: PackageSource, package_id: str, token: str, lease_
             log_failure(log, exc, "heartbeat of package %s failed; retrying", package_id)
 
 
-async def work_on(source: PackageSource, name: str, registration: Any, package: dict[str, Any]) -> None:
+async def work_on(source: PackageSource, name: str, registration: Any, package: Mapping[str, Any]) -> None:
     """Run the handler on one claimed package and finish it (complete, retry or fail)."""
     token = package["lease"]["token"]
     lease_ms = int(registration.options.get("lease_ms") or 60_000)

@@ -20,13 +20,15 @@ one ``except NotFound`` serves code that calls the service in-process and code t
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import cast
 
 import httpx
 
+from mainspring.client.models import WorkflowRun
 from mainspring.client.transports import Reply
 from mainspring.core import errors as core
 from mainspring.core.errors import MainspringError
+from mainspring.types import JsonData, JsonInput
 
 __all__ = [
     "ApiError", "Busy", "Cancelled", "Conflict", "Forbidden", "InvalidRequest", "InvalidURL", "LeaseLost",
@@ -40,7 +42,7 @@ _STANDARD = ("type", "title", "status", "detail", "code")
 class ApiError(MainspringError):
     """The server answered with a problem (RFC 9457)."""
 
-    def __init__(self, status: int, problem: Mapping[str, Any]) -> None:
+    def __init__(self, status: int, problem: Mapping[str, JsonData]) -> None:
         self.status = status
         self.code = str(problem.get("code") or "http_error")
         self.title = str(problem.get("title") or "")
@@ -49,7 +51,7 @@ class ApiError(MainspringError):
         self._problem = dict(problem)
         self.args = (f"{status} {self.code}: {detail}",)
 
-    def problem(self) -> dict[str, Any]:
+    def problem(self) -> dict[str, JsonInput]:
         """The problem+json body as the server sent it."""
         return dict(self._problem) or super().problem()
 
@@ -95,7 +97,7 @@ class ServiceUnavailable(ApiError, core.Unavailable):
     """The server could not be reached, or answered 502/503/504. ``sent`` is False when the request
     certainly never reached it (the connection was refused), so even an unsafe call may be sent again."""
 
-    def __init__(self, status: int, problem: Mapping[str, Any], *, sent: bool = True) -> None:
+    def __init__(self, status: int, problem: Mapping[str, JsonData], *, sent: bool = True) -> None:
         super().__init__(status, problem)
         self.sent = sent
 
@@ -120,7 +122,7 @@ class MessagesUnavailable(Conflict):
 
     @property
     def message_ids(self) -> list[str]:
-        return [str(i) for i in self._problem.get("message_ids") or []]
+        return [str(i) for i in cast(list[JsonData], self._problem.get("message_ids") or [])]
 
 
 class Cancelled(Conflict):
@@ -133,7 +135,7 @@ class WorkflowFailed(MainspringError):
 
     status, code, title = 409, "run_failed", "The run failed"
 
-    def __init__(self, run: Mapping[str, Any]) -> None:
+    def __init__(self, run: WorkflowRun) -> None:
         error = run.get("error") or {}
         super().__init__(f"run {run.get('id')!r} of {run.get('name')!r} failed: {error.get('type')}: {error.get('message')}")
         self.run = dict(run)
@@ -147,7 +149,7 @@ class WorkflowCancelled(MainspringError):
 
     status, code, title = 409, "run_cancelled", "The run was cancelled"
 
-    def __init__(self, run: Mapping[str, Any]) -> None:
+    def __init__(self, run: WorkflowRun) -> None:
         super().__init__(f"run {run.get('id')!r} of {run.get('name')!r} was cancelled")
         self.run = dict(run)
 
@@ -159,7 +161,7 @@ class InteractionFailed(MainspringError):
 
     status, code, title = 409, "interaction_failed", "The interaction failed"
 
-    def __init__(self, item: Mapping[str, Any]) -> None:
+    def __init__(self, item: Mapping[str, object]) -> None:
         super().__init__(f"interaction {item.get('id')} of queue {item.get('queue')!r} failed: {item.get('error')}")
         self.item = dict(item)
         self.error = item.get("error")
@@ -171,7 +173,7 @@ class InteractionCancelled(MainspringError):
 
     status, code, title = 409, "interaction_cancelled", "The interaction was cancelled"
 
-    def __init__(self, item: Mapping[str, Any]) -> None:
+    def __init__(self, item: Mapping[str, object]) -> None:
         super().__init__(f"interaction {item.get('id')} of queue {item.get('queue')!r} was cancelled")
         self.item = dict(item)
 
@@ -182,18 +184,18 @@ class ResultTimeout(MainspringError, TimeoutError):
 
     status, code, title = 408, "result_timeout", "The interaction did not finish in time"
 
-    def __init__(self, item: Mapping[str, Any], timeout_s: float) -> None:
+    def __init__(self, item: Mapping[str, object], timeout_s: float) -> None:
         super().__init__(f"interaction {item.get('id')} of queue {item.get('queue')!r} is still {item.get('status')} after {timeout_s} s")
         self.item = dict(item)
 
 
-def result_of(item: Mapping[str, Any]) -> Any:
+def result_of(item: Mapping[str, object]) -> JsonData:
     """A finished item's result, or its end raised as ``InteractionFailed`` / ``InteractionCancelled``."""
     if item["status"] == "failed":
         raise InteractionFailed(item)
     if item["status"] == "cancelled":
         raise InteractionCancelled(item)
-    return item["result"]
+    return cast(JsonData, item["result"])  # an item's result is JSON
 
 
 class InvalidURL(MainspringError, ValueError):
@@ -231,7 +233,7 @@ def error_for(response: Reply | httpx.Response, base_url: str | None = None) -> 
         body = response.json()
     except ValueError:
         body = None
-    problem: dict[str, Any] = body if isinstance(body, dict) else {"detail": response.text[:500] or response.reason_phrase}
+    problem: Mapping[str, JsonData] = body if isinstance(body, dict) else {"detail": response.text[:500] or response.reason_phrase}
     if base_url is not None and response.status_code == 404 and problem.get("code") in (None, core.NotFound.code):
         if isinstance(response, Reply):
             method, path = response.method, response.path
@@ -241,7 +243,7 @@ def error_for(response: Reply | httpx.Response, base_url: str | None = None) -> 
     return error_from_problem(response.status_code, problem)
 
 
-def no_api_problem(base_url: str, method: str, path: str) -> dict[str, Any]:
+def no_api_problem(base_url: str, method: str, path: str) -> dict[str, str]:
     """What to say when ``base_url`` has no route ``path``: it is not a Mainspring server's root."""
     url = httpx.URL(base_url)
     root = str(url.copy_with(path="/", query=None, fragment=None)).rstrip("/")
@@ -250,7 +252,7 @@ def no_api_problem(base_url: str, method: str, path: str) -> dict[str, Any]:
             "detail": f"no Mainspring API at {base_url} (it has no {method} {path}): {hint}"}
 
 
-def error_from_problem(status: int, problem: Mapping[str, Any]) -> ApiError:
+def error_from_problem(status: int, problem: Mapping[str, JsonData]) -> ApiError:
     """The error a problem+json body with this status stands for."""
     problem = {"status": status, **problem}
     code = str(problem.get("code") or "http_error")

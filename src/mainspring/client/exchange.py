@@ -20,7 +20,6 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from sqlalchemy import BigInteger, Column, Integer, MetaData, String, Table, select
 from sqlalchemy.exc import DBAPIError, IntegrityError
@@ -103,7 +102,8 @@ class InboundMessage:
     created_at: str
     size: int
     body: bytes
-    meta: Mapping[str, Any] = field(default_factory=dict)
+    meta: Mapping[str, object] = field(default_factory=dict)
+    """The message as listed (``models.Message``)."""
 
 
 @dataclass

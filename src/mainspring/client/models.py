@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Literal, NotRequired, TypedDict
+
+from mainspring.types import JsonData, JsonObject
 
 # --- shared ------------------------------------------------------------------------------------------
 
@@ -29,7 +31,7 @@ class Event(TypedDict):
     type: str
     at: str
     subject: Subject
-    data: Any
+    data: JsonData
 
 
 class EventPage(TypedDict):
@@ -94,7 +96,7 @@ class Periodic(TypedDict):
     cron: str
     timezone: str
     queue: str
-    data: Any
+    data: JsonData
     catch_up_ms: int
     next_tick: str
     source: str
@@ -118,8 +120,8 @@ class Interaction(TypedDict):
     user: str | None
     source: str | None
     priority: NotRequired[int]
-    data: Any
-    result: Any
+    data: JsonData
+    result: JsonData
     error: str | None
     error_detail: NotRequired[ErrorDetail | None]
     status: str
@@ -184,8 +186,8 @@ class Task(TypedDict):
     reason: str | None
     package_id: str | None
     reissued: NotRequired[bool]
-    data: NotRequired[Any]
-    result: NotRequired[Any]
+    data: NotRequired[JsonData]
+    result: NotRequired[JsonData]
     error: NotRequired[str | None]
     created_at: str
     updated_at: str
@@ -197,8 +199,8 @@ class PackageTask(TypedDict):
     member: str
     version: int | None
     sha256: str
-    content: Any
-    data: Any
+    content: JsonData
+    data: JsonData
     status: NotRequired[str]
     reissued: NotRequired[bool]
 
@@ -234,7 +236,17 @@ class Version(TypedDict):
 class HistoryEvent(TypedDict):
     id: int
     created_at: str
-    data: Any
+    data: JsonData
+
+
+class MachineFailure(TypedDict):
+    at: str
+    kind: str
+    code: str
+    detail: str
+    permanent: bool
+    attempt: int
+    outcome: str
 
 
 class Machine(TypedDict):
@@ -242,13 +254,33 @@ class Machine(TypedDict):
     id: str
     status: str
     history: list[HistoryEvent]
-    aux_state: Any
-    timer: Any
-    error: Any
+    aux_state: JsonData
+    timer: str | None
+    error: JsonObject | None
     version: NotRequired[int]
     pending_notifications: NotRequired[int]
-    failures: NotRequired[list[dict[str, Any]]]
+    failures: NotRequired[list[MachineFailure]]
     updated_at: NotRequired[str]
+
+
+class StepAnswer(TypedDict):
+    """What Call and Repair answer: the processor's ``response``."""
+
+    response: JsonData
+
+
+class Notified(TypedDict):
+    id: str
+
+
+class MachineOperation(TypedDict):
+    """How the operation with an Idempotency-Key ended: the answer it gave (``response``)."""
+
+    key: str
+    kind: str
+    status: int
+    response: JsonObject
+    created_at: str
 
 
 class MachinePage(TypedDict):
@@ -258,9 +290,9 @@ class MachinePage(TypedDict):
 
 class Namespace(TypedDict):
     name: NotRequired[str]
-    processor: dict[str, Any]
-    retry: NotRequired[dict[str, Any]]
-    history: NotRequired[dict[str, Any]]
+    processor: JsonObject
+    retry: NotRequired[JsonObject]
+    history: NotRequired[JsonObject]
 
 
 # --- exchange (API.md §1) -----------------------------------------------------------------------------
@@ -322,9 +354,9 @@ class Reply:
     content_type: str | None = None
     message_id: str | None = None
 
-    def to_api(self) -> dict[str, Any]:
+    def to_api(self) -> dict[str, str]:
         """The reply as API_3 takes it (bytes as ``body_base64``)."""
-        item: dict[str, Any] = {"addressee": self.addressee, "database": self.database}
+        item: dict[str, str] = {"addressee": self.addressee, "database": self.database}
         if isinstance(self.body, str):
             item["body"] = self.body
         else:
@@ -343,14 +375,21 @@ class WorkflowRun(TypedDict):
     name: str
     id: str
     status: str
-    args: Any
-    result: Any
-    error: dict[str, Any] | None
-    waiting_for: dict[str, Any] | None
+    args: JsonData
+    result: JsonData
+    error: JsonObject | None
+    waiting_for: JsonObject | None
     created_at: str | None
     updated_at: str | None
     finished_at: str | None
-    steps: NotRequired[list[dict[str, Any]]]
+    steps: NotRequired[list[JsonObject]]
+
+
+class WorkflowSummary(TypedDict):
+    """A registered workflow with its runs counted by status."""
+
+    name: str
+    counts: dict[str, int]
 
 
 class WorkflowRunPage(TypedDict):

@@ -10,11 +10,23 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 from tenacity import retry_if_exception, stop_after_attempt, wait_random_exponential
+from tenacity.retry import retry_base
+from tenacity.stop import stop_base
+from tenacity.wait import wait_base
 
 from mainspring.client.errors import ServiceUnavailable
+
+
+class RetryArguments(TypedDict):
+    """What ``Retrying`` and ``AsyncRetrying`` are given."""
+
+    retry: retry_base
+    stop: stop_base
+    wait: wait_base
+    reraise: bool
 
 
 @dataclass(frozen=True)
@@ -25,7 +37,7 @@ class RetryPolicy:
     max_wait: float = 2.0
 
     @functools.cache  # noqa: B019 - a frozen policy has two answers, made once (each call's retry loop starts from them)
-    def arguments(self, idempotent: bool) -> dict[str, Any]:
+    def arguments(self, idempotent: bool) -> RetryArguments:
         """Keyword arguments for ``tenacity.Retrying`` / ``AsyncRetrying`` (tenacity's strategies keep no state:
         every call's retry loop shares them)."""
 

@@ -16,10 +16,12 @@ from __future__ import annotations
 import json
 import urllib.parse
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 from mainspring.core import tracing
+from mainspring.types import JsonData
 
 if TYPE_CHECKING:
     import aiohttp
@@ -37,8 +39,8 @@ class Reply:
     path: str
     reason_phrase: str = ""
 
-    def json(self) -> Any:
-        return json.loads(self.content)
+    def json(self) -> JsonData:
+        return cast(JsonData, json.loads(self.content))
 
     @property
     def text(self) -> str:
@@ -54,7 +56,7 @@ class Unreachable(Exception):
         self.sent = sent
 
 
-def query(params: dict[str, Any] | None) -> str:
+def query(params: Mapping[str, object] | None) -> str:
     """``?a=1&b=true`` as httpx writes query parameters (booleans in lower case, lists repeated); unset dropped."""
     if not params:
         return ""
@@ -119,7 +121,7 @@ class AsyncConnection:
             found = self._timeouts[wait_ms] = aiohttp.ClientTimeout(total=None, sock_connect=self.timeout, sock_read=self.timeout + wait_ms / 1000)
         return found
 
-    async def request(self, method: str, path: str, *, params: dict[str, Any] | None = None, headers: dict[str, str] | None = None,
+    async def request(self, method: str, path: str, *, params: Mapping[str, object] | None = None, headers: dict[str, str] | None = None,
                       content: bytes | None = None, wait_ms: int | None = None) -> Reply:
         import aiohttp
 
@@ -163,7 +165,7 @@ class AsyncHttpxConnection(AsyncConnection):
         super().__init__(base_url, headers, timeout)
         self._http = httpx.AsyncClient(base_url=base_url, headers=headers, timeout=timeout, transport=transport)
 
-    async def request(self, method: str, path: str, *, params: dict[str, Any] | None = None, headers: dict[str, str] | None = None,
+    async def request(self, method: str, path: str, *, params: Mapping[str, object] | None = None, headers: dict[str, str] | None = None,
                       content: bytes | None = None, wait_ms: int | None = None) -> Reply:
         import httpx
 
@@ -213,7 +215,7 @@ class SyncConnection:
             found = self._timeouts[wait_ms] = urllib3.Timeout(connect=self.timeout, read=self.timeout + wait_ms / 1000)
         return found
 
-    def request(self, method: str, path: str, *, params: dict[str, Any] | None = None, headers: dict[str, str] | None = None,
+    def request(self, method: str, path: str, *, params: Mapping[str, object] | None = None, headers: dict[str, str] | None = None,
                 content: bytes | None = None, wait_ms: int | None = None) -> Reply:
         import urllib3
 
@@ -250,7 +252,7 @@ class SyncHttpxConnection(SyncConnection):
         super().__init__(base_url, headers, timeout)
         self._http = httpx.Client(base_url=base_url, headers=headers, timeout=timeout, transport=transport)
 
-    def request(self, method: str, path: str, *, params: dict[str, Any] | None = None, headers: dict[str, str] | None = None,
+    def request(self, method: str, path: str, *, params: Mapping[str, object] | None = None, headers: dict[str, str] | None = None,
                 content: bytes | None = None, wait_ms: int | None = None) -> Reply:
         import httpx
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TypedDict
 
 from mainspring.core import data, outbox
 from mainspring.core.data import Alert
@@ -23,7 +23,22 @@ from mainspring.store.dialect import Executor
 log = logging.getLogger("mainspring.alerts")
 
 
-def alert_to_api(alert: Alert) -> dict[str, Any]:
+class AlertView(TypedDict):
+    """An alert as the API shows it."""
+
+    id: str
+    at: str | None
+    severity: str
+    code: str
+    subject: outbox.SubjectView
+    detail: str
+    acked_at: str | None
+    resolved_at: str | None
+    resolved_by: str | None
+    resolution: str | None
+
+
+def alert_to_api(alert: Alert) -> AlertView:
     return {
         "id": alert.id,
         "at": format_time(alert.at),
@@ -82,7 +97,7 @@ async def raise_alerts(
     return [a.id for a in raised]
 
 
-async def list_alerts(store: Store, *, open_only: bool, limit: int, cursor: str | None) -> tuple[list[dict[str, Any]], str | None]:
+async def list_alerts(store: Store, *, open_only: bool, limit: int, cursor: str | None) -> tuple[list[AlertView], str | None]:
     before = None
     if cursor:
         before = time_key_cursor(cursor)
@@ -92,7 +107,7 @@ async def list_alerts(store: Store, *, open_only: bool, limit: int, cursor: str 
     return [alert_to_api(a) for a in found[:limit]], next_cursor
 
 
-async def ack_alert(store: Store, alert_id: str) -> dict[str, Any]:
+async def ack_alert(store: Store, alert_id: str) -> AlertView:
     """Acknowledge an alert; acknowledging twice keeps the first time."""
     async with store.transaction() as tx:
         alert = await data.get_alert(tx, alert_id)
@@ -116,7 +131,7 @@ FixedAlerts = Callable[[Executor, Sequence[Alert]], Awaitable[Mapping[str, str]]
 
 async def close_fixed_alerts(store: Store, checks: Mapping[str, FixedAlerts]) -> int:
     """Close every open alert whose face says its subject is fixed; answers how many were closed. ``checks``
-    maps alert codes to the check of the face that raises them. Any server may run it at the same time as
+    maps alert codes to the check of the face that raises them. Every server may run it at the same time as
     another: an alert is closed (and ``alert.resolved`` emitted) once."""
     closed = 0
     after: tuple[int, str] | None = None

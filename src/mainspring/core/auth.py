@@ -16,10 +16,11 @@ import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 from mainspring.core import data
 from mainspring.core.errors import Forbidden, NotFound, Unauthenticated
+from mainspring.core.settings import AuthSettings, TokenConfig
 from mainspring.store import Store, format_time
 from mainspring.store.notify import Waiter
 
@@ -75,7 +76,7 @@ def open_without_token(configured: bool, active: bool, ever_stored: bool, open_w
     return not ever_stored or open_when_all_revoked
 
 
-async def server_state(store: Store, auth: Any) -> str:
+async def server_state(store: Store, auth: AuthSettings) -> str:
     """What servers on ``store`` with the ``auth`` settings do now (what the ``token`` commands tell): ``open``
     (serve everyone), ``closed`` (serve valid tokens), or ``locked`` (closed, with no valid token left)."""
     async with store.read() as conn:
@@ -101,7 +102,7 @@ class Authenticator:
     token leaves the server closed unless ``open_when_all_revoked`` says otherwise. Each change between open and
     closed is logged as a warning, on every server, when it notices it."""
 
-    def __init__(self, store: Store, configured: list[Any], cache_ms: int, *, open_when_all_revoked: bool = False) -> None:
+    def __init__(self, store: Store, configured: list[TokenConfig], cache_ms: int, *, open_when_all_revoked: bool = False) -> None:
         self._store = store
         self._configured = {t.token_sha256: Principal(t.name, tuple(t.scopes)) for t in configured}
         self._cache_ms = cache_ms
@@ -202,7 +203,17 @@ async def create_token(store: Store, name: str, scopes: list[str]) -> tuple[str,
     return record.id, token
 
 
-async def list_tokens(store: Store) -> list[dict[str, Any]]:
+class TokenView(TypedDict):
+    """A stored token as ``token list`` shows it (never the token itself)."""
+
+    id: str
+    name: str
+    scopes: list[str]
+    created_at: str | None
+    revoked_at: str | None
+
+
+async def list_tokens(store: Store) -> list[TokenView]:
     async with store.read() as conn:
         tokens = await data.all_tokens(conn)
     return [

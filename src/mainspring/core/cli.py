@@ -15,7 +15,7 @@ import os
 import sys
 import traceback
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import typer
 from rich import box
@@ -26,6 +26,7 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 from mainspring.core.errors import MainspringError
+from mainspring.types import JsonData
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 
@@ -50,22 +51,22 @@ class Debug:
     enabled = False
 
 
-def json_arg(value: str | None, name: str = "value") -> Any:
+def json_arg(value: str | None, name: str = "value") -> JsonData:
     """A JSON option's value (None stays None)."""
     if value is None:
         return None
     try:
-        return json.loads(value)
+        return cast(JsonData, json.loads(value))
     except ValueError as exc:
         raise typer.BadParameter(f"not JSON: {exc}", param_hint=name) from exc
 
 
-def print_json(value: Any) -> None:
+def print_json(value: object) -> None:
     """JSON for scripts, indented, whatever the terminal."""
     typer.echo(json.dumps(value, indent=2, ensure_ascii=False))
 
 
-def print_table(title: str, columns: Sequence[str], rows: Iterable[Mapping[str, Any]], *, ids: Sequence[str] = ("id",)) -> None:
+def print_table(title: str, columns: Sequence[str], rows: Iterable[Mapping[str, object]], *, ids: Sequence[str] = ("id",)) -> None:
     """Rows for people, or for scripts when the output is not a terminal.
 
     On a terminal: one line per row when the table fits its width (times without their milliseconds,
@@ -119,7 +120,7 @@ def _short_time(value: str) -> str:
     return value[:19].replace("T", " ") if len(value) >= 19 and value[10:11] == "T" else value
 
 
-def _cell(value: Any) -> str:
+def _cell(value: object) -> str:
     if value is None:
         return ""
     if isinstance(value, dict | list):

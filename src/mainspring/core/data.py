@@ -7,7 +7,7 @@ cache without rebuilding them; functions answer typed records, never rows.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +26,7 @@ from mainspring.core.tables import (
 from mainspring.store import Store, Transaction
 from mainspring.store import counts as kept_counts
 from mainspring.store.dialect import Executor
+from mainspring.types import JsonInput, JsonObject
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +36,7 @@ class Event:
     type: str
     subject_kind: str
     subject_id: str
-    data: dict[str, Any]
+    data: Mapping[str, JsonInput]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +46,7 @@ class StoredEvent:
     at: int
     subject_kind: str
     subject_id: str
-    data: dict[str, Any]
+    data: JsonObject
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +140,7 @@ async def insert_events_at_commit(tx: Executor, batch: Sequence[tuple[Event, int
     await tx.execute(_INSERT_EVENTS_AT_COMMIT, _event_columns(batch))
 
 
-def _event_columns(batch: Sequence[tuple[Event, int]]) -> dict[str, list[Any]]:
+def _event_columns(batch: Sequence[tuple[Event, int]]) -> dict[str, list[object]]:
     return {
         "types": [e.type for e, _ in batch], "ats": [at for _, at in batch], "kinds": [e.subject_kind for e, _ in batch],
         "subjects": [e.subject_id for e, _ in batch], "data": [json.dumps(e.data) for e, _ in batch],
@@ -366,7 +367,7 @@ DURATION_SAMPLE = 100
 
 
 async def mean_duration_by_bucket(
-    conn: Executor, start: ColumnElement[Any], end: ColumnElement[Any], finished: ColumnElement[bool],
+    conn: Executor, start: ColumnElement[int], end: ColumnElement[int], finished: ColumnElement[bool],
     since: int, until: int, bucket_ms: int, *, postgres: bool = False, sample: int = DURATION_SAMPLE,
 ) -> dict[int, float]:
     """Mean ``end - start`` (ms) of the ``finished`` rows whose ``end`` falls in each ``bucket_ms`` after

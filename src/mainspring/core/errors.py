@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from mainspring.types import JsonInput
 
 
 class MainspringError(Exception):
@@ -12,12 +12,12 @@ class MainspringError(Exception):
     code: str = "bad_request"
     title: str = "Bad request"
 
-    def __init__(self, detail: str | None = None, **extra: Any) -> None:
+    def __init__(self, detail: str | None = None, **extra: JsonInput) -> None:
         super().__init__(detail or self.title)
         self.detail = detail or self.title
         self.extra = extra
 
-    def problem(self) -> dict[str, Any]:
+    def problem(self) -> dict[str, JsonInput]:
         return {
             "type": f"https://mainspring.dev/problems/{self.code}",
             "title": self.title,

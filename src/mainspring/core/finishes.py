@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from mainspring.store import Transaction
+from mainspring.types import JsonData
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +27,7 @@ class Finished:
     queue: str
     state: str
     """completed | failed | cancelled"""
-    result: Any = None
+    result: JsonData = None
     error: str | None = None
 
 

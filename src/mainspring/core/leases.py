@@ -10,7 +10,6 @@ a row already read under its lock.
 from __future__ import annotations
 
 import secrets
-from typing import Any
 
 from sqlalchemy import Column, ColumnElement, String, Table, Update, and_, or_
 
@@ -21,7 +20,7 @@ from mainspring.store.schema import Millis
 TOKEN_LENGTH = 64
 
 
-def lease_columns() -> list[Column[Any]]:
+def lease_columns() -> list[Column[str] | Column[int]]:
     """The two columns a leased table carries."""
     return [Column("lease_token", String(TOKEN_LENGTH), nullable=True), Column("lease_expires_at", Millis, nullable=True)]
 
@@ -43,7 +42,7 @@ def held(table: Table, token: str, now: int | None = None) -> ColumnElement[bool
     return and_(table.c.lease_token == token, table.c.lease_expires_at > now)
 
 
-def free(table: Table, now: Any) -> ColumnElement[bool]:
+def free(table: Table, now: int | ColumnElement[int]) -> ColumnElement[bool]:
     """Nobody holds the row: never leased, released, or the lease expired."""
     return or_(table.c.lease_token.is_(None), table.c.lease_expires_at.is_(None), table.c.lease_expires_at <= now)
 
@@ -58,19 +57,20 @@ def released() -> dict[str, None]:
     return {"lease_token": None, "lease_expires_at": None}
 
 
-def taking(table: Table, where: ColumnElement[bool], token: Any, now: Any, expires_at: Any, **values: Any) -> Update:
+def taking(table: Table, where: ColumnElement[bool], token: str | ColumnElement[str], now: int | ColumnElement[int],
+           expires_at: int | ColumnElement[int], **values: object) -> Update:
     """The UPDATE that leases the free rows matching ``where`` with ``token`` until ``expires_at``: values, or
     bound parameters and expressions, so that a face can build it once and add ``RETURNING``."""
     return table.update().where(where, free(table, now)).values(lease_token=token, lease_expires_at=expires_at, **values)
 
 
-async def take(tx: Executor, table: Table, where: ColumnElement[bool], token: str, now: int, expires_at: int, **values: Any) -> int:
+async def take(tx: Executor, table: Table, where: ColumnElement[bool], token: str, now: int, expires_at: int, **values: object) -> int:
     """Lease the free rows matching ``where`` with ``token`` until ``expires_at``; answers how many it took."""
     return (await tx.execute(taking(table, where, token, now, expires_at, **values))).rowcount or 0
 
 
 async def fenced_update(
-    tx: Executor, table: Table, where: ColumnElement[bool], token: str, now: int | None = None, **values: Any
+    tx: Executor, table: Table, where: ColumnElement[bool], token: str, now: int | None = None, **values: object
 ) -> None:
     """Update the row only while ``token`` holds it; otherwise ``409 lease_lost`` and nothing changes."""
     result = await tx.execute(table.update().where(where, held(table, token, now)).values(**values))

@@ -10,13 +10,16 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Iterator
 from contextvars import ContextVar
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
-_context: ContextVar[dict[str, Any]] = ContextVar("mainspring_log_context", default={})  # noqa: B039 - never mutated
-_request: ContextVar[MutableMapping[str, Any] | None] = ContextVar("mainspring_log_request", default=None)
+if TYPE_CHECKING:
+    from starlette.types import Scope
+
+_context: ContextVar[dict[str, object]] = ContextVar("mainspring_log_context", default={})  # noqa: B039 - never mutated
+_request: ContextVar[Scope | None] = ContextVar("mainspring_log_request", default=None)
 
 PATH_FIELDS = {
     "queue": "queue", "interaction_id": "interaction_id", "ns": "namespace", "id": "machine", "process_id": "process_id",
@@ -25,14 +28,14 @@ PATH_FIELDS = {
 """Route path parameters → the log fields they become (``{id}`` is only a machine's)."""
 
 
-def bind_request(scope: MutableMapping[str, Any], request_id: str) -> None:
+def bind_request(scope: Scope, request_id: str) -> None:
     """Lines logged while this request runs carry its id and, once routed, the ids in its path."""
     _request.set(scope)
     bind(request_id=request_id)
 
 
 @contextlib.contextmanager
-def bound(**ids: Any) -> Iterator[None]:
+def bound(**ids: object) -> Iterator[None]:
     """Log lines written inside carry ``ids`` (those that are not None) as fields."""
     token = _context.set({**_context.get(), **{k: v for k, v in ids.items() if v is not None}})
     try:
@@ -41,22 +44,22 @@ def bound(**ids: Any) -> Iterator[None]:
         _context.reset(token)
 
 
-def bind(**ids: Any) -> None:
+def bind(**ids: object) -> None:
     """Add ``ids`` to the current context until it ends (a request, a task)."""
     _context.set({**_context.get(), **{k: v for k, v in ids.items() if v is not None}})
 
 
-def current() -> dict[str, Any]:
+def current() -> dict[str, object]:
     return _context.get()
 
 
-def set_current(ids: dict[str, Any]) -> None:
+def set_current(ids: dict[str, object]) -> None:
     """Make ``ids`` (a fresh dict, never mutated after) the current context's ids, whatever was bound before: a
     long-lived loop that runs one item after another binds each item's ids so."""
     _context.set(ids)
 
 
-def _request_fields() -> dict[str, Any]:
+def _request_fields() -> dict[str, object]:
     # Read at log time: the router adds path_params to the request's scope after the middleware bound it.
     scope = _request.get()
     params = scope.get("path_params") if scope is not None else None
@@ -87,7 +90,7 @@ def _json_formatter() -> logging.Formatter:
         def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
             return datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
-        def add_fields(self, log_record: dict[str, Any], record: logging.LogRecord, message_dict: dict[str, Any]) -> None:
+        def add_fields(self, log_record: dict[str, object], record: logging.LogRecord, message_dict: dict[str, object]) -> None:
             super().add_fields(log_record, record, message_dict)
             log_record.pop("context", None)
 

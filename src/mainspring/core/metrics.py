@@ -11,11 +11,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from prometheus_client import Gauge
 
 from mainspring.core import data
+
+if TYPE_CHECKING:
+    from mainspring.core.runtime import Context
 
 REFRESH_S = 2.0
 
@@ -26,7 +29,7 @@ OUTBOX_HEAD = Gauge("mainspring_outbox_head_position", "Position of the newest n
 
 OPEN_ALERTS = Gauge("mainspring_alerts_open", "Alerts neither acknowledged nor closed (their subject not fixed yet), by code", ["code"])
 
-GaugeReader = Callable[[Any], Awaitable[None]]
+GaugeReader = Callable[["Context"], Awaitable[None]]
 
 
 def set_all(gauge: Gauge, values: Iterable[tuple[tuple[str, ...], float]]) -> None:
@@ -36,7 +39,7 @@ def set_all(gauge: Gauge, values: Iterable[tuple[tuple[str, ...], float]]) -> No
         gauge.labels(*labels).set(value)
 
 
-async def read_outbox_gauges(ctx: Any) -> None:
+async def read_outbox_gauges(ctx: Context) -> None:
     from mainspring.core.publishers import sinks_from_settings
 
     names = [sink.name for sink in sinks_from_settings(ctx.settings.events)]
@@ -48,7 +51,7 @@ async def read_outbox_gauges(ctx: Any) -> None:
     set_all(PUBLISHER_LAG, (((name,), max(0, head - position)) for name, position in cursors.items()))
 
 
-async def read_alert_gauges(ctx: Any) -> None:
+async def read_alert_gauges(ctx: Context) -> None:
     async with ctx.store.read() as conn:
         counted = await data.count_open_alerts(conn)
     set_all(OPEN_ALERTS, (((code,), n) for code, n in counted.items()))
@@ -62,7 +65,7 @@ class Gauges:
         self._read_at = 0.0
         self._lock = asyncio.Lock()
 
-    async def refresh(self, ctx: Any) -> None:
+    async def refresh(self, ctx: Context) -> None:
         async with self._lock:
             if time.monotonic() - self._read_at < REFRESH_S:
                 return

@@ -13,13 +13,14 @@ Readers follow ``position``, which grows in commit order:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TypedDict
 
 from mainspring.core import data
 from mainspring.core.data import Event, StoredEvent
 from mainspring.core.tables import EVENT_COUNTS_KEPT_MS
 from mainspring.store import Store, Transaction, format_time
+from mainspring.types import JsonInput, JsonObject
 
 EVENTS_CHANNEL = "events"
 SEQUENCER_CHANNEL = EVENTS_CHANNEL
@@ -29,7 +30,7 @@ NUMBERING_LOCK = "mainspring:events-numbering"
 """The advisory lock the position column's default takes before its number (migration core_0006)."""
 
 
-async def emit(tx: Transaction, type: str, subject_kind: str, subject_id: str, data: dict[str, Any] | None = None) -> None:
+async def emit(tx: Transaction, type: str, subject_kind: str, subject_id: str, data: Mapping[str, JsonInput] | None = None) -> None:
     """Write one event in ``tx``; it exists if and only if ``tx`` commits."""
     await emit_many(tx, [Event(type, subject_kind, subject_id, data or {})])
 
@@ -79,7 +80,22 @@ async def count_per_minute(store: Store, since_ms: int) -> dict[tuple[int, str],
         return await data.events_per_minute(conn, since_ms)
 
 
-def event_to_api(event: StoredEvent) -> dict[str, Any]:
+class SubjectView(TypedDict):
+    kind: str
+    id: str
+
+
+class EventView(TypedDict):
+    """An event as the API (and every publisher) shows it."""
+
+    id: str
+    type: str
+    at: str | None
+    subject: SubjectView
+    data: JsonObject
+
+
+def event_to_api(event: StoredEvent) -> EventView:
     return {
         "id": str(event.position),
         "type": event.type,
@@ -91,7 +107,7 @@ def event_to_api(event: StoredEvent) -> dict[str, Any]:
 
 async def read_events(
     store: Store, after: int, limit: int, types: Iterable[str] | None = None
-) -> tuple[list[dict[str, Any]], int]:
+) -> tuple[list[EventView], int]:
     """Events after position ``after``, oldest first, and the cursor to continue from."""
     wanted = [t for t in (types or []) if t]
     exact = [t for t in wanted if not t.endswith("*")]

@@ -16,7 +16,7 @@ import hmac
 import json
 import logging
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import httpx
 
@@ -26,6 +26,11 @@ from mainspring.core.runtime import Context, run_loop
 from mainspring.core.settings import EventsSettings, KafkaSink, NatsSink, WebhookSink
 from mainspring.store import Store
 from mainspring.store.errors import STORE_ERRORS
+
+if TYPE_CHECKING:
+    import nats.aio.client
+    from aiokafka import AIOKafkaProducer
+    from nats.js import JetStreamContext
 
 log = logging.getLogger("mainspring.publishers")
 
@@ -38,7 +43,7 @@ LEASE_MS = 30_000
 class Sink(Protocol):
     name: str
 
-    async def publish(self, events: Sequence[dict[str, Any]]) -> None:
+    async def publish(self, events: Sequence[outbox.EventView]) -> None:
         """Deliver ``events`` in order; return only when the sink has acknowledged every one."""
 
     async def close(self) -> None: ...
@@ -53,7 +58,7 @@ class WebhookPublisher:
         self.name = "webhook:" + hashlib.sha256(config.url.encode()).hexdigest()[:16]
         self._client = client or httpx.AsyncClient(timeout=30)
 
-    async def publish(self, events: Sequence[dict[str, Any]]) -> None:
+    async def publish(self, events: Sequence[outbox.EventView]) -> None:
         body = json.dumps({"events": list(events)}, separators=(",", ":")).encode()
         headers = {"content-type": "application/json"}
         if self.config.secret:
@@ -72,10 +77,10 @@ class NatsPublisher:
     def __init__(self, config: NatsSink) -> None:
         self.config = config
         self.name = f"nats:{config.stream}"
-        self._nc: Any = None
-        self._js: Any = None
+        self._nc: nats.aio.client.Client | None = None
+        self._js: JetStreamContext | None = None
 
-    async def _connect(self) -> Any:
+    async def _connect(self) -> JetStreamContext:
         if self._js is None:
             import nats
             from nats.js.errors import BadRequestError
@@ -88,7 +93,7 @@ class NatsPublisher:
                 pass  # The stream exists with settings an operator chose; publish into it as it is.
         return self._js
 
-    async def publish(self, events: Sequence[dict[str, Any]]) -> None:
+    async def publish(self, events: Sequence[outbox.EventView]) -> None:
         js = await self._connect()
         acks = [
             js.publish(
@@ -117,9 +122,9 @@ class KafkaPublisher:
     def __init__(self, config: KafkaSink) -> None:
         self.config = config
         self.name = f"kafka:{config.topic}"
-        self._producer: Any = None
+        self._producer: AIOKafkaProducer | None = None
 
-    async def _connect(self) -> Any:
+    async def _connect(self) -> AIOKafkaProducer:
         if self._producer is None:
             from aiokafka import AIOKafkaProducer
 
@@ -128,7 +133,7 @@ class KafkaPublisher:
             self._producer = producer
         return self._producer
 
-    async def publish(self, events: Sequence[dict[str, Any]]) -> None:
+    async def publish(self, events: Sequence[outbox.EventView]) -> None:
         producer = await self._connect()
         futures = []
         for event in events:

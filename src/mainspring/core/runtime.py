@@ -50,7 +50,8 @@ class Context:
 
     settings: Any
     store: Store
-    registry: Any = None
+    registry: object = None
+    """The user's ``App`` (defined above the faces; each reads the registrations of its kind)."""
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     extras: dict[str, Any] = field(default_factory=dict)
 
@@ -73,7 +74,7 @@ def log_failure(logger: logging.Logger, exc: BaseException, message: str, *args:
 
 async def retry_while_unavailable(what: str, work: Callable[[], Awaitable[T]], within_ms: int) -> T:
     """Run ``work``, again and again with backoff while the store is unreachable, for up to ``within_ms``
-    (then the last error is raised). Any other error is raised at once."""
+    (then the last error is raised). Every other error is raised at once."""
     # The first try without tenacity: a workflow run writes through here at every record, and building the
     # retrier and its attempt loop cost more than the write's own Python (py-spy, bench.workflows many).
     try:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -146,9 +146,9 @@ class KafkaSecurity(BaseModel):
     sasl_plain_password: str | None = None
     """The SASL password (keep it in ``MAINSPRING_…`` environment variables rather than the file)."""
 
-    def producer_options(self) -> dict[str, Any]:
+    def producer_options(self) -> dict[str, object]:
         """The options of ``AIOKafkaProducer`` these settings make."""
-        options: dict[str, Any] = {"security_protocol": self.security_protocol}
+        options: dict[str, object] = {"security_protocol": self.security_protocol}
         if self.security_protocol in ("SSL", "SASL_SSL"):
             from aiokafka.helpers import create_ssl_context
 

@@ -15,7 +15,11 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
+    from starlette.applications import Starlette
 
 log = logging.getLogger("mainspring.tracing")
 
@@ -61,7 +65,7 @@ def _default_provider() -> None:
     trace.set_tracer_provider(provider)
 
 
-def instrument_app(app: Any) -> None:
+def instrument_app(app: Starlette) -> None:
     """Every request to ``app`` (a Starlette/FastAPI app) becomes a server span."""
     if not _enabled:
         return
@@ -85,7 +89,7 @@ def instrument_engine(sync_engine: Any) -> None:
 
 
 @contextlib.contextmanager
-def span(name: str, *, links_to: str | None = None, **attributes: Any) -> Iterator[None]:
+def span(name: str, *, links_to: str | None = None, **attributes: str | bool | int | float | None) -> Iterator[None]:
     """A span around a background step or a handler run; ``links_to`` is a ``traceparent`` to link it to
     (the request that caused the work). Nothing at all when tracing is off."""
     if not _enabled:
@@ -106,7 +110,7 @@ def span(name: str, *, links_to: str | None = None, **attributes: Any) -> Iterat
 
 
 @contextlib.contextmanager
-def outgoing(method: str, url: str, headers: dict[str, str]) -> Iterator[Any]:
+def outgoing(method: str, url: str, headers: dict[str, str]) -> Iterator[Span | None]:
     """A client span around an outgoing HTTP request not sent through httpx (whose calls the instrumentation
     traces already), with the span's ``traceparent`` put into ``headers``; yields the span, to record the
     answer's status on (None when tracing is off)."""

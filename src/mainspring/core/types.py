@@ -6,7 +6,7 @@ import codecs
 import math
 import re
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -20,6 +20,8 @@ from pydantic import (
 from pydantic.config import JsonDict
 from pydantic.json_schema import JsonSchemaValue
 
+T = TypeVar("T")
+
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 
 # Names in paths and client-chosen ids. Message files are named from them, so the pattern also keeps
@@ -32,7 +34,7 @@ MAX_JSON_CONTAINERS = 50_000
 (events, storing, reading back) pays for each; no real payload needs that many."""
 
 
-def _check_scalar(value: Any) -> None:
+def _check_scalar(value: object) -> None:
     # PostgreSQL cannot store NUL, lone surrogates or NaN in text or jsonb; refusing them here keeps
     # both engines equal and turns what would be a 500 into a 422.
     if isinstance(value, float):
@@ -47,13 +49,13 @@ def _check_scalar(value: Any) -> None:
             raise ValueError("strings must be valid Unicode (no lone surrogates)") from exc
 
 
-def _check_json(value: Any) -> Any:
+def _check_json(value: T) -> T:
     if not isinstance(value, (dict, list)):
         _check_scalar(value)
         return value
     # Each array or object is counted as it is met, so a refusal costs no more than the limit.
     containers = 1
-    pending: list[tuple[Any, int]] = [(value, 0)]
+    pending: list[tuple[dict[object, object] | list[object], int]] = [(value, 0)]
     while pending:
         container, depth = pending.pop()
         for child in (part for pair in container.items() for part in pair) if isinstance(container, dict) else container:

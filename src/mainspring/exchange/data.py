@@ -178,7 +178,7 @@ async def message_by_key(conn: Executor, addressee: str, database: str, message_
     return None if row is None else _message(row)
 
 
-def _insert_values(message: NewMessage) -> dict[str, Any]:
+def _insert_values(message: NewMessage) -> dict[str, object]:
     values = dataclasses.asdict(message)
     if values["origin_process_id"] is None:
         # A message from a sender names no process: the column is left out, as it always was.
@@ -246,7 +246,7 @@ async def get_message(conn: Executor, message_id: str) -> MessageRow | None:
 
 
 async def available_messages(
-    conn: Executor, addressee: str, database: str, limit: int, after: tuple[Any, Any] | None
+    conn: Executor, addressee: str, database: str, limit: int, after: tuple[int, str] | None
 ) -> list[MessageRow]:
     """Up to ``limit`` AVAILABLE messages of the mailbox, oldest first, after ``(created_at, id)``."""
     query = (
@@ -329,7 +329,7 @@ async def list_processes(
     addressee: str | None,
     database: str | None,
     limit: int,
-    after: tuple[Any, Any] | None,
+    after: tuple[int, str] | None,
 ) -> list[ProcessRow]:
     """Up to ``limit`` processes matching the filters given, by start, after ``(started_at, id)``."""
     query = select(P).order_by(P.c.started_at, P.c.id).limit(limit)

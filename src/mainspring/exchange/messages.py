@@ -7,7 +7,7 @@ import hashlib
 import itertools
 import logging
 import secrets
-from typing import Any
+from typing import TypedDict
 
 from mainspring.core import outbox
 from mainspring.core.errors import InvalidRequest
@@ -51,7 +51,34 @@ def disk_of(ctx: Context) -> files.Disk:
     return disk  # type: ignore[no-any-return]
 
 
-def message_to_api(row: MessageRow | NewMessage) -> dict[str, Any]:
+class MessageView(TypedDict):
+    """A message as the API shows it."""
+
+    id: str
+    addressee: str
+    database: str
+    size: int
+    sha256: str
+    content_type: str
+    sender: str | None
+    created_at: str | None
+
+
+class MessagePage(TypedDict):
+    messages: list[MessageView]
+    busy: bool
+    active_process_id: str | None
+    next_cursor: str | None
+
+
+class MailboxView(TypedDict):
+    addressee: str
+    database: str
+    available: int
+    active_process_id: str | None
+
+
+def message_to_api(row: MessageRow | NewMessage) -> MessageView:
     return {
         "id": row.id,
         "addressee": row.addressee,
@@ -90,7 +117,7 @@ async def _by_key(ctx: Context, addressee: str, database: str, key: str) -> Mess
         return await data.message_by_key(conn, addressee, database, key)
 
 
-def _same_or_conflict(existing: MessageRow, digest: str, key: str) -> dict[str, Any]:
+def _same_or_conflict(existing: MessageRow, digest: str, key: str) -> MessageView:
     if existing.sha256 != digest:
         raise MessageIdConflict(f"Message-Id {key!r} is already stored with other bytes", message_id=existing.id)
     return message_to_api(existing)
@@ -115,7 +142,7 @@ async def store_message(
     content_type: str | None,
     message_key: str | None,
     sender: str | None,
-) -> tuple[dict[str, Any], bool]:
+) -> tuple[MessageView, bool]:
     """Store one message; answers (message, created). A repeated Message-Id with the same bytes is the
     same message, with other bytes a conflict."""
     limit = ctx.settings.exchange.max_message_bytes
@@ -173,7 +200,7 @@ async def _insert_stored(tx: Transaction, rows: list[NewMessage]) -> list[None]:
 
 async def list_available(
     ctx: Context, addressee: str, database: str, *, limit: int, cursor: str | None
-) -> dict[str, Any]:
+) -> MessagePage:
     """API_1: the mailbox's available messages, oldest first, and whether a process holds it."""
     after = time_key_cursor(cursor) if cursor else None
     async with ctx.store.read() as conn:
@@ -188,7 +215,7 @@ async def list_available(
     }
 
 
-async def read_message(ctx: Context, addressee: str, database: str, message_id: str) -> tuple[dict[str, Any], bytes]:
+async def read_message(ctx: Context, addressee: str, database: str, message_id: str) -> tuple[MessageView, bytes]:
     """One message's bytes while it can still be processed; committed or unpublished ones are not found."""
     async with ctx.store.read() as conn:
         row = await data.mailbox_message(conn, addressee, database, message_id)
@@ -203,7 +230,24 @@ async def read_message(ctx: Context, addressee: str, database: str, message_id: 
     return message_to_api(row), body
 
 
-async def inspect_message(ctx: Context, message_id: str) -> dict[str, Any] | None:
+class MessageInspected(TypedDict):
+    """A message as the dashboard shows it: in whatever state, with where its file is."""
+
+    id: str
+    addressee: str
+    database: str
+    state: str
+    size: int
+    sha256: str
+    content_type: str
+    sender: str | None
+    path: str | None
+    process_id: str | None
+    created_at: str | None
+    sync_error: str | None
+
+
+async def inspect_message(ctx: Context, message_id: str) -> MessageInspected | None:
     """One message as the dashboard shows it, in whatever state and mailbox (the API shows only readable
     ones, in their mailbox), with where its file is and why its last move failed."""
     async with ctx.store.read() as conn:
@@ -217,7 +261,7 @@ async def inspect_message(ctx: Context, message_id: str) -> dict[str, Any] | Non
     }
 
 
-async def list_mailboxes(ctx: Context) -> list[dict[str, Any]]:
+async def list_mailboxes(ctx: Context) -> list[MailboxView]:
     """Every mailbox with its count of available messages and its active process."""
     async with ctx.store.read() as conn:
         counts = await data.available_by_mailbox(conn)

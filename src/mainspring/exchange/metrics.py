@@ -9,13 +9,16 @@ can make as many mailboxes as there are phones.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from prometheus_client import Gauge
 
 from mainspring.core.metrics import set_all
 from mainspring.exchange import data
 from mainspring.exchange.models import STATES
+
+if TYPE_CHECKING:
+    from mainspring.core.runtime import Context
 
 OTHER_MAILBOXES = "_other"
 
@@ -26,7 +29,7 @@ WAITING = Gauge(
 )
 
 
-async def read_gauges(ctx: Any) -> None:
+async def read_gauges(ctx: Context) -> None:
     async with ctx.store.read() as conn:
         by_state = await data.count_processes_by_state(conn)
         fullest, total = await data.most_waiting_mailboxes(conn, ctx.settings.exchange.metrics_max_mailboxes)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Callable
 
+from mainspring.core.auth import Principal
 from mainspring.core.errors import InvalidRequest, MainspringError
 from mainspring.core.runtime import Context
 from mainspring.core.types import NAME_PATTERN, Name
@@ -45,21 +46,21 @@ RECEIVE = Scope("exchange:receive:{addressee}")
 _HEADER_LIMIT = 400
 
 
-async def _process(ctx: Context, process_id: str) -> dict[str, Any] | None:
+async def _process(ctx: Context, process_id: str) -> service.ProcessView | None:
     try:
         return await service.get_process(ctx, process_id)
     except ProcessNotFound:
         return None
 
 
-def _receiver(process: dict[str, Any]) -> str:
+def _receiver(process: service.ProcessView) -> str:
     return f"exchange:receive:{process['addressee']}"
 
 
-def _process_of(hidden: type[MainspringError], **options: Any) -> Owned[dict[str, Any]]:
+def _process_of(hidden: type[MainspringError], unknown: Callable[[Principal], bool] | None = None) -> Owned[service.ProcessView]:
     """The process's receiver; a process of another receiver is answered as an unknown one is."""
     return Owned("process_id", _process, _receiver, lambda key: hidden(f"no process {key}"),
-                 shown_as="exchange:receive:<the process's addressee>", **options)
+                 shown_as="exchange:receive:<the process's addressee>", unknown=unknown)
 
 
 # Before anything is stored: a token that may not receive the process's messages raises no alert either;

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
-from typing import Any
+from typing import TypedDict
 
 from mainspring.core import outbox
 from mainspring.core.alerts import raise_alert
@@ -39,11 +39,32 @@ from mainspring.exchange.messages import (
 )
 from mainspring.exchange.models import Reply
 from mainspring.store import Transaction, format_time
+from mainspring.types import JsonInput
 
 log = logging.getLogger("mainspring.exchange")
 
 SUBJECT = "exchange.process"
-def process_to_api(row: ProcessRow) -> dict[str, Any]:
+class ProcessView(TypedDict):
+    """An exchange process as the API shows it."""
+
+    id: str
+    addressee: str
+    database: str
+    client_id: str
+    message_ids: list[str]
+    state: str
+    started_at: str | None
+    deadline: str | None
+    updated_at: str | None
+    error: str | None
+
+
+class ProcessPage(TypedDict):
+    processes: list[ProcessView]
+    next_cursor: str | None
+
+
+def process_to_api(row: ProcessRow) -> ProcessView:
     return {
         "id": row.id,
         "addressee": row.addressee,
@@ -58,14 +79,14 @@ def process_to_api(row: ProcessRow) -> dict[str, Any]:
     }
 
 
-async def _event(tx: Transaction, kind: str, row: ProcessRow, **fields: Any) -> None:
+async def _event(tx: Transaction, kind: str, row: ProcessRow, **fields: JsonInput) -> None:
     await outbox.emit(
         tx, f"exchange.process.{kind}", SUBJECT, row.id,
         {"addressee": row.addressee, "database": row.database, "state": fields.pop("state", row.state), **fields},
     )
 
 
-async def get_process(ctx: Context, process_id: str) -> dict[str, Any]:
+async def get_process(ctx: Context, process_id: str) -> ProcessView:
     async with ctx.store.read() as conn:
         row = await data.get_process(conn, process_id)
     if row is None:
@@ -75,7 +96,7 @@ async def get_process(ctx: Context, process_id: str) -> dict[str, Any]:
 
 async def list_processes(
     ctx: Context, *, state: str | None, addressee: str | None, database: str | None, limit: int, cursor: str | None
-) -> dict[str, Any]:
+) -> ProcessPage:
     after = time_key_cursor(cursor) if cursor else None
     async with ctx.store.read() as conn:
         rows = await data.list_processes(
@@ -87,7 +108,7 @@ async def list_processes(
 
 async def start_process(
     ctx: Context, addressee: str, database: str, client_id: str, message_ids: list[str]
-) -> dict[str, Any]:
+) -> ProcessView:
     """API_2: take all of ``message_ids`` for one new process, or none of them."""
     ids = list(dict.fromkeys(message_ids))
     store = ctx.store
@@ -130,7 +151,7 @@ async def start_process(
     return process_to_api(row)
 
 
-async def heartbeat(ctx: Context, process_id: str) -> dict[str, Any]:
+async def heartbeat(ctx: Context, process_id: str) -> ProcessView:
     """Push the deadline of a live process forward; anything else is answered ``cancelled``."""
     settings = ctx.settings.exchange
     async with ctx.store.transaction() as tx:
@@ -149,7 +170,7 @@ async def heartbeat(ctx: Context, process_id: str) -> dict[str, Any]:
     return process_to_api(row)
 
 
-async def ready(ctx: Context, process_id: str, replies: list[Reply]) -> dict[str, Any]:
+async def ready(ctx: Context, process_id: str, replies: list[Reply]) -> ProcessView:
     """API_3: STARTED → READY_TO_COMMIT, storing the replies unpublished. Again OK when already there."""
     store = ctx.store
     async with store.read() as conn:
@@ -224,7 +245,7 @@ async def _alert(tx: Transaction, code: str, process_id: str, detail: str) -> No
 
 async def committed(
     ctx: Context, process_id: str, *, resolving: bool = False
-) -> dict[str, Any]:
+) -> ProcessView:
     """API_4: the client's database committed. READY_TO_COMMIT or IN_DOUBT → CLEANUP (the replies visible in
     the same step) → DONE once its files are deleted (or moved to ``backup/``), and answered then (API.md:
     repeats answer the same). A disk that refuses leaves CLEANUP, retried by the watchdog; a server that dies
@@ -297,7 +318,7 @@ async def _commit(tx: Transaction, row: ProcessRow, backup: bool, resolving: boo
 
 async def commit_failed(
     ctx: Context, process_id: str, error: str | None, *, resolving: bool = False
-) -> dict[str, Any]:
+) -> ProcessView:
     """API_5: the client's database did not commit. → ABORTED, messages available again, replies dropped."""
     outcome: MainspringError | None = None
     async with ctx.store.transaction() as tx:
@@ -339,7 +360,7 @@ async def abort(tx: Transaction, row: ProcessRow, error: str | None, *, resolvin
     return dataclasses.replace(row, state=state, deadline=None, updated_at=now, error=error)
 
 
-async def resolve(ctx: Context, process_id: str, was_committed: bool) -> dict[str, Any]:
+async def resolve(ctx: Context, process_id: str, was_committed: bool) -> ProcessView:
     """The administrator's answer for an IN_DOUBT process, applied as API_4 or API_5 would."""
     if was_committed:
         return await committed(ctx, process_id, resolving=True)
@@ -349,12 +370,12 @@ async def resolve(ctx: Context, process_id: str, was_committed: bool) -> dict[st
 # --- what the dashboard shows beside the API ----------------------------------------------------------
 
 
-async def held_messages(ctx: Context, process_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+async def held_messages(ctx: Context, process_ids: list[str]) -> dict[str, list[dict[str, str | int | None]]]:
     """Process id → the messages it took, oldest first, and where their files are now (an IN_DOUBT
     process's wait in ``unknown/``)."""
     if not process_ids:
         return {}
-    found: dict[str, list[dict[str, Any]]] = {pid: [] for pid in process_ids}
+    found: dict[str, list[dict[str, str | int | None]]] = {pid: [] for pid in process_ids}
     async with ctx.store.read() as conn:
         for row in await data.messages_of_processes(conn, process_ids):
             found[str(row.process_id)].append(
@@ -363,7 +384,7 @@ async def held_messages(ctx: Context, process_ids: list[str]) -> dict[str, list[
     return found
 
 
-async def failing_file_moves(ctx: Context, limit: int = 50) -> list[dict[str, Any]]:
+async def failing_file_moves(ctx: Context, limit: int = 50) -> list[dict[str, str | int | None]]:
     """Message files whose move or delete keeps failing (the watchdog retries them), next retry first."""
     async with ctx.store.read() as conn:
         rows = await data.failing_file_moves(conn, limit)

@@ -1,6 +1,6 @@
 """Background work of the machines face: due timers and pending notifications, taken with leases.
 
-Any server takes due machines: it leases them (``core.leases``: a token and an expiry in the row) so others
+Every server takes due machines: it leases them (``core.leases``: a token and an expiry in the row) so others
 leave them alone while it calls the processor. A server that dies mid-step simply lets the lease expire; the
 next server to look redoes the step. The version guard in ``steps`` makes sure an answer is applied at most
 once. A leased batch comes with its namespaces (PostgreSQL: in the lease's own statement) and is read with one

@@ -19,12 +19,14 @@ import enum
 import functools
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVarTuple
 from urllib.parse import quote, unquote
 
 from sqlalchemy import (
+    ColumnElement,
+    Executable,
     Select,
     and_,
     bindparam,
@@ -56,6 +58,9 @@ from mainspring.store import counts as kept_counts
 from mainspring.store.dialect import Backend, Executor, picked_once
 from mainspring.store.notify import PG_CHANNEL
 from mainspring.store.schema import constant
+from mainspring.types import JsonData, JsonObject
+
+Ts = TypeVarTuple("Ts")
 
 # --- records ----------------------------------------------------------------------------------------------
 
@@ -65,14 +70,14 @@ class NamespaceRow:
     name: str
     processor_url: str | None
     timeout_ms: int
-    retry: dict[str, Any]
-    history: dict[str, Any]
+    retry: JsonObject
+    history: JsonObject
     updated_at: int
     processor_protocol: str | None
     """None: the JSON protocol."""
-    retries: dict[str, Any] | None
+    retries: JsonObject | None
     """Retry policies per kind; None (or a kind absent): the namespace's ``retry``."""
-    modernizer: dict[str, Any] | None
+    modernizer: JsonObject | None
     """Machinegun's event Modernizer (None: none)."""
 
 
@@ -87,7 +92,7 @@ class MachineRow:
     status: str
     version: int
     last_event_id: int
-    aux_state: Any
+    aux_state: JsonData
     timer_at: int | None
     notify_at: int | None
     wake_at: int | None
@@ -95,10 +100,10 @@ class MachineRow:
     retry_since: int | None
     lease_token: str | None
     lease_expires_at: int | None
-    error: dict[str, Any] | None
+    error: JsonObject | None
     created_at: int
     updated_at: int
-    timer_range: dict[str, Any] | None
+    timer_range: JsonObject | None
     """The history the timer's ``timeout`` step is sent (None: the namespace's range)."""
     timer_timeout_ms: int | None
     """How long the timer's ``timeout`` step may take (None: the namespace's timeout)."""
@@ -140,7 +145,7 @@ class HistoryRow:
     machine_uid: int
     event_id: int
     created_at: int
-    data: Any
+    data: JsonData
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,12 +153,12 @@ class NotificationRow:
     seq: int
     id: str
     machine_uid: int
-    args: Any
+    args: JsonData
     created_at: int
     due_at: int
     attempts: int
     first_failed_at: int | None
-    history_range: dict[str, Any] | None
+    history_range: JsonObject | None
     """The history the notification's step is sent (None: the namespace's range)."""
 
 
@@ -164,7 +169,7 @@ class OperationRow:
     key: str
     kind: str
     status_code: int
-    body: Any
+    body: JsonObject
     created_at: int
 
 
@@ -194,11 +199,11 @@ for _record, _table in (
 _MACHINE_WIDTH = len(machines.c)
 
 
-def _machine(row: Any) -> MachineRow:
+def _machine(row: Sequence[Any]) -> MachineRow:
     return MachineRow(*row[:_MACHINE_WIDTH])
 
 
-def _namespace(row: Any) -> NamespaceRow:
+def _namespace(row: Sequence[Any]) -> NamespaceRow:
     return NamespaceRow(*row)
 
 
@@ -212,7 +217,7 @@ async def get_namespace(conn: Executor, name: str) -> NamespaceRow | None:
     return None if row is None else _namespace(row)
 
 
-async def save_namespace(tx: Transaction, name: str, values: dict[str, Any]) -> NamespaceRow:
+async def save_namespace(tx: Transaction, name: str, values: Mapping[str, object]) -> NamespaceRow:
     """Create or replace namespace ``name`` (``values``: every column but the name)."""
     insert = tx.store.dialect.insert(namespaces).values(name=name, **values)
     upsert = insert.on_conflict_do_update(index_elements=[namespaces.c.name], set_=values).returning(*namespaces.c)
@@ -307,11 +312,11 @@ async def lock_machine(tx: Transaction, namespace: str, machine_id: str) -> Mach
 
 
 @functools.cache
-def _for_update_cached(dialect: str, query: Select[Any]) -> Select[Any]:
+def _for_update_cached(dialect: str, query: Select[*Ts]) -> Select[*Ts]:
     return query.with_for_update() if dialect == "postgresql" else query
 
 
-def _for_update(store: Store, query: Select[Any]) -> Select[Any]:
+def _for_update(store: Store, query: Select[*Ts]) -> Select[*Ts]:
     return _for_update_cached(store.dialect.name, query)
 
 
@@ -443,7 +448,7 @@ _RESCHEDULE_NOTIFICATION = (
 _COUNT_PENDING = select(func.count()).select_from(notifications).where(notifications.c.machine_uid == bindparam("uid"))
 
 
-async def insert_notification(tx: Transaction, notification_id: str, uid: int, args: Any, now: int, history_range: dict[str, Any] | None = None) -> None:
+async def insert_notification(tx: Transaction, notification_id: str, uid: int, args: object, now: int, history_range: JsonObject | None = None) -> None:
     """Queue a notification (the machine's row held by ``tx``) and point ``notify_at`` at the queue's head."""
     values = {"id": notification_id, "machine_uid": uid, "args": args, "created_at": now, "due_at": now, "attempts": 0, "history_range": history_range}
     await tx.execute(_INSERT_NOTIFICATION, values)
@@ -540,8 +545,8 @@ _INSERT_HISTORY = history.insert()
 
 
 async def insert_machine(
-    tx: Transaction, namespace: str, machine_id: str, aux_state: Any, timer_at: int | None, last_event_id: int, now: int,
-    timer_range: dict[str, Any] | None = None, timer_timeout_ms: int | None = None, lease: tuple[str, int] | None = None,
+    tx: Transaction, namespace: str, machine_id: str, aux_state: object, timer_at: int | None, last_event_id: int, now: int,
+    timer_range: JsonObject | None = None, timer_timeout_ms: int | None = None, lease: tuple[str, int] | None = None,
 ) -> MachineRow:
     """A new working machine at version 1 (a duplicate (namespace, id) is a unique violation), leased with
     ``lease`` (token, expiry) when given."""
@@ -555,13 +560,13 @@ async def insert_machine(
     return _machine((await tx.execute(_INSERT_MACHINE, values)).one())
 
 
-async def insert_history(tx: Transaction, uid: int, first: int, events: Sequence[Any], now: int) -> None:
+async def insert_history(tx: Transaction, uid: int, first: int, events: Sequence[object], now: int) -> None:
     """Append ``events`` as ids ``first``, ``first+1``… — the (machine, id) key refuses a duplicate."""
     if events:
         await tx.execute(_INSERT_HISTORY, [{"machine_uid": uid, "event_id": first + i, "created_at": now, "data": data} for i, data in enumerate(events)])
 
 
-async def replace_event(tx: Transaction, uid: int, event_id: int, data: Any) -> bool:
+async def replace_event(tx: Transaction, uid: int, event_id: int, data: object) -> bool:
     """Rewrite one event's data in place (Machinegun's Modernizer); False when the event is gone."""
     done = await tx.execute(update(history).where(history.c.machine_uid == uid, history.c.event_id == event_id).values(data=data))
     return bool(done.rowcount)
@@ -584,14 +589,15 @@ class StepWrite:
     uid: int
     version: int
     last_event_id: int
-    aux_state: Any
+    aux_state: object
+    """Written as JSON by the column's type."""
     timer_at: int | None
     retry_attempt: int
     retry_since: int | None
     status: str
-    error: dict[str, Any] | None
+    error: JsonObject | None
     updated_at: int
-    timer_range: dict[str, Any] | None = None
+    timer_range: JsonObject | None = None
     timer_timeout_ms: int | None = None
     lease_token: str | None = None
     """The lease the machine keeps after the step (None: the step ends it). A driven machine (a workflow run)
@@ -627,7 +633,7 @@ _STEP_VALUES = {
     "timer_timeout_ms": _typed("b_timer_timeout_ms"),
 }
 _APPLY_STEP = machines.update().where(machines.c.uid == bindparam("b_uid"), machines.c.version == bindparam("b_version")).values(**_STEP_VALUES)
-def _step_params(step: StepWrite) -> dict[str, Any]:
+def _step_params(step: StepWrite) -> dict[str, object]:
     return {
         "b_uid": step.uid, "b_version": step.version, "b_last_event_id": step.last_event_id, "b_aux_state": step.aux_state,
         "b_timer_at": step.timer_at, "b_retry_attempt": step.retry_attempt, "b_retry_since": step.retry_since,
@@ -644,7 +650,7 @@ class StepRows:
 
     machine: MachineRow
     step: StepWrite
-    events: Sequence[Any]
+    events: Sequence[JsonData]
     operation: OperationRow | None = None
 
 
@@ -710,7 +716,7 @@ _STEPS_SKIPPING = _steps_cte(" SKIP LOCKED", alone=False)
 _STEPS_SKIPPING_ALONE = _steps_cte(" SKIP LOCKED", alone=True)
 
 
-def _json(value: Any) -> str | None:
+def _json(value: object) -> str | None:
     return None if value is None else json.dumps(value)
 
 
@@ -726,7 +732,7 @@ async def write_steps_with_events(
     for i, rows in enumerate(steps):
         first_of.setdefault(rows.step.uid, i)
     sent = sorted(first_of.values())
-    params: dict[str, list[Any]] = {name: [] for name, _ in (*_STEPS_UNNEST, *_EVENTS_UNNEST)}
+    params: dict[str, list[object]] = {name: [] for name, _ in (*_STEPS_UNNEST, *_EVENTS_UNNEST)}
     any_events = False
     for i in sent:
         rows, step = steps[i], steps[i].step
@@ -781,7 +787,7 @@ _REPAIRED = (
 )
 
 
-async def fail_machine(tx: Transaction, machine: MachineRow, error: dict[str, Any], now: int) -> bool:
+async def fail_machine(tx: Transaction, machine: MachineRow, error: JsonObject, now: int) -> bool:
     """Turn the machine ``failed`` while it is still at the version read; False if it moved on."""
     result = await tx.execute(_FAIL, {"b_uid": machine.uid, "b_version": machine.version, "b_error": error, "b_now": now})
     return bool(result.rowcount)
@@ -838,11 +844,11 @@ async def lease_due(tx: Transaction, now: int, due_by: int, limit: int, token: s
     return LeasedBatch(leased, stored)
 
 
-_LEASE_DUE: dict[tuple[str, bool], Any] = {}
+_LEASE_DUE: dict[tuple[str, bool], Executable] = {}
 _NAMESPACES_NAMED = select(namespaces).where(namespaces.c.name.in_(bindparam("names", expanding=True)))
 
 
-def _lease_due(dialect: Backend, *, with_namespaces: bool, only: bool = False) -> Any:
+def _lease_due(dialect: Backend, *, with_namespaces: bool, only: bool = False) -> Executable:
     base = bindparam("expires_base", type_=machines.c.timer_at.type)  # bigint, not int32
     timeout_ms = select(namespaces.c.timeout_ms).where(namespaces.c.name == machines.c.namespace).scalar_subquery()
     expires = base + func.coalesce(timeout_ms, DEFAULT_TIMEOUT_MS)
@@ -965,7 +971,7 @@ async def machines_by_uid(conn: Executor, uids: Sequence[int]) -> list[MachineRo
     return [_machine(r) for r in (await conn.execute(select(machines).where(machines.c.uid.in_(sorted(set(uids)))))).all()]
 
 
-def _aux(key: str) -> Any:
+def _aux(key: str) -> ColumnElement[str]:
     return machines.c.aux_state[key].as_string()
 
 
@@ -986,7 +992,7 @@ async def count_by_aux(conn: Executor, namespace: str, key: str) -> dict[str | N
     return {r[0]: int(r[1]) for r in rows}
 
 
-async def first_events(conn: Executor, uids: Sequence[int]) -> dict[int, Any]:
+async def first_events(conn: Executor, uids: Sequence[int]) -> dict[int, JsonData]:
     """The data of each machine's first history event."""
     if not uids:
         return {}

@@ -13,7 +13,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from mainspring.core import outbox
 from mainspring.core.alerts import raise_alert
@@ -31,6 +30,7 @@ from mainspring.machines.steps import (
     write_steps,
 )
 from mainspring.store import Store, Transaction
+from mainspring.types import JsonData, JsonObject
 
 __all__ = [
     "CHANNEL", "SUBJECT", "Applied", "Change", "HistoryRow", "MachineRow", "NotificationRow", "apply", "create", "extend_leases",
@@ -42,13 +42,13 @@ __all__ = [
 class Change:
     """One step of a driven machine, from the version ``machine`` was read at."""
 
-    events: Sequence[Any]
-    aux_state: Any
+    events: Sequence[JsonData]
+    aux_state: JsonData
     timer_at: int | None
     lease: tuple[str, int] | None
     """(token, expiry) the machine keeps after the step; None ends the lease."""
     status: str = "working"
-    error: dict[str, Any] | None = None
+    error: JsonObject | None = None
     delivered: Sequence[int] = ()
     """Notifications (seqs) this step delivered: deleted with it."""
     then: Callable[[Transaction], Awaitable[None]] | None = None
@@ -98,7 +98,7 @@ async def apply(store: Store, machine: MachineRow, change: Change) -> tuple[Appl
     return outcome, (advanced(machine, change, now) if outcome is Applied.APPLIED else machine)
 
 
-async def create(tx: Transaction, namespace: str, machine_id: str, events: Sequence[Any], aux_state: Any, timer_at: int | None,
+async def create(tx: Transaction, namespace: str, machine_id: str, events: Sequence[JsonData], aux_state: JsonData, timer_at: int | None,
                  lease: tuple[str, int] | None) -> MachineRow:
     """A new driven machine with its first events (a taken id is a unique violation)."""
     now = tx.store.now_ms()
@@ -133,8 +133,8 @@ async def lock(tx: Transaction, namespace: str, machine_id: str) -> MachineRow |
     return await data.lock_machine(tx, namespace, machine_id)
 
 
-async def append(tx: Transaction, machine: MachineRow, events: Sequence[Any], aux_state: Any, *, timer_at: int | None, status: str = "working",
-                 error: dict[str, Any] | None = None) -> MachineRow:
+async def append(tx: Transaction, machine: MachineRow, events: Sequence[JsonData], aux_state: JsonData, *, timer_at: int | None, status: str = "working",
+                 error: JsonObject | None = None) -> MachineRow:
     """A step written by someone other than the machine's driver (a cancel or retry request), on a machine whose
     row ``tx`` holds: its events appended, its lease left to whoever holds it (the driver finds the new version
     at its next step and reads what was appended)."""
@@ -150,7 +150,7 @@ async def append(tx: Transaction, machine: MachineRow, events: Sequence[Any], au
     return advanced(machine, change, now)
 
 
-async def notify_in(tx: Transaction, machine: MachineRow, args: Any) -> None:
+async def notify_in(tx: Transaction, machine: MachineRow, args: JsonData) -> None:
     """Queue a notification for a machine whose row ``tx`` holds; delivered to its driver in order."""
     await data.insert_notification(tx, uuid.uuid4().hex, machine.uid, args, tx.store.now_ms())
     tx.notify(CHANNEL)

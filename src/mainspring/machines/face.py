@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Protocol
 
 from mainspring.core.runtime import Context
 from mainspring.face import Face
@@ -13,13 +13,21 @@ from mainspring.machines.cli import cli
 from mainspring.machines.namespaces import close_processors, save_namespace
 from mainspring.machines.routes import routes
 from mainspring.machines.service import fixed_alerts
+from mainspring.machines.settings import MachinesSettings
 from mainspring.machines.tables import machine_counts
 from mainspring.web.routing import Routes
 
 log = logging.getLogger("mainspring.machines")
 
 
-def machinegun_routes(settings: Any) -> list[Routes]:
+class WithMachines(Protocol):
+    """The server's settings, as far as this face reads them (they are defined above the faces)."""
+
+    @property
+    def machines(self) -> MachinesSettings: ...
+
+
+def machinegun_routes(settings: WithMachines) -> list[Routes]:
     """The Machinegun Automaton operation, when the ``machinegun`` extra (thriftpy2) is installed."""
     try:
         from mainspring.machines.machinegun.automaton import automaton_routes
@@ -57,7 +65,7 @@ async def run_machinegun_listener(ctx: Context) -> None:
     await run_listener(ctx)
 
 
-def machinegun_publishers(settings: Any) -> list[str]:
+def machinegun_publishers(settings: WithMachines) -> list[str]:
     """The cursor names of the Machinegun-format sinks (``ThriftKafkaSink.name``), kept by retention."""
     return [f"machinegun-kafka:{sink.topic}" for sink in settings.machines.machinegun.sinks]
 

@@ -18,7 +18,6 @@ error (answered as ``422 {"code": "unprocessable"}``); any other exception is an
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
@@ -30,7 +29,7 @@ from mainspring.machines.processor import KINDS, LocalProcessor, Unprocessable
 log = logging.getLogger("mainspring.machines.host")
 
 
-def processor_app(target: Any, path: str = "/") -> Starlette:
+def processor_app(target: object, path: str = "/") -> Starlette:
     """An ASGI app answering the processor protocol with ``target`` (a processor class, object or function)."""
     local = LocalProcessor(target)
 
@@ -57,7 +56,7 @@ def processor_app(target: Any, path: str = "/") -> Starlette:
     return Starlette(routes=[Route(path, process, methods=["POST"])])
 
 
-def serve_processor(target: Any, host: str = "127.0.0.1", port: int = 9000, path: str = "/") -> None:
+def serve_processor(target: object, host: str = "127.0.0.1", port: int = 9000, path: str = "/") -> None:
     """Run ``target`` as an HTTP processor (blocks; uvicorn)."""
     import uvicorn
 

@@ -4,12 +4,16 @@ step kind or error code, a handful of values each), never machine ids."""
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Gauge, Histogram
 
 from mainspring.core.metrics import set_all
 from mainspring.machines import data
+
+if TYPE_CHECKING:
+    from mainspring.core.runtime import Context
+    from mainspring.store import Transaction
 
 MACHINES = Gauge("mainspring_machines", "Machines by namespace and status (working, failed)", ["namespace", "status"])
 DUE_TIMERS = Gauge("mainspring_machines_due_timers", "Working machines whose timer is due but has not fired yet", ["namespace"])
@@ -30,7 +34,7 @@ TIMER_LATENESS = Histogram(
 )
 
 
-async def read_gauges(ctx: Any) -> None:
+async def read_gauges(ctx: Context) -> None:
     now = ctx.store.now_ms()
     async with ctx.store.read() as conn:
         counted = await data.count_by_namespace_and_status(conn)
@@ -56,7 +60,7 @@ def timer_fired(namespace: str, late_ms: int) -> None:
     _lateness(namespace).observe(max(0, late_ms) / 1000)
 
 
-def count_step(tx: Any, namespace: str, kind: str) -> None:
+def count_step(tx: Transaction, namespace: str, kind: str) -> None:
     """Count an applied step once its transaction commits (a rolled-back step did not happen)."""
     tx.after_commit(lambda: step_applied(namespace, kind))
 

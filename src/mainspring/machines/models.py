@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
@@ -79,7 +79,7 @@ class RepairIn(BaseModel):
 class HistoryEvent(BaseModel):
     id: int
     created_at: str
-    data: Any
+    data: object
 
 
 class FailureEntry(BaseModel):
@@ -98,9 +98,9 @@ class MachineSummary(BaseModel):
     status: Literal["working", "failed", "removed"]
     version: int | None = None
     last_event_id: int | None = None
-    aux_state: Any = None
+    aux_state: object = None
     timer: str | None = None
-    error: Any = None
+    error: object = None
     created_at: str | None = None
     updated_at: str | None = None
 
@@ -117,7 +117,7 @@ class MachineList(BaseModel):
 
 
 class CallOut(BaseModel):
-    response: Any
+    response: object
 
 
 class NotifyOut(BaseModel):
@@ -128,7 +128,7 @@ class Operation(BaseModel):
     key: str
     kind: str
     status: int
-    response: Any
+    response: object
     created_at: str
 
 

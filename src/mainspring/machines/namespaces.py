@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from mainspring.core.runtime import Context
 from mainspring.machines import data
@@ -40,7 +39,7 @@ class Namespace:
     def retry(self) -> RetryPolicy:
         return self.config.retry
 
-    def to_api(self, ctx: Context) -> dict[str, Any]:
+    def to_api(self, ctx: Context) -> dict[str, object]:
         return {
             "name": self.name,
             **self.config.model_dump(),
@@ -49,13 +48,13 @@ class Namespace:
         }
 
 
-def local_target(ctx: Context, name: str) -> Any:
+def local_target(ctx: Context, name: str) -> object:
     registry = ctx.registry
     registration = getattr(registry, "processors", {}).get(name) if registry is not None else None
     return registration.target if registration is not None else None
 
 
-_PARSED: dict[tuple[Any, ...], Namespace] = {}
+_PARSED: dict[tuple[object, ...], Namespace] = {}
 """Namespaces as parsed from their rows: a step reads the row every time (a PUT applies at once on every
 server), but validating it into settings models costs more than the read, so a row seen before is not
 parsed again."""

@@ -18,31 +18,39 @@ spent about 2 ms each (their pool re-scans every connection per request, and sni
 from __future__ import annotations
 
 import asyncio
+import enum
 import functools
 import inspect
 import json
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypedDict, cast, runtime_checkable
 
 from mainspring.core import tracing
 from mainspring.machines.settings import HistoryRange
 from mainspring.store import parse_time
+from mainspring.types import JsonData
 
 if TYPE_CHECKING:
     import aiohttp
 
+    from mainspring.core.runtime import Context
+    from mainspring.machines.data import MachineRow
+
 KINDS = ("init", "call", "timeout", "notification", "repair")
 
 
-class _Unset:
+class _Unset(enum.Enum):
+    # An enum of one member, so that ``x is UNSET`` narrows ``x``'s type.
+    UNSET = "UNSET"
+
     def __repr__(self) -> str:
         return "UNSET"
 
 
-UNSET: Any = _Unset()
+UNSET: Final = _Unset.UNSET
 """A field the processor left out: aux state or timer unchanged."""
 
 
@@ -57,7 +65,7 @@ class ProcessorError(Exception):
     detail: str
     permanent: bool = False
     timeout: bool = False
-    refusal: Any = UNSET
+    refusal: JsonData | Literal[_Unset.UNSET] = UNSET
     """What a processor said when it refused a repair on purpose (Machinegun's ``RepairFailed.reason``)."""
 
     def __str__(self) -> str:
@@ -74,12 +82,12 @@ class ProcessorError(Exception):
 class Answer:
     """One processor answer, validated."""
 
-    events: list[Any] = field(default_factory=list)
-    aux_state: Any = UNSET
-    timer_at: Any = UNSET
+    events: list[JsonData] = field(default_factory=list)
+    aux_state: JsonData | Literal[_Unset.UNSET] = UNSET
+    timer_at: int | Literal[_Unset.UNSET] | None = UNSET
     """UNSET: unchanged; None: unset; int: epoch ms."""
     remove: bool = False
-    response: Any = None
+    response: JsonData = None
     timer_range: HistoryRange | None = None
     """The history the new timer's ``timeout`` step is sent (None: the namespace's range)."""
     timer_timeout_ms: int | None = None
@@ -115,14 +123,32 @@ class Driver(Protocol):
     (``machine.lease_token``) instead of being sent a ``timeout`` or ``notification``. ``drive`` answers at once;
     the driver reads what it needs, applies its own version-fenced steps, and ends or keeps the lease."""
 
-    async def drive(self, ctx: Any, machine: Any) -> None: ...
+    async def drive(self, ctx: Context, machine: MachineRow) -> None: ...
+
+
+class HistoryEvent(TypedDict):
+    """One event of a machine's history, as the API and the processors see it."""
+
+    id: int
+    created_at: str | None
+    data: JsonData
+
+
+class ProcessorView(TypedDict):
+    """The machine as a processor is sent it."""
+
+    namespace: str
+    id: str
+    status: str
+    history: list[HistoryEvent]
+    aux_state: JsonData
 
 
 class Processor(Protocol):
-    async def process(self, kind: str, args: Any, machine: dict[str, Any], timeout_ms: int, now_ms: int, *, step: Step | None = None) -> Answer: ...
+    async def process(self, kind: str, args: JsonData, machine: ProcessorView, timeout_ms: int, now_ms: int, *, step: Step | None = None) -> Answer: ...
 
 
-def parse_answer(body: Any, now_ms: int) -> Answer:
+def parse_answer(body: object, now_ms: int) -> Answer:
     """A processor's JSON answer → Answer; a malformed one is a permanent error (a bug in the processor)."""
     if body is None:
         return Answer()
@@ -158,7 +184,7 @@ def parse_answer(body: Any, now_ms: int) -> Answer:
     return answer
 
 
-def request_body(kind: str, args: Any, machine: dict[str, Any]) -> dict[str, Any]:
+def request_body(kind: str, args: JsonData, machine: ProcessorView) -> dict[str, object]:
     return {"kind": kind, "args": args, "machine": machine}
 
 
@@ -175,9 +201,9 @@ class Reply:
     def text(self) -> str:
         return self.content.decode("utf-8", "replace")
 
-    def json(self) -> Any:
+    def json(self) -> JsonData:
         """The body as JSON; ValueError when it is not."""
-        return json.loads(self.content)
+        return json.loads(self.content)  # type: ignore[no-any-return]
 
 
 class HttpTransport:
@@ -251,7 +277,7 @@ class HttpProcessor:
         self.url = url
         self.transport = transport
 
-    async def process(self, kind: str, args: Any, machine: dict[str, Any], timeout_ms: int, now_ms: int, *, step: Step | None = None) -> Answer:
+    async def process(self, kind: str, args: JsonData, machine: ProcessorView, timeout_ms: int, now_ms: int, *, step: Step | None = None) -> Answer:
         body = json.dumps(request_body(kind, args, machine), ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
         reply = await self.transport.post(self.url, body, JSON_HEADERS, timeout_ms)
         if reply.status_code == 422 and _problem_code(reply) == "unprocessable":
@@ -266,7 +292,7 @@ class HttpProcessor:
         return parse_answer(answer, now_ms)
 
 
-def _problem_code(reply: Reply) -> str | None:
+def _problem_code(reply: Reply) -> JsonData:
     try:
         body = reply.json()
     except ValueError:
@@ -287,7 +313,7 @@ def _detail(reply: Reply) -> str:
 class LocalProcessor:
     """A Python processor in this process: an object with per-kind methods or one function."""
 
-    def __init__(self, target: Any) -> None:
+    def __init__(self, target: object) -> None:
         if inspect.isclass(target):
             target = target()
         self.target = target
@@ -297,16 +323,18 @@ class LocalProcessor:
         # Asked once, not on every step (inspect's check is a few attribute reads and a flag test each time).
         self.awaited = {kind: _is_async(self.methods.get(kind, target)) for kind in KINDS}
 
-    async def invoke(self, kind: str, args: Any, machine: dict[str, Any]) -> Any:
+    async def invoke(self, kind: str, args: JsonData, machine: ProcessorView) -> object:
         """Run the user's code for ``kind``; what it returns or raises, unchanged."""
         if self.methods:
             method = self.methods.get(kind)
             if method is None:
                 return None  # A kind the processor does not handle: no change.
             return await (method(args, machine) if self.awaited[kind] else _run_sync(method, args, machine))
-        return await (self.target(kind, args, machine) if self.awaited[kind] else _run_sync(self.target, kind, args, machine))
+        # Callable (checked when made), async or not (``awaited``): what it returns is the user's.
+        function = cast(Callable[..., Any], self.target)
+        return await (function(kind, args, machine) if self.awaited[kind] else _run_sync(function, kind, args, machine))
 
-    async def process(self, kind: str, args: Any, machine: dict[str, Any], timeout_ms: int, now_ms: int, *, step: Step | None = None) -> Answer:
+    async def process(self, kind: str, args: JsonData, machine: ProcessorView, timeout_ms: int, now_ms: int, *, step: Step | None = None) -> Answer:
         try:
             # A deadline on this task, not wait_for's: that starts another task for every step.
             async with asyncio.timeout(timeout_ms / 1000):
@@ -322,12 +350,12 @@ class LocalProcessor:
         return parse_answer(body, now_ms)
 
 
-def _is_async(function: Any) -> bool:
+def _is_async(function: object) -> bool:
     """An ``async def`` function or method, or an object whose ``__call__`` is one."""
     return inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(type(function).__call__)
 
 
-async def _run_sync(function: Any, *args: Any) -> Any:
+async def _run_sync(function: Callable[..., object], *args: object) -> object:
     """A plain function, in a thread (it may block); an awaitable it returns is awaited here."""
     result = await asyncio.to_thread(functools.partial(function, *args))
     if inspect.isawaitable(result):

@@ -17,7 +17,7 @@ import uuid
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypedDict, TypeVar, cast
 
 from mainspring.core import outbox
 from mainspring.core.data import Alert
@@ -52,6 +52,8 @@ from mainspring.machines.settings import STORAGE_RETRY, HistoryRange, RetryPolic
 from mainspring.machines.steps import (
     CHANNEL,
     SUBJECT,
+    HistoryEvent,
+    ProcessorView,
     applied_once,
     event_of_each,
     fail_machine,
@@ -67,6 +69,7 @@ from mainspring.machines.steps import (
 from mainspring.store import Transaction, format_time
 from mainspring.store.dialect import Executor
 from mainspring.store.errors import is_unavailable
+from mainspring.types import JsonData, JsonObject
 
 log = logging.getLogger("mainspring.machines")
 
@@ -76,7 +79,62 @@ class Reply:
     """An HTTP answer a repeat with the same Idempotency-Key gets back unchanged."""
 
     status: int
-    body: Any
+    body: JsonObject
+
+
+class FailureView(TypedDict):
+    at: str | None
+    kind: str
+    code: str
+    detail: str
+    permanent: bool
+    attempt: int
+    outcome: str
+
+
+class MachineSummary(TypedDict):
+    namespace: str
+    id: str
+    status: str
+    version: int
+    last_event_id: int
+    aux_state: JsonData
+    timer: str | None
+    error: JsonObject | None
+    created_at: str | None
+    updated_at: str | None
+
+
+class MachineView(MachineSummary):
+    """A machine as Get shows it."""
+
+    history: list[HistoryEvent]
+    pending_notifications: int
+    failures: list[FailureView]
+
+
+class MachineListed(TypedDict):
+    namespace: str
+    id: str
+    status: str
+    timer: str | None
+    updated_at: str | None
+
+
+class NotificationView(TypedDict):
+    id: str
+    args: JsonData
+    created_at: str | None
+    due_at: str | None
+    attempts: int
+
+
+class OperationView(TypedDict):
+    key: str
+    kind: str
+    status: int
+    response: JsonObject
+    created_at: str | None
 
 
 LOCKS = "machines:locks"
@@ -120,13 +178,13 @@ async def _replay(ctx: Context, namespace: str, machine_id: str, key: str | None
     return Reply(found.status_code, found.body)
 
 
-async def _save_operation(tx: Transaction, namespace: str, machine_id: str, key: str | None, kind: str, status: int, body: Any) -> None:
+async def _save_operation(tx: Transaction, namespace: str, machine_id: str, key: str | None, kind: str, status: int, body: JsonObject) -> None:
     """Remember an idempotent operation's answer; a second insert of the key fails the whole step."""
     if key is not None:
         await data.insert_operation(tx, OperationRow(namespace, machine_id, key, kind, status, body, tx.store.now_ms()))
 
 
-async def _history(conn: Executor, machine: MachineRow, rng: HistoryRange) -> list[dict[str, Any]]:
+async def _history(conn: Executor, machine: MachineRow, rng: HistoryRange) -> list[HistoryEvent]:
     events = await data.read_history(conn, machine, rng.after, rng.limit, rng.direction == "backward")
     return history_to_api(events)
 
@@ -185,7 +243,7 @@ async def _load_all(ctx: Context, conn: Executor, wanted: list[_Wanted]) -> list
     return answers
 
 
-async def _process(ctx: Context, ns: Namespace, kind: str, args: Any, view: dict[str, Any], timeout_ms: int | None = None, step: Step | None = None) -> Answer:
+async def _process(ctx: Context, ns: Namespace, kind: str, args: JsonData, view: ProcessorView, timeout_ms: int | None = None, step: Step | None = None) -> Answer:
     """Ask the processor; a transient failure is retried here only by the namespace's ``retries.processor``
     policy (Machinegun's processor policy), never past the call's timeout. Without one it is answered at once."""
     processor = processor_for(ctx, ns)
@@ -269,7 +327,7 @@ def storage_retries(ctx: Context, namespace: str, origin: Origin | None) -> Stor
 
 
 async def _written_by(ctx: Context, retries: StorageRetries, namespace: str, machine_id: str, before: MachineRow | None, answer: Answer,
-                      updated_at: int | None = None) -> dict[str, Any] | None:
+                      updated_at: int | None = None) -> JsonObject | None:
     """The machine as Get shows it when its newest step is ``answer`` applied to ``before`` (None: the
     ``init`` that created it), written at ``updated_at`` when given; None otherwise. A commit whose answer
     was lost with the store is recognised by this on the retry, and answered as done."""
@@ -283,13 +341,13 @@ async def _written_by(ctx: Context, retries: StorageRetries, namespace: str, mac
     if (machine["version"] != version + 1 or [e["data"] for e in machine["history"]] != answer.events or machine["aux_state"] != aux_state
             or (updated_at is not None and machine["updated_at"] != format_time(updated_at))):
         return None
-    return machine
+    return cast(JsonObject, machine)  # a JSON object, which mypy sees in no TypedDict
 
 
 # --- Start --------------------------------------------------------------------------------------------------
 
 
-async def start_machine(ctx: Context, namespace: str, machine_id: str, args: Any, key: str | None = None, origin: Origin | None = None) -> Reply:
+async def start_machine(ctx: Context, namespace: str, machine_id: str, args: JsonData, key: str | None = None, origin: Origin | None = None) -> Reply:
     """Create a machine with the processor's ``init`` answer; nothing is created when the processor fails
     (or ``origin``'s deadline passes first)."""
     replay = await _replay(ctx, namespace, machine_id, key, "start")
@@ -305,7 +363,7 @@ async def start_machine(ctx: Context, namespace: str, machine_id: str, args: Any
     ns = namespace_of(ctx, namespace, stored)
     if taken:
         raise MachineAlreadyExists(f"machine {machine_id!r} already exists in namespace {namespace!r}")
-    view = {"namespace": namespace, "id": machine_id, "status": "working", "history": [], "aux_state": None}
+    view: ProcessorView = {"namespace": namespace, "id": machine_id, "status": "working", "history": [], "aux_state": None}
     try:
         answer = await _process(ctx, ns, "init", args, view, step=Step(ns.config.history, origin=origin))
     except ProcessorError as error:
@@ -329,7 +387,7 @@ async def start_machine(ctx: Context, namespace: str, machine_id: str, args: Any
     return Reply(201, body)
 
 
-async def _create(tx: Transaction, namespace: str, machine_id: str, answer: Answer, key: str | None) -> dict[str, Any]:
+async def _create(tx: Transaction, namespace: str, machine_id: str, answer: Answer, key: str | None) -> JsonObject:
     """Write a new machine from its ``init`` answer (a group commit's work)."""
     now = tx.store.now_ms()
     timer_at = answer.timer_at if isinstance(answer.timer_at, int) else None
@@ -350,20 +408,21 @@ async def _create(tx: Transaction, namespace: str, machine_id: str, answer: Answ
     return body
 
 
-def _created_body(machine: MachineRow, answer: Answer, now: int) -> dict[str, Any]:
+def _created_body(machine: MachineRow, answer: Answer, now: int) -> JsonObject:
     """The new machine as Get would show it, built from what the step just wrote (no re-read)."""
     if answer.remove:
         return _removed_body(machine.namespace, machine.id)
     created = format_time(now)
-    return {
+    view: MachineView = {
         **summary(machine),
         "history": [{"id": i, "created_at": created, "data": event} for i, event in enumerate(answer.events, start=1)],
         "pending_notifications": 0,
         "failures": [],
     }
+    return cast(JsonObject, view)  # a JSON object, which mypy sees in no TypedDict
 
 
-def _removed_body(namespace: str, machine_id: str) -> dict[str, Any]:
+def _removed_body(namespace: str, machine_id: str) -> JsonObject:
     return {"namespace": namespace, "id": machine_id, "status": "removed", "history": [], "aux_state": None, "timer": None, "error": None}
 
 
@@ -371,7 +430,7 @@ def _removed_body(namespace: str, machine_id: str) -> dict[str, Any]:
 
 
 async def call_machine(
-    ctx: Context, namespace: str, machine_id: str, args: Any, key: str | None = None, timeout_ms: int | None = None, rng: HistoryRange | None = None,
+    ctx: Context, namespace: str, machine_id: str, args: JsonData, key: str | None = None, timeout_ms: int | None = None, rng: HistoryRange | None = None,
     origin: Origin | None = None,
 ) -> Reply:
     """Run a ``call`` step and answer the processor's response; ``rng``: the history the processor is sent
@@ -380,7 +439,7 @@ async def call_machine(
 
 
 async def repair_machine(
-    ctx: Context, namespace: str, machine_id: str, args: Any, key: str | None = None, simple: bool = False, rng: HistoryRange | None = None,
+    ctx: Context, namespace: str, machine_id: str, args: JsonData, key: str | None = None, simple: bool = False, rng: HistoryRange | None = None,
     origin: Origin | None = None,
 ) -> Reply:
     """Bring a failed machine back to ``working``: through the processor's ``repair``, or at once when simple."""
@@ -390,7 +449,7 @@ async def repair_machine(
     if replay is not None:
         return replay
     retries = storage_retries(ctx, namespace, origin)
-    body = {"response": None}
+    body: JsonObject = {"response": None}
     async with machine_lock(ctx, namespace, machine_id):
         _ns, machine, _ = await retries.run(ctx, functools.partial(_load, ctx, namespace, machine_id, HistoryRange(limit=1)))
         if machine.status != "failed":
@@ -417,7 +476,7 @@ async def repair_machine(
     return Reply(200, body)
 
 
-async def _step(ctx: Context, namespace: str, machine_id: str, kind: str, args: Any, key: str | None, timeout_ms: int | None, rng: HistoryRange | None = None,
+async def _step(ctx: Context, namespace: str, machine_id: str, kind: str, args: JsonData, key: str | None, timeout_ms: int | None, rng: HistoryRange | None = None,
                 origin: Origin | None = None) -> Reply:
     replay = await _replay(ctx, namespace, machine_id, key, kind)
     if replay is not None:
@@ -439,7 +498,7 @@ async def _step(ctx: Context, namespace: str, machine_id: str, kind: str, args: 
                 if not await retries.run(ctx, functools.partial(_record_failure, ctx, machine, kind, error, key)):
                     continue
                 raise _processor_error(error) from error  # the cause tells the Machinegun face whether it was permanent
-            body = {"response": answer.response}
+            body: JsonObject = {"response": answer.response}
             operation = None if key is None else OperationRow(namespace, machine_id, key, kind, 200, body, ctx.now_ms())
             now = ctx.now_ms()
             step = pending_step(machine, answer, now, repaired=kind == "repair", operation=operation)
@@ -469,7 +528,7 @@ async def _record_failure(ctx: Context, machine: MachineRow, kind: str, error: P
             if not await fail_machine(tx, machine, kind, error, attempt=1):
                 return False
             problem = _processor_error(error)
-            await _save_operation(tx, machine.namespace, machine.id, key, kind, problem.status, problem.problem())
+            await _save_operation(tx, machine.namespace, machine.id, key, kind, problem.status, cast(JsonObject, problem.problem()))  # JSON, built here
         else:
             # A transient error leaves the machine as it was; the journal still keeps it.
             if await data.current_version(tx, machine.uid) is None:
@@ -482,7 +541,7 @@ async def _record_failure(ctx: Context, machine: MachineRow, kind: str, error: P
 # --- Notify -------------------------------------------------------------------------------------------------
 
 
-async def notify_machine(ctx: Context, namespace: str, machine_id: str, args: Any, key: str | None = None, rng: HistoryRange | None = None,
+async def notify_machine(ctx: Context, namespace: str, machine_id: str, args: JsonData, key: str | None = None, rng: HistoryRange | None = None,
                          origin: Origin | None = None) -> Reply:
     """Queue a notification; it is delivered later, in order, at least once. ``rng``: the history its step
     is sent (None: the namespace's range); nothing is queued once ``origin``'s deadline has passed."""
@@ -490,7 +549,7 @@ async def notify_machine(ctx: Context, namespace: str, machine_id: str, args: An
     if replay is not None:
         return replay
     notification_id = uuid.uuid4().hex
-    body = {"id": notification_id}
+    body: JsonObject = {"id": notification_id}
     retries = storage_retries(ctx, namespace, origin)
 
     async def queue() -> None:
@@ -525,7 +584,7 @@ async def notify_machine(ctx: Context, namespace: str, machine_id: str, args: An
 # --- Modernize ----------------------------------------------------------------------------------------------
 
 
-async def rewrite_event(ctx: Context, namespace: str, machine_id: str, event_id: int, data_: Any, origin: Origin | None = None) -> bool:
+async def rewrite_event(ctx: Context, namespace: str, machine_id: str, event_id: int, data_: JsonData, origin: Origin | None = None) -> bool:
     """Replace one event's data (what Machinegun's Modernizer answered), with its ``machine.event_modernized``
     event; False when the machine or the event is gone. A retry after a lost commit writes the same data
     again (and its event once more: at least once)."""
@@ -545,7 +604,7 @@ async def rewrite_event(ctx: Context, namespace: str, machine_id: str, event_id:
 # --- Get, list, Remove, operations --------------------------------------------------------------------------
 
 
-async def get_machine(ctx: Context, namespace: str, machine_id: str, rng: HistoryRange, origin: Origin | None = None) -> dict[str, Any]:
+async def get_machine(ctx: Context, namespace: str, machine_id: str, rng: HistoryRange, origin: Origin | None = None) -> MachineView:
     """The machine with a range of its history, its pending notifications and its newest failures (read
     again while the store is unreachable when ``origin`` is a woody caller).
 
@@ -566,12 +625,12 @@ async def get_machine(ctx: Context, namespace: str, machine_id: str, rng: Histor
     return {**summary(machine), "history": events, "pending_notifications": pending, "failures": [failure_to_api(f) for f in journal_rows]}
 
 
-def failure_to_api(failure: FailureRow) -> dict[str, Any]:
+def failure_to_api(failure: FailureRow) -> FailureView:
     return {"at": format_time(failure.at), "kind": failure.kind, "code": failure.code, "detail": failure.detail,
             "permanent": failure.permanent, "attempt": failure.attempt, "outcome": failure.outcome}
 
 
-def summary(machine: MachineRow) -> dict[str, Any]:
+def summary(machine: MachineRow) -> MachineSummary:
     return {
         "namespace": machine.namespace,
         "id": machine.id,
@@ -605,7 +664,7 @@ async def remove_machine(ctx: Context, namespace: str, machine_id: str, origin: 
     await storage_retries(ctx, namespace, origin).run(ctx, remove)
 
 
-async def list_machines(ctx: Context, namespace: str, status: str | None, limit: int, cursor: str | None) -> tuple[list[dict[str, Any]], str | None]:
+async def list_machines(ctx: Context, namespace: str, status: str | None, limit: int, cursor: str | None) -> tuple[list[MachineSummary], str | None]:
     after = None
     if cursor:
         after = machine_id_cursor(cursor)
@@ -616,7 +675,7 @@ async def list_machines(ctx: Context, namespace: str, status: str | None, limit:
     return [summary(m) for m in found[:limit]], next_cursor
 
 
-async def get_operation(ctx: Context, namespace: str, machine_id: str, key: str) -> dict[str, Any]:
+async def get_operation(ctx: Context, namespace: str, machine_id: str, key: str) -> OperationView:
     async with ctx.store.read() as conn:
         found = await data.get_operation(conn, namespace, machine_id, key)
     if found is None:
@@ -634,21 +693,21 @@ async def namespace_names(ctx: Context) -> list[str]:
     return sorted(known | set(ctx.settings.machines.namespaces) | set(getattr(ctx.registry, "processors", {})))
 
 
-async def search_machines(ctx: Context, status: str | None, id_part: str | None, limit: int, namespace: str | None = None) -> list[dict[str, Any]]:
+async def search_machines(ctx: Context, status: str | None, id_part: str | None, limit: int, namespace: str | None = None) -> list[MachineListed]:
     """Machines of every namespace (or one) whose id contains ``id_part`` (the API lists one namespace at a time)."""
     async with ctx.store.read() as conn:
         found = await data.search_machines(conn, status, id_part, limit, namespace)
     return [{"namespace": m.namespace, "id": m.id, "status": m.status, "timer": format_time(m.timer_at), "updated_at": format_time(m.updated_at)} for m in found]
 
 
-async def pending_notifications(ctx: Context, namespace: str, machine_id: str, limit: int = 50) -> list[dict[str, Any]]:
+async def pending_notifications(ctx: Context, namespace: str, machine_id: str, limit: int = 50) -> list[NotificationView]:
     """The notifications waiting for a machine, oldest (next) first."""
     async with ctx.store.read() as conn:
         found = await data.pending_notifications(conn, namespace, machine_id, limit)
     return [notification_to_api(n) for n in found]
 
 
-def notification_to_api(notification: NotificationRow) -> dict[str, Any]:
+def notification_to_api(notification: NotificationRow) -> NotificationView:
     return {"id": notification.id, "args": notification.args, "created_at": format_time(notification.created_at),
             "due_at": format_time(notification.due_at), "attempts": notification.attempts}
 

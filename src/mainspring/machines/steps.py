@@ -16,8 +16,9 @@ from mainspring.core import outbox
 from mainspring.core.alerts import raise_alert
 from mainspring.machines import data
 from mainspring.machines.data import Applied, HistoryRow, MachineRow, OperationRow, StepRows, StepWrite
-from mainspring.machines.processor import UNSET, Answer, ProcessorError
+from mainspring.machines.processor import UNSET, Answer, HistoryEvent, ProcessorError, ProcessorView
 from mainspring.store import Store, Transaction, format_time
+from mainspring.types import JsonData, JsonObject
 
 CHANNEL = "machines"
 SUBJECT = "machine"
@@ -37,11 +38,11 @@ def stepped_since(extras: dict[str, Any], machine: MachineRow) -> bool:
     return extras.get(RECENT, {}).get(machine.uid, machine.version) > machine.version
 
 
-def history_to_api(events: Sequence[HistoryRow]) -> list[dict[str, Any]]:
+def history_to_api(events: Sequence[HistoryRow]) -> list[HistoryEvent]:
     return [{"id": e.event_id, "created_at": format_time(e.created_at), "data": e.data} for e in events]
 
 
-def processor_view(machine: MachineRow, events: Sequence[HistoryRow]) -> dict[str, Any]:
+def processor_view(machine: MachineRow, events: Sequence[HistoryRow]) -> ProcessorView:
     """The machine as a processor sees it."""
     return {"namespace": machine.namespace, "id": machine.id, "status": machine.status, "history": history_to_api(events), "aux_state": machine.aux_state}
 
@@ -154,7 +155,7 @@ def pending_step(
     return PendingStep(StepRows(machine, step, answer.events), then)
 
 
-async def append_history(tx: Transaction, machine: MachineRow, events: Sequence[Any], now: int, first: int) -> None:
+async def append_history(tx: Transaction, machine: MachineRow, events: Sequence[JsonData], now: int, first: int) -> None:
     """Append ``events`` as ids ``first``, ``first+1``… with one ``machine.event`` each."""
     if not events:
         return
@@ -162,7 +163,7 @@ async def append_history(tx: Transaction, machine: MachineRow, events: Sequence[
     await outbox.emit_many(tx, event_of_each(machine, events, first))
 
 
-def event_of_each(machine: MachineRow, events: Sequence[Any], first: int) -> list[outbox.Event]:
+def event_of_each(machine: MachineRow, events: Sequence[JsonData], first: int) -> list[outbox.Event]:
     """One ``machine.event`` per history event, ids from ``first``."""
     return [
         outbox.Event("machine.event", SUBJECT, machine.subject, {"namespace": machine.namespace, "id": machine.id, "event_id": first + i, "data": event})
@@ -183,7 +184,7 @@ async def journal(tx: Transaction, uid: int, kind: str, code: str, detail: str, 
 async def fail_machine(tx: Transaction, machine: MachineRow, kind: str, error: ProcessorError, attempt: int) -> bool:
     """Turn the machine ``failed`` (guarded by its version), journal why, emit and alert."""
     now = tx.store.now_ms()
-    detail = {"kind": kind, "code": error.code, "detail": error.detail, "permanent": error.permanent, "at": format_time(now)}
+    detail: JsonObject = {"kind": kind, "code": error.code, "detail": error.detail, "permanent": error.permanent, "at": format_time(now)}
     if not await data.fail_machine(tx, machine, detail, now):
         return False
     await journal(tx, machine.uid, kind, error.code, error.detail, permanent=error.permanent, attempt=attempt, outcome="failed")

@@ -14,48 +14,52 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, Protocol, cast
 
 from sqlalchemy import JSON, Executable, Result, text
 from sqlalchemy.dialects import registry
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
 from sqlalchemy.dialects.postgresql.psycopg import PGDialectAsync_psycopg
+from sqlalchemy.engine import URL, Dialect
+from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, create_async_engine
 from sqlalchemy.pool import NullPool
 
+from mainspring.store.dialect import Executor
 from mainspring.store.errors import UnusableConnection
 from mainspring.store.notify import PG_CHANNEL, payloads
+from mainspring.store.types import ExecuteParams
 
 
 class _TextJSONB(JSONB):
     """JSONB read as asyncpg answers it without SQLAlchemy's codecs: the JSON text."""
 
-    def result_processor(self, dialect: Any, coltype: object) -> Any:
+    def result_processor(self, dialect: Dialect, coltype: object) -> Callable[[str | bytes | None], Any]:
         return lambda value: None if value is None else json.loads(value)
 
 
 class _Borrowing:
     """Never ends the application's transaction nor closes its connection: those are the application's."""
 
-    def do_rollback(self, dbapi_connection: Any) -> None:
+    def do_rollback(self, dbapi_connection: DBAPIConnection) -> None:
         pass
 
-    def do_commit(self, dbapi_connection: Any) -> None:
+    def do_commit(self, dbapi_connection: DBAPIConnection) -> None:
         pass
 
-    def do_close(self, dbapi_connection: Any) -> None:
+    def do_close(self, dbapi_connection: DBAPIConnection) -> None:
         pass
 
-    def do_terminate(self, dbapi_connection: Any) -> None:
+    def do_terminate(self, dbapi_connection: DBAPIConnection) -> None:
         pass
 
-    def reset_isolation_level(self, dbapi_connection: Any) -> None:
+    def reset_isolation_level(self, dbapi_connection: DBAPIConnection) -> None:
         pass
 
-    def get_isolation_level(self, dbapi_connection: Any) -> str:
+    def get_isolation_level(self, dbapi_connection: DBAPIConnection) -> str:
         # psycopg's dialect ends an idle transaction to read it; the level is the application's anyway.
         return "READ COMMITTED"
 
@@ -64,10 +68,10 @@ class BorrowedAsyncpg(_Borrowing, PGDialect_asyncpg):  # type: ignore[misc]
     supports_statement_cache = True  # read from the class itself
     colspecs = {**PGDialect_asyncpg.colspecs, JSONB: _TextJSONB, JSON: _TextJSONB}
 
-    async def setup_asyncpg_json_codec(self, conn: Any) -> None:
+    async def setup_asyncpg_json_codec(self, conn: object) -> None:
         pass
 
-    async def setup_asyncpg_jsonb_codec(self, conn: Any) -> None:
+    async def setup_asyncpg_jsonb_codec(self, conn: object) -> None:
         pass
 
 
@@ -75,7 +79,7 @@ class BorrowedPsycopg(_Borrowing, PGDialectAsync_psycopg):  # type: ignore[misc]
     supports_statement_cache = True
 
     @classmethod
-    def get_async_dialect_cls(cls, url: Any) -> Any:
+    def get_async_dialect_cls(cls, url: URL) -> type[Dialect]:
         return cls  # psycopg's would answer its own async dialect, not this one
 
 
@@ -83,7 +87,7 @@ registry.register("postgresql.mainspring_borrowed_asyncpg", __name__, "BorrowedA
 registry.register("postgresql.mainspring_borrowed_psycopg", __name__, "BorrowedPsycopg")
 
 
-def _driver_of(connection: Any) -> str | None:
+def _driver_of(connection: object) -> str | None:
     module = type(connection).__module__
     if module.startswith("asyncpg"):
         return "asyncpg"
@@ -92,8 +96,14 @@ def _driver_of(connection: Any) -> str | None:
     return None
 
 
+class _InTransaction(Protocol):
+    """What is asked of an asyncpg connection before writing through it."""
+
+    def is_in_transaction(self) -> bool: ...
+
+
 @contextlib.asynccontextmanager
-async def sqlalchemy_connection(connection: Any) -> AsyncIterator[AsyncConnection]:
+async def sqlalchemy_connection(connection: object) -> AsyncIterator[AsyncConnection]:
     """``connection`` as a SQLAlchemy ``AsyncConnection`` in the transaction it has open."""
     if isinstance(connection, AsyncSession):
         connection = await connection.connection()
@@ -108,7 +118,7 @@ async def sqlalchemy_connection(connection: Any) -> AsyncIterator[AsyncConnectio
             f"a {type(connection).__module__}.{type(connection).__qualname__} is not a connection Mainspring can write through "
             "(an asyncpg Connection, a psycopg AsyncConnection, a SQLAlchemy AsyncConnection or AsyncSession)"
         )
-    if driver == "asyncpg" and not connection.is_in_transaction():
+    if driver == "asyncpg" and not cast(_InTransaction, connection).is_in_transaction():
         raise UnusableConnection("the asyncpg connection has no transaction open: start one (async with conn.transaction())")
 
     token = _LENT.set(connection)
@@ -119,7 +129,7 @@ async def sqlalchemy_connection(connection: Any) -> AsyncIterator[AsyncConnectio
         _LENT.reset(token)
 
 
-_LENT: ContextVar[Any] = ContextVar("mainspring_lent_connection")
+_LENT: ContextVar[object] = ContextVar("mainspring_lent_connection")
 """The application's connection the engine of its driver wraps at this moment (one per call)."""
 _ENGINES: dict[str, AsyncEngine] = {}
 
@@ -130,7 +140,7 @@ def _engine(driver: str) -> AsyncEngine:
     the dialect reads the server's version once instead of at every call."""
     engine = _ENGINES.get(driver)
     if engine is None:
-        async def lent() -> Any:
+        async def lent() -> object:
             return _LENT.get()
 
         engine = _ENGINES[driver] = create_async_engine(f"postgresql+mainspring_borrowed_{driver}://", async_creator=lent,
@@ -144,7 +154,7 @@ class BorrowedSession:
     def __init__(self, connection: AsyncConnection) -> None:
         self.connection = connection
 
-    async def execute(self, statement: Executable, params: Any = None) -> Result[Any]:
+    async def execute(self, statement: Executable, params: ExecuteParams = None) -> Result[Any]:
         return await self.connection.execute(statement, params)
 
 
@@ -153,7 +163,7 @@ _IDENTITY = text("SELECT current_database() AS db, pg_postmaster_start_time()::t
 _NOTIFY = text("SELECT pg_notify(:channel, payload) FROM unnest(CAST(:payloads AS text[])) AS payload")
 
 
-async def identity(session: Any) -> tuple[str, str, bool]:
+async def identity(session: Executor) -> tuple[str, str, bool]:
     """What names a database: its name and its server's start (two servers never started at the same
     microsecond), and whether its schema takes writes in a caller's transaction."""
     row = (await session.execute(_IDENTITY)).one()

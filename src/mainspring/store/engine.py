@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from sqlalchemy import Connection, Executable, Result, literal, select
+from sqlalchemy import Connection, Executable, Result, TextClause, TextualSelect, literal, select
 from sqlalchemy.engine import make_url
 
 from mainspring.store import borrowed
@@ -16,8 +16,14 @@ from mainspring.store.dialect import Backend, Session
 from mainspring.store.errors import UnusableConnection
 from mainspring.store.group import GroupCommit, GroupRead
 from mainspring.store.notify import Notifier, PostgresListener
+from mainspring.store.types import ExecuteParams, Params
 from mainspring.store.urls import normalize_url, plain_dsn
 from mainspring.store.wakeups import UnixWakeups
+
+if TYPE_CHECKING:
+    import asyncpg
+
+    from mainspring.store.postgres import RawResult
 
 T = TypeVar("T")
 ItemT = TypeVar("ItemT")
@@ -53,11 +59,11 @@ class Transaction:
         hold theirs should rather fail, and be run again alone (two groups waiting on each other deadlock)."""
         self.statements = 0
         self.channels: list[str] = []
-        self._after_commit: list[Callable[[], Any]] = []
-        self._last: dict[Hashable, tuple[Callable[[Transaction, list[Any]], Awaitable[Any]], list[Any]]] = {}
-        self._before_last: dict[Hashable, tuple[Callable[[Transaction, list[Any]], Awaitable[Any]], list[Any]]] = {}
+        self._after_commit: list[Callable[[], object]] = []
+        self._last: dict[Hashable, tuple[Callable[[Transaction, list[Any]], Awaitable[object]], list[Any]]] = {}
+        self._before_last: dict[Hashable, tuple[Callable[[Transaction, list[Any]], Awaitable[object]], list[Any]]] = {}
 
-    async def execute(self, statement: Executable, params: Any = None) -> Result[Any]:
+    async def execute(self, statement: Executable, params: ExecuteParams = None) -> Result[Any]:
         self.statements += 1
         return await self.session.execute(statement, params)
 
@@ -72,7 +78,7 @@ class Transaction:
         to be written last (it would come after that statement's commit)."""
         return self.alone and self.statements == 0 and not self._last and not self._before_last
 
-    async def execute_alone(self, statement: Executable, params: Any = None) -> Result[Any]:
+    async def execute_alone(self, statement: Executable, params: ExecuteParams = None) -> Result[Any]:
         """Run ``statement`` as the whole transaction (only when ``may_run_alone``): on PostgreSQL it commits
         by itself in one round trip, so it must send its own wake-ups to other servers (``pg_notify`` inside
         it); ``notify`` still wakes this server. Nothing may be executed after it."""
@@ -81,7 +87,7 @@ class Transaction:
         self.statements += 1
         return await self.session.execute_alone(statement, params)  # type: ignore[attr-defined, no-any-return]
 
-    async def fetch_prepared(self, sql: str, *args: Any) -> list[Any]:
+    async def fetch_prepared(self, sql: str, *args: object) -> list[asyncpg.Record]:
         """PostgreSQL only: run ``sql`` (``$1``… parameters) in this transaction on the raw asyncpg connection,
         prepared once per connection, answering its records. For the hottest statements, where SQLAlchemy's
         per-call work (cache key, compiled-cache lookup, parameter processing, result wrapping) costs more
@@ -89,14 +95,14 @@ class Transaction:
         self.statements += 1
         return await self.session.fetch_prepared(sql, args)  # type: ignore[attr-defined, no-any-return]
 
-    async def fetch_prepared_alone(self, sql: str, *args: Any) -> list[Any]:
+    async def fetch_prepared_alone(self, sql: str, *args: object) -> list[asyncpg.Record]:
         """``fetch_prepared`` as the whole transaction (only when ``may_run_alone``; see ``execute_alone``)."""
         if not self.may_run_alone:
             raise RuntimeError("execute_alone needs a transaction of one writer, before any statement")
         self.statements += 1
         return await self.session.fetch_prepared_alone(sql, args)  # type: ignore[attr-defined, no-any-return]
 
-    async def fetch(self, statement: Any, params: dict[str, Any]) -> Any:
+    async def fetch(self, statement: TextClause | TextualSelect, params: Params) -> Result[*tuple[Any, ...]] | RawResult:
         """``execute`` of a plain textual statement (named parameters, none typed) on a hot path: on PostgreSQL
         ``fetch_prepared`` of it compiled once, its rows read as SQLAlchemy's are (``all()``, attributes,
         slices); elsewhere ``execute``."""
@@ -106,7 +112,7 @@ class Transaction:
         self.statements += 1
         return await fetch(statement, params)
 
-    async def fetch_alone(self, statement: Any, params: dict[str, Any]) -> Any:
+    async def fetch_alone(self, statement: TextClause | TextualSelect, params: Params) -> Result[*tuple[Any, ...]] | RawResult:
         """``execute_alone`` of a plain textual statement (named parameters, none typed) on a hot path: on
         PostgreSQL ``fetch_prepared_alone`` of it compiled once, its rows read as SQLAlchemy's are (``all()``,
         attributes, slices); elsewhere ``execute_alone``."""
@@ -123,10 +129,10 @@ class Transaction:
         if channel not in self.channels:
             self.channels.append(channel)
 
-    def after_commit(self, callback: Callable[[], Any]) -> None:
+    def after_commit(self, callback: Callable[[], object]) -> None:
         self._after_commit.append(callback)
 
-    def write_last(self, key: Hashable, write_all: Callable[[Transaction, list[ItemT]], Awaitable[Any]], item: ItemT) -> None:
+    def write_last(self, key: Hashable, write_all: Callable[[Transaction, list[ItemT]], Awaitable[object]], item: ItemT) -> None:
         """Write ``item`` as the transaction's last statement before it commits, in one call
         ``write_all(tx, items)`` with the other items of ``key`` given to it. For what takes a lock every writer
         needs (the events' numbering lock): taken last, it is held for the commit only and never while this
@@ -137,7 +143,7 @@ class Transaction:
         else:
             entry[1].append(item)
 
-    def write_before_last(self, key: Hashable, write_all: Callable[[Transaction, list[ItemT]], Awaitable[Any]], item: ItemT) -> None:
+    def write_before_last(self, key: Hashable, write_all: Callable[[Transaction, list[ItemT]], Awaitable[object]], item: ItemT) -> None:
         """Like ``write_last``, but before every ``write_last`` write: for what takes row locks of its own (a
         notification locks its machine), which must never be waited for while the events' numbering lock is held."""
         entry = self._before_last.get(key)
@@ -252,18 +258,18 @@ class Store:
         commits; answers what ``work`` answered, once it has committed."""
         return await self.group_commit.run(work)
 
-    async def grouped_batch(self, key: Hashable, write_all: Callable[[Transaction, list[ItemT]], Awaitable[Sequence[ResultT]]], item: ItemT) -> ResultT:
+    async def grouped_batch(self, key: Hashable, write_all: Callable[[Transaction, list[ItemT]], Awaitable[Sequence[ResultT | BaseException]]], item: ItemT) -> ResultT:
         """Write ``item`` in a shared transaction (as ``grouped``), and in one call ``write_all(tx, items)`` with
         the other items of ``key`` that arrived at the same moment; answers ``item``'s result, once committed."""
         return await self.joined_commit.run_joined(key, write_all, item)
 
-    async def read_batched(self, key: Hashable, read_all: Callable[[Session, list[ItemT]], Awaitable[Sequence[ResultT]]], item: ItemT) -> ResultT:
+    async def read_batched(self, key: Hashable, read_all: Callable[[Session, list[ItemT]], Awaitable[Sequence[ResultT | BaseException]]], item: ItemT) -> ResultT:
         """Read ``item`` in one call ``read_all(session, items)`` with the other reads of ``key`` that arrive while
         the previous group is read; answers ``item``'s result."""
         return await self.group_read.run_joined(key, read_all, item)  # type: ignore[arg-type]
 
     @contextlib.asynccontextmanager
-    async def borrowed_transaction(self, connection: Any) -> AsyncIterator[Transaction]:
+    async def borrowed_transaction(self, connection: object) -> AsyncIterator[Transaction]:
         """Write in the transaction the caller has open on ``connection`` (PostgreSQL; see ``store.borrowed``):
         nothing is committed here, the events are numbered and the wake-ups sent by the caller's commit, and
         a rollback leaves nothing. A failure leaves the caller's transaction as it was (a savepoint). What

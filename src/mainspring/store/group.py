@@ -12,16 +12,18 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Hashable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 if TYPE_CHECKING:
+    from mainspring.store.dialect import Session
     from mainspring.store.engine import Store, Transaction
 
 T = TypeVar("T")
 ItemT = TypeVar("ItemT")
 ResultT = TypeVar("ResultT")
-Work = Callable[["Transaction"], Awaitable[Any]]
-WriteAll = Callable[["Transaction", list[Any]], Awaitable[Sequence[Any]]]
+Work = Callable[["Transaction"], Awaitable[object]]
+# Each key joins items of its own type, which the queue does not know: only its ``write_all`` reads them.
+WriteAll = Callable[["Transaction", list[Any]], Awaitable[Sequence[object]]]
 
 
 class _Joined:
@@ -29,7 +31,7 @@ class _Joined:
 
     __slots__ = ("item", "key", "write_all")
 
-    def __init__(self, key: Hashable, write_all: WriteAll, item: Any) -> None:
+    def __init__(self, key: Hashable, write_all: WriteAll, item: object) -> None:
         self.key, self.write_all, self.item = key, write_all, item
 
 log = logging.getLogger("mainspring.store")
@@ -46,19 +48,19 @@ class GroupCommit:
         self.store = store
         self.max_group = max_group
         self.parallel = parallel
-        self._queue: list[tuple[Work | _Joined, asyncio.Future[Any]]] = []
+        self._queue: list[tuple[Work | _Joined, asyncio.Future[object]]] = []
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def run(self, work: Callable[[Transaction], Awaitable[T]]) -> T:
-        return await self._enqueue(work)  # type: ignore[no-any-return]
+        return cast(T, await self._enqueue(work))
 
-    async def run_joined(self, key: Hashable, write_all: Callable[[Transaction, list[ItemT]], Awaitable[Sequence[ResultT]]], item: ItemT) -> ResultT:
+    async def run_joined(self, key: Hashable, write_all: Callable[[Transaction, list[ItemT]], Awaitable[Sequence[ResultT | BaseException]]], item: ItemT) -> ResultT:
         """Write ``item`` in the next group, in one call ``write_all(tx, items)`` with the group's other items of
         ``key``; ``write_all`` answers one result per item, in order."""
-        return await self._enqueue(_Joined(key, write_all, item))  # type: ignore[no-any-return]
+        return cast(ResultT, await self._enqueue(_Joined(key, write_all, item)))
 
-    async def _enqueue(self, work: Work | _Joined) -> Any:
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    async def _enqueue(self, work: Work | _Joined) -> object:
+        future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         self._queue.append((work, future))
         if sum(not task.done() for task in self._tasks) < self.parallel:
             task = asyncio.create_task(self._drain(), name="group-commit")
@@ -100,8 +102,8 @@ class GroupCommit:
             for (_work, future), result in zip(group, results, strict=True):
                 _settle(future, result)
 
-    async def _commit(self, group: list[tuple[Work | _Joined, asyncio.Future[Any]]]) -> list[Any]:
-        results: list[Any] = [None] * len(group)
+    async def _commit(self, group: list[tuple[Work | _Joined, asyncio.Future[object]]]) -> list[object]:
+        results: list[object] = [None] * len(group)
         joined: dict[Hashable, list[int]] = {}
         plain: list[int] = []
         for i, (work, _future) in enumerate(group):
@@ -123,8 +125,8 @@ class GroupRead(GroupCommit):
     while it runs is read together next. Each statement still sees what had committed when it began. An
     exception among ``read_all``'s results is raised to that one reader."""
 
-    async def _commit(self, group: list[tuple[Work | _Joined, asyncio.Future[Any]]]) -> list[Any]:
-        results: list[Any] = [None] * len(group)
+    async def _commit(self, group: list[tuple[Work | _Joined, asyncio.Future[object]]]) -> list[object]:
+        results: list[object] = [None] * len(group)
         joined: dict[Hashable, list[int]] = {}
         for i, (work, _future) in enumerate(group):
             assert isinstance(work, _Joined), "a group read takes joined reads only"
@@ -134,17 +136,17 @@ class GroupRead(GroupCommit):
         return results
 
 
-async def _run_joined(session: Any, group: list[tuple[Work | _Joined, asyncio.Future[Any]]], joined: dict[Hashable, list[int]], results: list[Any]) -> None:
+async def _run_joined(session: Transaction | Session, group: list[tuple[Work | _Joined, asyncio.Future[object]]], joined: dict[Hashable, list[int]], results: list[object]) -> None:
     """One call per key for the joined items of ``group`` (indexes by key in ``joined``), results in place."""
     for indexes in joined.values():
         first = group[indexes[0]][0]
         assert isinstance(first, _Joined)
-        answered = await first.write_all(session, [group[i][0].item for i in indexes])  # type: ignore[union-attr]
+        answered = await first.write_all(session, [group[i][0].item for i in indexes])  # type: ignore[union-attr, arg-type]
         for i, result in zip(indexes, answered, strict=True):
             results[i] = result
 
 
-def _settle(future: asyncio.Future[Any], outcome: Any) -> None:
+def _settle(future: asyncio.Future[object], outcome: object) -> None:
     if future.done():
         return
     if isinstance(outcome, BaseException):

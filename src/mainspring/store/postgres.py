@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import zlib
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, TypeVarTuple
 
 from sqlalchemy import (
     ColumnElement,
@@ -26,6 +26,7 @@ from sqlalchemy import (
     Select,
     Table,
     TextClause,
+    TextualSelect,
     any_,
     bindparam,
     event,
@@ -34,15 +35,24 @@ from sqlalchemy import (
     select,
 )
 from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.dialects.postgresql import Insert as PostgresInsert
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.postgresql.asyncpg import dialect as asyncpg_dialect
+from sqlalchemy.engine import AdaptedConnection
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 
 from mainspring.store.errors import TransactionAborted, is_unavailable
 from mainspring.store.notify import PG_CHANNEL, payloads
+from mainspring.store.types import ExecuteParams, Params
+
+if TYPE_CHECKING:
+    import asyncpg
+
+    from mainspring.store.dialect import Executor
 
 T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 UNIQUE_VIOLATION = "23505"
 
@@ -103,7 +113,7 @@ class RawStatement:
 
     __slots__ = ("names", "row", "sql")
 
-    def __init__(self, statement: TextClause) -> None:
+    def __init__(self, statement: TextClause | TextualSelect) -> None:
         compiled = statement.compile(dialect=_DIALECT)
         if any(b.expanding or b.literal_execute or b.type._cached_bind_processor(_DIALECT) for b in compiled.binds.values()):
             raise TypeError("only plain textual statements run straight on asyncpg")
@@ -111,7 +121,7 @@ class RawStatement:
         self.names = list(compiled.positiontup or ())
         self.row: type[RawRow] | None = None
 
-    def rows(self, records: list[Any]) -> list[RawRow]:
+    def rows(self, records: list[asyncpg.Record]) -> list[RawRow]:
         if not records:
             return []
         if self.row is None:
@@ -122,10 +132,10 @@ class RawStatement:
 
 
 _DIALECT = asyncpg_dialect()
-_RAW: dict[TextClause, RawStatement] = {}
+_RAW: dict[TextClause | TextualSelect, RawStatement] = {}
 
 
-def raw_statement(statement: TextClause) -> RawStatement:
+def raw_statement(statement: TextClause | TextualSelect) -> RawStatement:
     """``statement`` compiled for asyncpg, once."""
     raw = _RAW.get(statement)
     if raw is None:
@@ -140,14 +150,14 @@ class PostgresSession:
     the whole transaction (``execute_alone``): then it runs in autocommit, one round trip.
     """
 
-    def __init__(self, conn: AsyncConnection, driver: Any, backend: PostgresBackend | None = None, begun: bool = True) -> None:
+    def __init__(self, conn: AsyncConnection, driver: asyncpg.Connection, backend: PostgresBackend | None = None, begun: bool = True) -> None:
         self.conn = conn
         self.driver = driver
         self.backend = backend
         self.begun = begun
         self.done_alone = False
 
-    async def execute(self, statement: Executable, params: Any = None) -> Result[Any]:
+    async def execute(self, statement: Executable, params: ExecuteParams = None) -> Result[Any]:
         await self._begin_lazily()
         return await self.conn.execute(statement, params)
 
@@ -159,14 +169,14 @@ class PostgresSession:
             await self.driver.execute("BEGIN")
             self.begun = True
 
-    async def execute_alone(self, statement: Executable, params: Any = None) -> Result[Any]:
+    async def execute_alone(self, statement: Executable, params: ExecuteParams = None) -> Result[Any]:
         if self.begun:
             raise RuntimeError("execute_alone after another statement of the transaction")
         self._refuse_after_alone()
         self.done_alone = True
         return await self.conn.execute(statement, params)
 
-    async def fetch_prepared(self, sql: str, args: Sequence[Any]) -> list[Any]:
+    async def fetch_prepared(self, sql: str, args: Sequence[object]) -> list[asyncpg.Record]:
         """``sql`` (``$n`` parameters) on the raw asyncpg connection, prepared once per connection (asyncpg's
         statement cache): no SQLAlchemy statement compiled, looked up or wrapped per call."""
         await self._begin_lazily()
@@ -174,19 +184,19 @@ class PostgresSession:
         self.backend.round_trips += 1
         return await self.driver.fetch(sql, *args)  # type: ignore[no-any-return]
 
-    async def fetch_text(self, statement: TextClause, params: dict[str, Any]) -> RawResult:
+    async def fetch_text(self, statement: TextClause | TextualSelect, params: Params) -> RawResult:
         """A textual statement of a hot path as ``fetch_prepared``, in this transaction (see ``fetch_alone``)."""
         raw = raw_statement(statement)
         return RawResult(raw.rows(await self.fetch_prepared(raw.sql, [params[n] for n in raw.names])))
 
-    async def fetch_alone(self, statement: TextClause, params: dict[str, Any]) -> RawResult:
+    async def fetch_alone(self, statement: TextClause | TextualSelect, params: Params) -> RawResult:
         """``execute_alone`` of a textual statement of a hot path as ``fetch_prepared_alone``: the same SQL
         and parameters without SQLAlchemy's execution and result layers (measured: ~40 % of a statement's CPU
         in the worker). Its errors are asyncpg's own (``store.errors`` knows them)."""
         raw = raw_statement(statement)
         return RawResult(raw.rows(await self.fetch_prepared_alone(raw.sql, [params[n] for n in raw.names])))
 
-    async def fetch_prepared_alone(self, sql: str, args: Sequence[Any]) -> list[Any]:
+    async def fetch_prepared_alone(self, sql: str, args: Sequence[object]) -> list[asyncpg.Record]:
         """``fetch_prepared`` as the whole transaction (autocommit, one round trip)."""
         if self.begun:
             raise RuntimeError("execute_alone after another statement of the transaction")
@@ -233,37 +243,37 @@ class PostgresBackend:
         more, not counted): what a test counts to keep the hot paths short."""
 
         @event.listens_for(self.engine.sync_engine, "before_cursor_execute")
-        def _count(*_args: Any) -> None:
+        def _count(*_args: object) -> None:
             self.round_trips += 1
 
         @event.listens_for(self.engine.sync_engine, "checkout")
-        def _refuse_closed(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+        def _refuse_closed(dbapi_connection: AdaptedConnection, _record: object, _proxy: object) -> None:
             # A restarted server closes its sockets; asyncpg notices without a round trip.
             if dbapi_connection.driver_connection.is_closed():
                 raise DisconnectionError("connection closed by the server")
 
     # --- what differs in SQL --------------------------------------------------------------------------
 
-    def insert(self, table: Table) -> Any:
+    def insert(self, table: Table) -> PostgresInsert:
         return pg_insert(table)
 
-    def skip_locked(self, query: Select[Any]) -> Select[Any]:
+    def skip_locked(self, query: Select[*Ts]) -> Select[*Ts]:
         return query.with_for_update(skip_locked=True)
 
-    def for_update(self, query: Select[Any]) -> Select[Any]:
+    def for_update(self, query: Select[*Ts]) -> Select[*Ts]:
         return query.with_for_update()
 
-    def any_of(self, column: ColumnElement[Any], values: Iterable[Any]) -> ColumnElement[bool]:
+    def any_of(self, column: ColumnElement[T], values: Iterable[T]) -> ColumnElement[bool]:
         # One array parameter: an IN list of n values is n parameters, each bound and cast per execution.
         return column == any_(literal(list(values), type_=ARRAY(column.type)))
 
-    def for_share(self, query: Select[Any]) -> Select[Any]:
+    def for_share(self, query: Select[*Ts]) -> Select[*Ts]:
         return query.with_for_update(read=True)
 
-    async def advisory_xact_lock(self, session: Any, key: str) -> None:
+    async def advisory_xact_lock(self, session: Executor, key: str) -> None:
         await session.execute(_XACT_LOCK, {"key": lock_key(key)})
 
-    async def try_advisory_xact_lock(self, session: Any, key: str) -> bool:
+    async def try_advisory_xact_lock(self, session: Executor, key: str) -> bool:
         return bool((await session.execute(_TRY_XACT_LOCK, {"key": lock_key(key)})).scalar())
 
     @contextlib.asynccontextmanager

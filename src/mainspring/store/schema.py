@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TypeVar
 
 from sqlalchemy import JSON, BigInteger, BindParameter, Integer, MetaData, literal
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
+
+from mainspring.types import JsonData
+
+T = TypeVar("T")
 
 metadata = MetaData(
     naming_convention={
@@ -26,7 +31,7 @@ BigId = BigInteger().with_variant(Integer(), "sqlite")
 Millis = BigInteger
 
 
-def constant(value: Any) -> BindParameter[Any]:
+def constant(value: T) -> BindParameter[T]:
     """``value`` written into the statement's text instead of bound. A prepared statement that PostgreSQL has run
     five times may get a generic plan, planned without its parameters: a predicate such as ``state = $1`` then
     implies no partial index's ``WHERE state = 'queued'``, and the plan scans instead. Compare with a constant
@@ -35,21 +40,21 @@ def constant(value: Any) -> BindParameter[Any]:
 
 
 
-class SqliteJson(TypeDecorator[Any]):
+class SqliteJson(TypeDecorator[JsonData]):
     """SQLite's JSON column: a document that is one number is bound as a BLOB.
 
     A column declared ``JSON`` has NUMERIC affinity, so SQLite turns the text of a document that is a single
     number into an INTEGER or REAL: ``1.0`` and ``-0.0`` came back as ``1`` and ``0``, an integer past i64
-    rounded to a float. Affinity leaves a BLOB alone, and its bytes are the same JSON text. Any other
+    rounded to a float. Affinity leaves a BLOB alone, and its bytes are the same JSON text. Every other
     document is text as before; a number stored before this reads back as SQLite kept it."""
 
     impl = JSON
     cache_ok = True
 
-    def bind_processor(self, dialect: Dialect) -> Any:
+    def bind_processor(self, dialect: Dialect) -> Callable[[JsonData], object]:
         serialize = self.impl_instance.bind_processor(dialect)
 
-        def process(value: Any) -> Any:
+        def process(value: JsonData) -> object:
             stored = serialize(value) if serialize is not None else value
             if isinstance(value, int | float) and not isinstance(value, bool) and isinstance(stored, str):
                 return stored.encode()
@@ -57,10 +62,10 @@ class SqliteJson(TypeDecorator[Any]):
 
         return process
 
-    def result_processor(self, dialect: Dialect, coltype: object) -> Any:
+    def result_processor(self, dialect: Dialect, coltype: object) -> Callable[[str | bytes | float | None], JsonData]:
         parse = self.impl_instance.result_processor(dialect, coltype)
 
-        def process(value: Any) -> Any:
+        def process(value: str | bytes | float | None) -> JsonData:
             if isinstance(value, bytes):
                 value = value.decode()
             return parse(value) if parse is not None and isinstance(value, str) else value

@@ -17,15 +17,22 @@ import sqlite3
 from collections.abc import AsyncIterator, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, TypeVarTuple
 
 from sqlalchemy import ColumnElement, Connection, Executable, Result, Select, Table, create_engine, event
+from sqlalchemy.dialects.sqlite import Insert as SqliteInsert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.pool import QueuePool
 
+from mainspring.store.types import ExecuteParams
+
+if TYPE_CHECKING:
+    from mainspring.store.dialect import Executor
+
 T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 BUSY_WAIT_MS = 30_000
 """How long a writer waits for another process's write lock before the request fails (503)."""
@@ -37,10 +44,10 @@ class SqliteSession:
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
 
-    async def execute(self, statement: Executable, params: Any = None) -> Result[Any]:
+    async def execute(self, statement: Executable, params: ExecuteParams = None) -> Result[Any]:
         return self.conn.execute(statement, params)
 
-    async def execute_alone(self, statement: Executable, params: Any = None) -> Result[Any]:
+    async def execute_alone(self, statement: Executable, params: ExecuteParams = None) -> Result[Any]:
         """SQLite's transaction is already open (one writer): the statement is simply part of it."""
         return self.conn.execute(statement, params)
 
@@ -63,7 +70,7 @@ class SqliteBackend:
         )
 
         @event.listens_for(self.engine, "connect")
-        def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        def _on_connect(dbapi_connection: sqlite3.Connection, _record: object) -> None:
             cursor = dbapi_connection.cursor()
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute(f"PRAGMA synchronous={synchronous}")
@@ -76,7 +83,7 @@ class SqliteBackend:
         """Statements run (SQLite has no round trips; the count still shows a hot path growing)."""
 
         @event.listens_for(self.engine, "before_cursor_execute")
-        def _count(*_args: Any) -> None:
+        def _count(*_args: object) -> None:
             self.round_trips += 1
 
         self._writer: Connection | None = None
@@ -85,28 +92,28 @@ class SqliteBackend:
 
     # --- what differs in SQL --------------------------------------------------------------------------
 
-    def insert(self, table: Table) -> Any:
+    def insert(self, table: Table) -> SqliteInsert:
         return sqlite_insert(table)
 
-    def skip_locked(self, query: Select[Any]) -> Select[Any]:
+    def skip_locked(self, query: Select[*Ts]) -> Select[*Ts]:
         return query
 
-    def for_update(self, query: Select[Any]) -> Select[Any]:
+    def for_update(self, query: Select[*Ts]) -> Select[*Ts]:
         return query
 
-    def any_of(self, column: ColumnElement[Any], values: Iterable[Any]) -> ColumnElement[bool]:
+    def any_of(self, column: ColumnElement[T], values: Iterable[T]) -> ColumnElement[bool]:
         return column.in_(list(values))
 
-    def for_share(self, query: Select[Any]) -> Select[Any]:
+    def for_share(self, query: Select[*Ts]) -> Select[*Ts]:
         return query
 
-    async def advisory_xact_lock(self, session: Any, key: str) -> None:
+    async def advisory_xact_lock(self, session: Executor, key: str) -> None:
         return None
 
-    async def try_advisory_xact_lock(self, session: Any, key: str) -> bool:
+    async def try_advisory_xact_lock(self, session: Executor, key: str) -> bool:
         return True
 
-    def session_lock(self, key: str) -> contextlib.AbstractAsyncContextManager[Any]:
+    def session_lock(self, key: str) -> contextlib.AbstractAsyncContextManager[SqliteSession | None]:
         raise NotImplementedError("SQLite has one writer: nothing needs a lock held across transactions")
 
     def is_unique_violation(self, exc: BaseException) -> bool:

@@ -4,7 +4,7 @@ as the API route does, so the checks, state changes and events are the API's own
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import cast
 from urllib.parse import quote, urlsplit
 
 from starlette.requests import Request
@@ -18,6 +18,7 @@ from mainspring.exchange import service as exchange
 from mainspring.interactions import service as interactions
 from mainspring.machines import service as machines
 from mainspring.store import parse_time
+from mainspring.types import JsonData
 from mainspring.ui.web import (
     ACTOR,
     COOKIE,
@@ -89,7 +90,7 @@ async def logout(request: Request) -> Response:
 # --- actions ---------------------------------------------------------------------------------------
 
 
-def _json_field(form: dict[str, str], name: str) -> Any:
+def _json_field(form: dict[str, str], name: str) -> JsonData:
     raw = form.get(name, "").strip()
     if not raw:
         return None
@@ -233,7 +234,7 @@ class Tally:
         self.refused: dict[str, int] = {}
 
     def refuse(self, exc: MainspringError) -> None:
-        code = exc.problem()["code"]
+        code = cast(str, exc.problem()["code"])
         self.refused[code] = self.refused.get(code, 0) + 1
 
     def says(self, verb: str, left: bool) -> tuple[str, str]:

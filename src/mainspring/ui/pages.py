@@ -4,7 +4,7 @@ offers the view (counts across names, lists of names, throughput)."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import Field
 from sse_starlette import ServerSentEvent
@@ -120,7 +120,7 @@ async def exchange_page(request: Request, principal: Principal, query: ExchangeQ
     state, cursor = query.state, query.cursor
     # Finished processes pile up; by default show the ones someone may need to look at. One state at a
     # time pages through all of its processes.
-    processes: list[dict[str, Any]] = []
+    processes: list[exchange.ProcessView] = []
     next_cursor: str | None = None
     more_in: list[str] = []
     if state:
@@ -183,7 +183,7 @@ async def message_page(request: Request, principal: Principal, message_id: str) 
         _, data = await exchange_messages.read_message(ctx, message["addressee"], message["database"], message_id)
         body = data[:BODY_SHOWN].decode("utf-8", errors="replace")
     except MainspringError as exc:
-        unreadable = exc.problem()["detail"]
+        unreadable = cast(str, exc.problem()["detail"])
     return render(request, "message.html", page="exchange", m=message, body=body, unreadable=unreadable, shown=BODY_SHOWN)
 
 
@@ -205,7 +205,7 @@ async def machines_page(request: Request, principal: Principal, query: MachinesQ
     ns, id, status, cursor = query.ns, query.id, query.status, query.cursor
     if ns and id:
         return RedirectResponse(f"/ui/machines/{machine_path(ns, id)}", status_code=303)
-    found: list[dict[str, Any]]
+    found: list[machines.MachineSummary] | list[machines.MachineListed]
     next_cursor: str | None = None
     if ns:
         found, next_cursor = await machines.list_machines(ctx, ns, status, LIST_PAGE, cursor)
@@ -244,7 +244,7 @@ async def workflows_page(request: Request, principal: Principal, query: Workflow
     """Every workflow with its runs counted by status; the runs of one (by status)."""
     ctx = request_context(request)
     summaries = await workflows.workflow_summaries(ctx)
-    runs: list[dict[str, Any]] = []
+    runs: list[workflows.RunView] = []
     next_cursor: str | None = None
     name = query.name or (summaries[0]["name"] if len(summaries) == 1 else None)
     if name:
@@ -296,7 +296,7 @@ async def interaction_page(request: Request, principal: Principal, interaction_i
     ctx = request_context(request)
     item = await interactions.read(ctx.store, interaction_id)
     children, _ = await interactions.children(ctx.store, item["id"], None, 100, None)
-    grandchildren: dict[str, list[dict[str, Any]]] = {}
+    grandchildren: dict[str, list[dict[str, object]]] = {}
     for child in children[:30]:
         grandchildren[child["id"]], _ = await interactions.children(ctx.store, child["id"], None, 30, None)
     return render(
@@ -328,8 +328,8 @@ async def batcher_page(request: Request, principal: Principal, query: BatcherQue
     task, group, package_status = query.task, query.group, query.package_status
     batcher = await batching.get_batcher(ctx.store, name)
     packages, _ = await cafe.list_packages(ctx.store, name, package_status, 100, None, TASKS_PER_PACKAGE)
-    found_task: dict[str, Any] | None = None
-    found_package: dict[str, Any] | None = None
+    found_task: batching.TaskView | None = None
+    found_package: cafe.PackageView | None = None
     task_error: str | None = None
     try:
         if task:
@@ -341,7 +341,7 @@ async def batcher_page(request: Request, principal: Principal, query: BatcherQue
                 raise PackageNotFound(f"no package of batcher {name!r} by that id")
             found_package = package
     except MainspringError as exc:
-        task_error = exc.problem()["detail"]
+        task_error = cast(str, exc.problem()["detail"])
     return render(
         request, "batcher.html", page="batching", b=batcher, forming=await queries.forming_batch(ctx, name),
         packages=packages, leases=await queries.package_leases(ctx, name), task=task, found_task=found_task,
@@ -372,7 +372,7 @@ async def events_stream(request: Request, principal: Principal, query: StreamQue
     response = event_stream(request_context(request), position, event_types(query.types))
     named = response.body_iterator
 
-    async def unnamed() -> AsyncIterator[Any]:
+    async def unnamed() -> AsyncIterator[object]:
         async for item in named:
             if isinstance(item, ServerSentEvent):
                 item.event = None

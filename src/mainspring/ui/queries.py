@@ -3,7 +3,8 @@ throughput from the event log). Writes never happen here: every action calls the
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Protocol
 
 from mainspring.batching import cafe as batching_cafe
 from mainspring.batching import service as batching_service
@@ -24,7 +25,7 @@ FACE_EVENTS = {
 }
 
 
-async def face_counts(ctx: Context) -> dict[str, dict[str, dict[str, int]]]:
+async def face_counts(ctx: Context) -> dict[str, Mapping[str, Mapping[str, int | str]]]:
     """Per face, the things it holds counted by state."""
     return {
         "exchange": await exchange_service.count_by_state(ctx),
@@ -34,7 +35,15 @@ async def face_counts(ctx: Context) -> dict[str, dict[str, dict[str, int]]]:
     }
 
 
-def _labelled(counted: Any) -> dict[str, Any]:
+class EstimatedCounts(Protocol):
+    """Counts by status over all queues, some of them estimated (the interactions face's)."""
+
+    def estimated_statuses(self) -> Iterable[str]: ...
+
+    def total(self) -> Mapping[str, int]: ...
+
+
+def _labelled(counted: EstimatedCounts) -> dict[str, int | str]:
     """Interactions by status over all queues, an estimated count shown as such (``~n``)."""
     estimated = set(counted.estimated_statuses())
     return {status: f"~{n}" if status in estimated else n for status, n in counted.total().items()}
@@ -78,7 +87,7 @@ async def queue_names(ctx: Context) -> list[str]:
     return sorted(set(await interactions_service.queue_names(ctx.store)) | set(getattr(ctx.registry, "queues", {})))
 
 
-async def interaction_ancestors(ctx: Context, parent_id: Any, depth: int = 20) -> list[dict[str, Any]]:
+async def interaction_ancestors(ctx: Context, parent_id: str | None, depth: int = 20) -> list[dict[str, object]]:
     """The chain of parents above an interaction, nearest first."""
     return await interactions_service.ancestors(ctx.store, parent_id, depth)
 
@@ -87,7 +96,7 @@ async def batcher_names(ctx: Context) -> list[str]:
     return await batching_service.batcher_names(ctx.store)
 
 
-async def forming_batch(ctx: Context, name: str, limit: int = 100) -> list[dict[str, Any]]:
+async def forming_batch(ctx: Context, name: str, limit: int = 100) -> list[dict[str, object]]:
     """The pending tasks of a batcher: the batch being formed, oldest first."""
     return [
         {"id": t.id, "group": t.group, "member": t.member, "version": t.version, "created_at": format_time(t.created_at)}
@@ -95,7 +104,7 @@ async def forming_batch(ctx: Context, name: str, limit: int = 100) -> list[dict[
     ]
 
 
-async def group_versions(ctx: Context, name: str, group: str, limit: int = 200) -> list[dict[str, Any]]:
+async def group_versions(ctx: Context, name: str, group: str, limit: int = 200) -> list[dict[str, object]]:
     """The version log of every member of one group, oldest first."""
     return [
         {"member": r.member, "version": r.version, "sha256": r.sha256, "task_id": r.task_id, "at": format_time(r.at),
@@ -104,7 +113,7 @@ async def group_versions(ctx: Context, name: str, group: str, limit: int = 200) 
     ]
 
 
-async def package_leases(ctx: Context, name: str) -> dict[str, dict[str, Any]]:
+async def package_leases(ctx: Context, name: str) -> dict[str, dict[str, object]]:
     """Who holds each claimed package and until when (never the lease token)."""
     return {
         lease.package_id: {"worker": lease.worker, "expires_at": format_time(lease.expires_at), "lease_ms": lease.lease_ms}

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import cast
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -33,8 +34,8 @@ async def static_file(request: Request) -> Response:
     return FileResponse(HERE / "static" / name, media_type=STATIC[name], headers={"Cache-Control": "public, max-age=3600"})
 
 
-def _problem(problem: dict[str, Any], headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse(problem, status_code=problem["status"], media_type=PROBLEM, headers=headers)
+def _problem(problem: Mapping[str, object], headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(problem, status_code=cast(int, problem["status"]), media_type=PROBLEM, headers=headers)
 
 
 async def _no_route(scope: Scope, receive: Receive, send: Send) -> None:

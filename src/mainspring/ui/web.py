@@ -8,7 +8,7 @@ import json
 import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, Unpack
 from urllib.parse import parse_qs, quote, unquote, unquote_to_bytes, urlsplit
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
@@ -59,7 +59,7 @@ def _ago(iso: str | None, now_ms: int) -> str:
     return sign + text + ("" if sign else " ago")
 
 
-def _pretty(value: Any) -> str:
+def _pretty(value: object) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
 
 
@@ -162,7 +162,7 @@ async def form_of(request: Request) -> dict[str, str]:
     return {k: v[-1] for k, v in (await form_lists(request)).items()}
 
 
-def render(request: Request, name: str, status_code: int = 200, **values: Any) -> HTMLResponse:
+def render(request: Request, name: str, status_code: int = 200, **values: object) -> HTMLResponse:
     principal: Principal | None = getattr(request.state, "principal", None)
     ctx = request_context(request)
     values.setdefault("flash", request.query_params.get("msg"))
@@ -198,11 +198,19 @@ class PageQuery(BaseModel):
 
     @field_validator("*", mode="before")
     @classmethod
-    def _blank_is_absent(cls, value: Any) -> Any:
+    def _blank_is_absent(cls, value: object) -> object:
         return None if value == "" else value
 
 
 Page = Callable[..., Awaitable[Response]]
+
+
+class RouteOptions(TypedDict, total=False):
+    """What ``get`` and ``post`` pass on to ``_route``."""
+
+    permission: Permission | None
+    query: type[PageQuery] | None
+    names: tuple[str, ...]
 
 
 class SegmentRoute(Route):
@@ -238,10 +246,10 @@ class Pages:
         self.prefix = prefix
         self.routes: list[Route] = []
 
-    def get(self, path: str, **options: Any) -> Callable[[Page], Page]:
+    def get(self, path: str, **options: Unpack[RouteOptions]) -> Callable[[Page], Page]:
         return self._route(path, ["GET"], **options)
 
-    def post(self, path: str, **options: Any) -> Callable[[Page], Page]:
+    def post(self, path: str, **options: Unpack[RouteOptions]) -> Callable[[Page], Page]:
         return self._route(path, ["POST"], **options)
 
     def _route(self, path: str, methods: list[str], *, permission: Permission | None = None,
@@ -258,7 +266,7 @@ class Pages:
                     for name in names:
                         if not re.fullmatch(NAME_PATTERN, request.path_params[name]):
                             raise InvalidRequest(f"{name} is not a valid name", errors=[{"loc": ["path", name], "msg": "invalid name"}])
-                    args: list[Any] = [request]
+                    args: list[object] = [request]
                     if not permission.public:
                         principal = await viewer(request)
                         if not principal.open:

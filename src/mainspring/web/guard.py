@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from mainspring.core.errors import CrossSiteRefused
 from mainspring.core.settings import ServerSettings
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
@@ -25,7 +28,7 @@ LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 _READ = frozenset({b"host", b"origin", b"sec-fetch-site", b"sec-fetch-mode"})
 
 
-def _headers(scope: Mapping[str, Any]) -> dict[bytes, str]:
+def _headers(scope: Scope) -> dict[bytes, str]:
     """The headers this check reads (every request passes here: not a dict of all of them)."""
     return {key: value.decode("latin-1") for key, value in scope["headers"] if key in _READ}
 
@@ -57,7 +60,7 @@ def _default_hosts(settings: ServerSettings) -> list[str]:
     return names
 
 
-def check_browser_request(scope: Mapping[str, Any], settings: ServerSettings, *, open_server: bool) -> None:
+def check_browser_request(scope: Scope, settings: ServerSettings, *, open_server: bool) -> None:
     """Refuse (403 ``cross_site_refused``) a request by a name this server does not answer to, and, on an open
     server, a browser's write from another site."""
     if not open_server and not settings.allowed_hosts:
@@ -84,16 +87,16 @@ class WithHeaders:
     """An ASGI app whose every HTTP answer also carries ``headers`` (a page's CSP, ``X-Frame-Options``), unless
     the answer set them itself."""
 
-    def __init__(self, app: Any, headers: Mapping[str, str]) -> None:
+    def __init__(self, app: ASGIApp, headers: Mapping[str, str]) -> None:
         self.app = app
         self.headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
 
-        async def send_with_headers(message: Any) -> None:
+        async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 present = {key for key, _ in message.get("headers", ())}
                 message["headers"] = [*message.get("headers", ()), *(h for h in self.headers if h[0] not in present)]

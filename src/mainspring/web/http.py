@@ -13,13 +13,13 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, cast
 from urllib.parse import parse_qsl
 
 from prometheus_client import Counter, Histogram
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
-from pydantic_core import to_json
+from pydantic_core import ErrorDetails, to_json
 from starlette.types import Message, Receive, Scope, Send
 
 from mainspring.core.auth import OPEN, Authenticator
@@ -37,6 +37,7 @@ from mainspring.core.logs import bind_request
 from mainspring.core.runtime import Context
 from mainspring.core.types import check_media_type
 from mainspring.store.errors import is_unavailable
+from mainspring.types import JsonInput
 from mainspring.web.guard import check_browser_request
 from mainspring.web.routing import (
     AsDeclared,
@@ -80,17 +81,17 @@ class ClientGone(Exception):
     """The client hung up while its request was being read."""
 
 
-def _problem(status: int, code: str, title: str, detail: str, **extra: Any) -> dict[str, Any]:
+def _problem(status: int, code: str, title: str, detail: str, **extra: JsonInput) -> dict[str, JsonInput]:
     return {"type": f"https://mainspring.dev/problems/{code}", "title": title, "status": status, "detail": detail,
             "code": code, **extra}
 
 
-def _clean_errors(errors: Any, prefix: tuple[str, ...]) -> list[dict[str, Any]]:
+def _clean_errors(errors: Iterable[ErrorDetails], prefix: tuple[str, ...]) -> list[dict[str, JsonInput]]:
     # Never echo back the offending input: it may be 10 MB, binary, or a secret.
     return [{"loc": [*prefix, *e.get("loc", ())], "msg": str(e.get("msg", ""))[:500], "type": e.get("type")} for e in errors]
 
 
-def _invalid(errors: list[dict[str, Any]], detail: str = "the request does not match the schema") -> InvalidRequest:
+def _invalid(errors: list[dict[str, JsonInput]], detail: str = "the request does not match the schema") -> InvalidRequest:
     return InvalidRequest(detail, errors=errors)
 
 
@@ -106,8 +107,8 @@ class _Metrics:
     """Request metrics with the label children looked up once per (operation, status)."""
 
     def __init__(self) -> None:
-        self._counters: dict[tuple[str, str, int], Any] = {}
-        self._latencies: dict[tuple[str, str], Any] = {}
+        self._counters: dict[tuple[str, str, int], Counter] = {}
+        self._latencies: dict[tuple[str, str], Histogram] = {}
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
         counter = self._counters.get((method, route, status))
@@ -419,11 +420,11 @@ async def _send(send: Send, status: int, body: bytes, headers: list[tuple[bytes,
     return status
 
 
-async def _send_problem(send: Send, problem: dict[str, Any], *, headers: Mapping[str, str] | None = None, close: bool = False) -> int:
+async def _send_problem(send: Send, problem: Mapping[str, JsonInput], *, headers: Mapping[str, str] | None = None, close: bool = False) -> int:
     extra = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
     if close:
         extra.append((b"connection", b"close"))
-    return await _send(send, problem["status"], to_json(problem), [*_PROBLEM, *extra])
+    return await _send(send, cast(int, problem["status"]), to_json(problem), [*_PROBLEM, *extra])
 
 
 async def send_problem(scope: Scope, send: Send, status: int, code: str, title: str, detail: str, *,

@@ -20,7 +20,7 @@ REASONS = {200: "OK", 201: "Created", 202: "Accepted", 204: "No content", 400: "
            429: "Too many requests", 499: "Client gone", 502: "Bad gateway", 503: "Unavailable", 504: "Gateway timeout"}
 
 
-def build(operations: Sequence[Operation], *, title: str, version: str, description: str) -> dict[str, Any]:
+def build(operations: Sequence[Operation], *, title: str, version: str, description: str) -> dict[str, object]:
     shown = [op for op in operations if op.in_schema]
     inputs: list[tuple[Any, JsonSchemaMode, TypeAdapter[Any]]] = [(("problem", "serialization"), "serialization", TypeAdapter(Problem))]
     for op in shown:
@@ -31,7 +31,7 @@ def build(operations: Sequence[Operation], *, title: str, version: str, descript
     schemas, defs = TypeAdapter.json_schemas(inputs, ref_template=REF)
     components = dict(defs.get("$defs", {}))
     components["Problem"] = schemas[(("problem", "serialization"), "serialization")]
-    paths: dict[str, dict[str, Any]] = {}
+    paths: dict[str, dict[str, object]] = {}
     names: set[str] = set()
     for op in shown:
         if op.operation_id in names:
@@ -50,8 +50,8 @@ def build(operations: Sequence[Operation], *, title: str, version: str, descript
     }
 
 
-def _operation(op: Operation, schemas: dict[Any, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {"tags": [op.tag], "summary": op.summary, "description": op.description, "operationId": op.operation_id}
+def _operation(op: Operation, schemas: dict[Any, Any]) -> dict[str, object]:
+    out: dict[str, object] = {"tags": [op.tag], "summary": op.summary, "description": op.description, "operationId": op.operation_id}
     parameters = [_path_parameter(op, name) for name in op.param_names]
     if op.query is not None:
         parameters += _query_parameters(op.query)
@@ -62,7 +62,7 @@ def _operation(op: Operation, schemas: dict[Any, Any]) -> dict[str, Any]:
     elif op.body is not None:
         out["requestBody"] = {"required": op.body_required,
                               "content": {"application/json": {"schema": schemas[((id(op), "body"), "validation")]}}}
-    responses: dict[str, Any] = {}
+    responses: dict[str, object] = {}
     for status in (op.status, *op.answers):
         description = op.answers.get(status) or REASONS.get(status, "Success")
         if status == 204 or status >= 400 or (op.answer is None and op.content is None):
@@ -92,19 +92,19 @@ def _operation(op: Operation, schemas: dict[Any, Any]) -> dict[str, Any]:
     return out
 
 
-def _path_parameter(op: Operation, name: str) -> dict[str, Any]:
+def _path_parameter(op: Operation, name: str) -> dict[str, object]:
     schema = TypeAdapter(op.params.get(name, AnySegment)).json_schema()
     return {"name": name, "in": "path", "required": True, "schema": schema}
 
 
-def _query_parameters(model: type[BaseModel]) -> list[dict[str, Any]]:
+def _query_parameters(model: type[BaseModel]) -> list[dict[str, object]]:
     schema = model.model_json_schema(ref_template=REF)
     required = set(schema.get("required", []))
     parameters = []
     for name, field_schema in schema.get("properties", {}).items():
         field_schema = dict(field_schema)
         description = field_schema.pop("description", None)
-        parameter: dict[str, Any] = {"name": name, "in": "query", "required": name in required, "schema": field_schema}
+        parameter: dict[str, object] = {"name": name, "in": "query", "required": name in required, "schema": field_schema}
         if description:
             parameter["description"] = description
         parameters.append(parameter)

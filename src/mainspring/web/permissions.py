@@ -187,7 +187,7 @@ class InBody(Permission):
 
 @dataclass(frozen=True)
 class Filtered(Permission):
-    """Any valid token; the answer's list ``field`` keeps only the entries whose scope the token holds."""
+    """Every valid token; the answer's list ``field`` keeps only the entries whose scope the token holds."""
 
     field: str
     scope_of: Callable[[Any], str]

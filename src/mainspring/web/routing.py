@@ -24,7 +24,7 @@ import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import UnionType
-from typing import Annotated, Any, TypeVar, Union, get_args, get_origin, get_type_hints
+from typing import Annotated, Any, TypedDict, TypeVar, Union, Unpack, get_args, get_origin, get_type_hints
 from urllib.parse import unquote_to_bytes
 
 from pydantic import StringConstraints, TypeAdapter
@@ -252,6 +252,24 @@ def answer_encoder(answer: Any) -> Callable[[object], bytes]:
     return encode
 
 
+class OperationOptions(TypedDict, total=False):
+    """What an operation may declare besides its handler's signature (``Operation``'s fields of the same names)."""
+
+    tag: str
+    status: int
+    answers: Mapping[int, str]
+    problems: Sequence[type[MainspringError]]
+    body_limit: Callable[[Any], int] | None
+    content: Mapping[str, object] | None
+    in_schema: bool
+
+
+class RouteOptions(OperationOptions, total=False):
+    """``OperationOptions`` and who may call the operation."""
+
+    permission: Permission | None
+
+
 class Routes:
     """A face's operations, declared with ``@routes.get(...)``, ``.post``, ``.put``, ``.patch``, ``.delete``."""
 
@@ -261,7 +279,7 @@ class Routes:
         self.operations: list[Operation] = []
 
     def add(self, method: str, path: str, handler: Handler, *, permission: Permission | None = None,
-            **options: Any) -> Operation:
+            **options: Unpack[OperationOptions]) -> Operation:
         if not isinstance(permission, Permission):
             raise MissingPermission(f"{method} {self.prefix + path} ({handler.__name__}) declares no permission: "
                                     "every operation says who may call it (web.permissions)")
@@ -273,26 +291,26 @@ class Routes:
         self.operations.append(operation)
         return operation
 
-    def _decorator(self, method: str, path: str, options: dict[str, Any]) -> Callable[[H], H]:
+    def _decorator(self, method: str, path: str, options: RouteOptions) -> Callable[[H], H]:
         def register(handler: H) -> H:
             self.add(method, path, handler, **options)
             return handler
 
         return register
 
-    def get(self, path: str, **options: Any) -> Callable[[H], H]:
+    def get(self, path: str, **options: Unpack[RouteOptions]) -> Callable[[H], H]:
         return self._decorator("GET", path, options)
 
-    def post(self, path: str, **options: Any) -> Callable[[H], H]:
+    def post(self, path: str, **options: Unpack[RouteOptions]) -> Callable[[H], H]:
         return self._decorator("POST", path, options)
 
-    def put(self, path: str, **options: Any) -> Callable[[H], H]:
+    def put(self, path: str, **options: Unpack[RouteOptions]) -> Callable[[H], H]:
         return self._decorator("PUT", path, options)
 
-    def patch(self, path: str, **options: Any) -> Callable[[H], H]:
+    def patch(self, path: str, **options: Unpack[RouteOptions]) -> Callable[[H], H]:
         return self._decorator("PATCH", path, options)
 
-    def delete(self, path: str, **options: Any) -> Callable[[H], H]:
+    def delete(self, path: str, **options: Unpack[RouteOptions]) -> Callable[[H], H]:
         return self._decorator("DELETE", path, options)
 
 

@@ -30,14 +30,21 @@ import json
 import traceback
 import uuid as uuidlib
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeVar, cast
 
+from mainspring.types import JsonData, JsonObject
 from mainspring.workflows.errors import ChildFailed, StepFailed, TaskFailed
+from mainspring.workflows.records import Record, RunAux
 
 if TYPE_CHECKING:
+    from mainspring.machines.data import MachineRow
     from mainspring.workflows.runner import Runner
+
+T = TypeVar("T", bound=JsonData)
+CallName = str | list[str] | None
+"""What a call is recorded under: a step's, wait's or patch's name, a task's queue, a child's [name, id]."""
 
 CURRENT_KEY: contextvars.ContextVar[str | None] = contextvars.ContextVar("mainspring_workflow_key", default=None)
 
@@ -65,8 +72,8 @@ class Evicted(BaseException):
 class Call:
     n: int
     kind: str
-    name: Any
-    future: asyncio.Future[Any]
+    name: CallName
+    future: asyncio.Future[JsonData]
     waiting: bool = False
     """Issued and waiting for something outside the server (a timer, a signal, a task, a child)."""
     until: int | None = None
@@ -79,8 +86,8 @@ class Call:
 @dataclass
 class Outcome:
     status: str
-    result: Any = None
-    error: dict[str, Any] | None = None
+    result: JsonData = None
+    error: JsonObject | None = None
 
 
 class Workflow:
@@ -98,7 +105,7 @@ class Workflow:
         return self._run.name
 
     @property
-    def args(self) -> Any:
+    def args(self) -> JsonData:
         return self._run.args
 
     @property
@@ -109,8 +116,8 @@ class Workflow:
             raise RuntimeError("wf.key is read inside a step's function")
         return key
 
-    async def step(self, fn: Callable[..., Any], *args: Any, name: str | None = None, max_attempts: int = 1, backoff_ms: int = 1000,
-                   **kwargs: Any) -> Any:
+    async def step(self, fn: Callable[..., object], *args: object, name: str | None = None, max_attempts: int = 1, backoff_ms: int = 1000,
+                   **kwargs: object) -> JsonData:
         """Call ``fn`` once per run and record its JSON return value (see API.md §5)."""
         if max_attempts < 1 or backoff_ms < 0:
             raise ValueError("max_attempts must be at least 1 and backoff_ms not negative")
@@ -128,7 +135,7 @@ class Workflow:
             run.when_live(lambda: run.begin_sleep(call, ms))
         await call.future
 
-    async def wait(self, signal: str, timeout_ms: int | None = None) -> Any:
+    async def wait(self, signal: str, timeout_ms: int | None = None) -> JsonData:
         """The payload of the oldest signal ``signal`` not taken yet; ``TimeoutError`` after ``timeout_ms``."""
         run = self._run
         call, live = run.issue("wait", signal)
@@ -136,7 +143,7 @@ class Workflow:
             run.when_live(lambda: run.begin_wait(call, signal, timeout_ms))
         return await call.future
 
-    async def child(self, name: str, id: str, args: Any = None) -> Any:
+    async def child(self, name: str, id: str, args: JsonData = None) -> JsonData:
         """Start run ``id`` of workflow ``name`` (or join it) and answer its result; ``ChildFailed`` otherwise."""
         run = self._run
         call, live = run.issue("child", [name, id])
@@ -144,7 +151,7 @@ class Workflow:
             run.when_live(lambda: run.begin(run.runner.start_child(run, call, name, id, args)))
         return await call.future
 
-    async def task(self, queue: str, data: Any = None, **fields: Any) -> Any:
+    async def task(self, queue: str, data: JsonData = None, **fields: object) -> JsonData:
         """Create an interaction in ``queue`` once per run and answer its result; ``TaskFailed`` otherwise."""
         unknown = set(fields) - {"priority", "user", "source", "channel"}
         if unknown:
@@ -172,26 +179,27 @@ class Workflow:
 class Run:
     """One run in memory: its coroutine, its calls, what is to be written, and what was written."""
 
-    def __init__(self, runner: Runner, name: str, run_id: str, fn: Callable[..., Any], args: Any, machine: Any, aux: dict[str, Any]) -> None:
+    def __init__(self, runner: Runner, name: str, run_id: str, fn: Callable[[Workflow, JsonData], Awaitable[object]], args: JsonData,
+                 machine: MachineRow, aux: RunAux) -> None:
         self.runner = runner
         self.name = name
         self.run_id = run_id
         self.fn = fn
         self.args = args
         self.machine = machine
-        self.aux = dict(aux)
+        self.aux = aux.copy()
         self.calls: dict[int, Call] = {}
         self.next_n = 1
-        self.index: dict[int, dict[str, Any]] = {}
+        self.index: dict[int, Record] = {}
         self.replaying = False
-        self.to_replay: deque[dict[str, Any]] = deque()
+        self.to_replay: deque[Record] = deque()
         self.deferred: list[Callable[[], None]] = []
-        self.buffer: list[dict[str, Any]] = []
+        self.buffer: list[Record] = []
         self.delivered: list[int] = []
-        self.inbox: dict[str, deque[tuple[int, Any]]] = {}
+        self.inbox: dict[str, deque[tuple[int, JsonData]]] = {}
         self.signals = 0
-        self.executing: set[asyncio.Task[Any]] = set()
-        self.side: set[asyncio.Task[Any]] = set()
+        self.executing: set[asyncio.Task[None]] = set()
+        self.side: set[asyncio.Future[None]] = set()
         self.cancel_requested = False
         self.cancel_delivered = False
         self.evicted = False
@@ -205,7 +213,7 @@ class Run:
         self.writing = False
         self.lock = asyncio.Lock()
         """Held while the run writes or reads its notifications."""
-        self.redriven: Any = None
+        self.redriven: MachineRow | None = None
         """The machine as the machines loop handed it over while this server still advanced the run."""
         self.workflow = Workflow(self)
 
@@ -256,7 +264,7 @@ class Run:
         try:
             result = await self.fn(self.workflow, self.args)
             json.dumps(result, allow_nan=False)
-            outcome = Outcome("completed", result)
+            outcome = Outcome("completed", cast(JsonData, result))  # JSON: json.dumps took it
         except asyncio.CancelledError:
             if not self.cancel_requested or self.evicted:
                 outcome = Outcome("evicted")
@@ -294,7 +302,7 @@ class Run:
         if self.broken is not None:
             raise Nondeterminism(self.broken)
 
-    def issue(self, kind: str, name: Any) -> tuple[Call, bool]:
+    def issue(self, kind: str, name: CallName) -> tuple[Call, bool]:
         """Number a new call; answers it and whether it must act (False: a record of the history answers it)."""
         self._check_alive()
         n = self.next_n
@@ -315,7 +323,7 @@ class Run:
         else:
             action()
 
-    def _match(self, call: Call, record: dict[str, Any]) -> None:
+    def _match(self, call: Call, record: Record) -> None:
         recorded_kind = CALL_KIND.get(record["wf"])
         recorded_name = self._recorded_name(record)
         if recorded_kind != call.kind or (call.kind not in ("sleep", "now", "uuid") and recorded_name != call.name):
@@ -324,7 +332,7 @@ class Run:
             raise Nondeterminism(self.broken)
 
     @staticmethod
-    def _recorded_name(record: dict[str, Any]) -> Any:
+    def _recorded_name(record: Record) -> object:
         kind = record["wf"]
         if kind in ("step", "patch"):
             return record.get("name")
@@ -336,13 +344,13 @@ class Run:
             return [record.get("name"), record.get("id")]
         return None
 
-    def begin(self, effect: Any) -> None:
+    def begin(self, effect: Awaitable[None]) -> None:
         """Start a call whose effect (creating a task, starting a child) runs before its record is written."""
         task = asyncio.ensure_future(effect)
         self.side.add(task)
         task.add_done_callback(lambda t: self._side_done(t))
 
-    def _side_done(self, task: asyncio.Task[Any]) -> None:
+    def _side_done(self, task: asyncio.Future[None]) -> None:
         self.side.discard(task)
         error = None if task.cancelled() else task.exception()
         if error is not None and not self.evicted:
@@ -350,13 +358,13 @@ class Run:
             self.runner.give_up(self, error)
         self.wake.set()
 
-    def start_step(self, call: Call, fn: Callable[[], Any], max_attempts: int, backoff_ms: int) -> None:
+    def start_step(self, call: Call, fn: Callable[[], object], max_attempts: int, backoff_ms: int) -> None:
         context = contextvars.copy_context()
         context.run(CURRENT_KEY.set, self.runner.key_of(self, call.n))
         task = asyncio.get_running_loop().create_task(self._step(call, fn, max_attempts, backoff_ms), context=context)
         self.executing.add(task)
 
-        def done(t: asyncio.Task[Any]) -> None:
+        def done(t: asyncio.Task[None]) -> None:
             self.executing.discard(t)
             error = None if t.cancelled() else t.exception()
             if error is not None and not self.evicted:
@@ -365,21 +373,21 @@ class Run:
 
         task.add_done_callback(done)
 
-    async def _step(self, call: Call, fn: Callable[[], Any], max_attempts: int, backoff_ms: int) -> None:
+    async def _step(self, call: Call, fn: Callable[[], object], max_attempts: int, backoff_ms: int) -> None:
         # Values recorded before this step (wf.now(), wf.uuid()) are committed before it acts on them.
         await self.runner.flushed(self)
-        record: dict[str, Any]
+        record: Record
         for attempt in range(1, max_attempts + 1):
             try:
                 value = await self.runner.call_step(fn)
                 json.dumps(value, allow_nan=False)
-                record = {"wf": "step", "n": call.n, "name": call.name, "result": value}
+                record = {"wf": "step", "n": call.n, "name": cast(str, call.name), "result": cast(JsonData, value)}  # JSON: json.dumps took it
                 break
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 if attempt >= max_attempts:
-                    record = {"wf": "step", "n": call.n, "name": call.name, "error": {"type": type(exc).__name__, "message": str(exc)}}
+                    record = {"wf": "step", "n": call.n, "name": cast(str, call.name), "error": {"type": type(exc).__name__, "message": str(exc)}}
                     break
                 await self.runner.sleep_ms(backoff_ms * 2 ** (attempt - 1))
         self.append(record)
@@ -399,7 +407,7 @@ class Run:
         until = None if timeout_ms is None else self.runner.now_ms() + max(0, int(timeout_ms))
         self.append({"wf": "wait", "n": call.n, "signal": signal, "until": until})
 
-    def value_of(self, kind: str, make: Callable[[], Any]) -> Any:
+    def value_of(self, kind: str, make: Callable[[], T]) -> T:
         """``wf.now()``, ``wf.uuid()``: the recorded value, or a new one recorded now."""
         self._check_alive()
         n = self.next_n
@@ -409,7 +417,7 @@ class Run:
         if record is not None:
             self.calls[n] = Call(n, kind, None, asyncio.get_running_loop().create_future(), done=True)
             self._match(self.calls[n], record)
-            return record.get("value")
+            return cast(T, record.get("value"))  # what make() gave when it was recorded
         value = make()
         self.calls[n] = Call(n, kind, None, asyncio.get_running_loop().create_future(), done=True)
         self.append({"wf": kind, "n": n, "value": value})
@@ -435,7 +443,7 @@ class Run:
 
     # --- records --------------------------------------------------------------------------------------------------
 
-    def append(self, record: dict[str, Any]) -> None:
+    def append(self, record: Record) -> None:
         """A record to write (live): the run's state follows it now; the coroutine sees it once written."""
         if self.evicted:
             return
@@ -444,7 +452,7 @@ class Run:
         self.progress += 1
         self.wake.set()
 
-    def apply(self, record: dict[str, Any]) -> None:
+    def apply(self, record: Record) -> None:
         """What a record changes in the run's state (not yet what the coroutine sees)."""
         kind = record["wf"]
         call = self.calls.get(record["n"]) if "n" in record else None
@@ -467,7 +475,7 @@ class Run:
         elif kind == "cancel":
             self.cancel_requested = True
 
-    def see(self, record: dict[str, Any]) -> None:
+    def see(self, record: Record) -> None:
         """Let the coroutine see a written record: resolve the future of its call, or cancel the run."""
         kind = record["wf"]
         if kind == "cancel":
@@ -484,7 +492,8 @@ class Run:
             return
         if kind == "step":
             if "error" in record:
-                call.future.set_exception(StepFailed(record["error"]["type"], record["error"]["message"]))
+                error = cast(dict[str, str], record["error"])  # a step's error: its type and message
+                call.future.set_exception(StepFailed(error["type"], error["message"]))
             else:
                 call.future.set_result(record.get("result"))
         elif kind == "woke":
@@ -497,13 +506,13 @@ class Run:
             if record["status"] == "completed":
                 call.future.set_result(record.get("result"))
             else:
-                call.future.set_exception(TaskFailed(record.get("error"), record["status"]))
+                call.future.set_exception(TaskFailed(cast(str | None, record.get("error")), record["status"]))  # a task's error: text
         elif kind == "child_done":
             if record["status"] == "completed":
                 call.future.set_result(record.get("result"))
             else:
-                error = record.get("error") or {"type": record["status"], "message": f"the child run was {record['status']}"}
-                call.future.set_exception(ChildFailed(error.get("type", "failed"), error.get("message", "")))
+                failed = cast(dict[str, str], record.get("error") or {"type": record["status"], "message": f"the child run was {record['status']}"})
+                call.future.set_exception(ChildFailed(failed.get("type", "failed"), failed.get("message", "")))
         self.progress += 1
 
     def _break(self) -> None:
@@ -526,27 +535,27 @@ class Run:
         if not self.replaying:
             self.runner.cancel_outside(self)
 
-    def accept(self, args: Any) -> bool:
+    def accept(self, args: JsonData) -> bool:
         """A notification for the run (a signal, a task's or a child's end, a new watcher); False: not yet (the call
         it answers is not recorded yet), keep it."""
         if not isinstance(args, dict):
             return True
         if "signal" in args:
             s = self.signals + 1
-            self.append({"wf": "signal", "s": s, "name": args["signal"], "payload": args.get("payload")})
+            self.append({"wf": "signal", "s": s, "name": cast(str, args["signal"]), "payload": args.get("payload")})
             for call in sorted(self.waiting_calls(), key=lambda c: c.n):
                 if call.kind == "wait" and call.name == args["signal"]:
-                    self.append({"wf": "took", "n": call.n, "signal": call.name, "s": s, "payload": args.get("payload")})
+                    self.append({"wf": "took", "n": call.n, "signal": cast(str, call.name), "s": s, "payload": args.get("payload")})
                     break
             return True
         for kind in ("task", "child"):
             if kind in args:
-                answered = self.calls.get(args[kind])
+                answered = self.calls.get(cast(int, args[kind]))
                 if self.outcome is not None or (answered is not None and (answered.kind != kind or answered.done)):
                     return True  # the run ended, or a repeat: nothing to do
                 if answered is None or not answered.waiting:
                     return False  # its call is not recorded yet: kept for later
-                self.append({"wf": f"{kind}_done", "n": answered.n, "status": args.get("status"), "result": args.get("result"),
+                self.append({"wf": f"{kind}_done", "n": answered.n, "status": cast(str, args.get("status")), "result": args.get("result"),
                              "error": args.get("error")})
                 return True
         if "watch" in args:
@@ -558,7 +567,7 @@ class Run:
 
     # --- replay ---------------------------------------------------------------------------------------------------
 
-    def load(self, records: list[dict[str, Any]]) -> None:
+    def load(self, records: list[Record]) -> None:
         """Prepare a replay of ``records`` (the history after the start)."""
         self.replaying = True
         for record in records:
@@ -595,7 +604,7 @@ class Run:
 
     # --- the status the run shows -------------------------------------------------------------------------------------
 
-    def status(self) -> tuple[str, dict[str, Any] | None]:
+    def status(self) -> tuple[str, JsonObject | None]:
         """``running``/``sleeping``/``waiting`` and what it waits for (while not finished)."""
         if not self.blocked():
             return "running", None
@@ -606,7 +615,7 @@ class Run:
         if first.kind == "sleep":
             return "sleeping", {"until": first.until}
         if first.kind == "wait":
-            return "waiting", {"signal": first.name}
+            return "waiting", {"signal": cast(str, first.name)}
         if first.kind == "task":
             return "waiting", {"task": first.item}
         return "waiting", {"child": first.child[1] if first.child else None}

@@ -3,8 +3,6 @@ API answers (API.md §5's codes)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from mainspring.core.errors import Conflict, NotFound
 
 
@@ -36,7 +34,7 @@ class TaskFailed(Exception):
         self.status = status
 
 
-def error_of(exc: BaseException) -> dict[str, Any]:
+def error_of(exc: BaseException) -> dict[str, str | None]:
     """An exception as a record keeps it: its type's name and message."""
     return {"type": getattr(exc, "type", None) if isinstance(exc, StepFailed | ChildFailed) else type(exc).__name__, "message": str(exc)}
 

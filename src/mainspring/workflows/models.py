@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
@@ -19,7 +19,7 @@ Status = Literal["running", "sleeping", "waiting", "completed", "failed", "cance
 class StartIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     id: RunId | None = None
-    """Any text up to 1 KiB; default a new uuid. Start is idempotent by id."""
+    """Free text up to 1 KiB; default a new uuid. Start is idempotent by id."""
     args: JsonValue = None
 
 
@@ -46,11 +46,11 @@ class _StepBase(BaseModel):
 
 
 class StepResult(_StepBase):
-    result: Any
+    result: object
 
 
 class StepError(_StepBase):
-    error: dict[str, Any]
+    error: dict[str, object]
 
 
 Step = StepError | StepResult
@@ -60,10 +60,10 @@ class RunSummary(BaseModel):
     name: str
     id: str
     status: Status
-    args: Any
-    result: Any
+    args: object
+    result: object
     error: RunError | None
-    waiting_for: dict[str, Any] | None
+    waiting_for: dict[str, object] | None
     created_at: str | None
     updated_at: str | None
     finished_at: str | None

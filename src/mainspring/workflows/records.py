@@ -3,16 +3,87 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Required, TypedDict, cast
 
 from mainspring.core import outbox
 from mainspring.machines.data import HistoryRow, MachineRow, machine_subject
 from mainspring.store import Transaction, format_time
+from mainspring.types import JsonData, JsonObject
 
 if TYPE_CHECKING:
     from mainspring.workflows.engine import Run
 
 FINISHED_STATUSES = ("completed", "failed", "cancelled")
+
+
+class Record(TypedDict, total=False):
+    """One record of a run's history: ``wf`` says which (``start``, ``step``, ``sleep``, ``took``, ``end``…) and
+    which of the other fields it has."""
+
+    wf: Required[str]
+    n: int
+    name: str
+    id: str
+    signal: str
+    s: int
+    until: int | None
+    item: str | None
+    queue: str
+    args: JsonData
+    result: JsonData
+    error: JsonData
+    payload: JsonData
+    status: str
+    value: JsonData
+
+
+class RunAux(TypedDict, total=False):
+    """A run's machine's aux state: what its status and the lists show without reading its history."""
+
+    status: str
+    waiting_for: JsonObject | None
+    result: JsonData
+    error: JsonObject | None
+    finished_at: int | None
+    ended: bool
+    watchers: list[JsonData]
+    """Parents to tell when the run ends: ``[name, id, n]`` each."""
+
+
+class RunView(TypedDict, total=False):
+    """A run as the API shows it (API.md §5); ``steps`` only where the history was read."""
+
+    name: Required[str]
+    id: Required[str]
+    status: Required[str]
+    args: Required[JsonData]
+    result: Required[JsonData]
+    error: Required[JsonObject | None]
+    waiting_for: Required[JsonObject | None]
+    created_at: Required[str | None]
+    updated_at: Required[str | None]
+    finished_at: Required[str | None]
+    steps: list[JsonObject]
+
+
+def record_of(data: JsonData) -> Record:
+    """A history event of a run's machine as the record it is (the workflows layer writes them all)."""
+    return cast(Record, data)
+
+
+def aux_of(machine: MachineRow) -> RunAux:
+    """A run's aux state (empty before its first step wrote one)."""
+    return cast(RunAux, machine.aux_state or {})
+
+
+def as_json(value: Record | RunAux) -> JsonObject:
+    """A record or aux state as the JSON object it is, to be stored (mypy sees no TypedDict as JSON)."""
+    return cast(JsonObject, value)
+
+
+def as_json_all(written: list[Record]) -> list[JsonData]:
+    """Records as the JSON objects they are (as ``as_json``), the same list."""
+    return cast(list[JsonData], written)
 SUBJECT = "workflow"
 MAX_MESSAGE_ID = 128
 """The interactions face's longest message id."""
@@ -40,11 +111,11 @@ def parse_message_id(message_id: str) -> tuple[str, str | int, int] | None:
     return name, run_part, int(n)
 
 
-def child_done(n: int, child: dict[str, Any]) -> dict[str, Any]:
+def child_done(n: int, child: RunView) -> Record:
     return {"wf": "child_done", "n": n, "status": child["status"], "result": child.get("result"), "error": child.get("error")}
 
 
-def announce(run: Run, aux: dict[str, Any]) -> Callable[[Transaction], Awaitable[None]]:
+def announce(run: Run, aux: RunAux) -> Callable[[Transaction], Awaitable[None]]:
     """What a run's last step writes besides its records: ``workflow.<status>`` (a cancelled run said so when it was
     cancelled) and the wake-up of readers waiting for it."""
     from mainspring.workflows.runner import FINISHED
@@ -52,26 +123,27 @@ def announce(run: Run, aux: dict[str, Any]) -> Callable[[Transaction], Awaitable
     async def then(tx: Transaction) -> None:
         status = aux["status"]
         if status != "cancelled":
-            data: dict[str, Any] = {"name": run.name, "id": run.run_id, "status": status}
-            if aux.get("error") is not None:
-                data["error"] = {"type": aux["error"]["type"], "message": aux["error"]["message"]}
+            data: JsonObject = {"name": run.name, "id": run.run_id, "status": status}
+            error = aux.get("error")
+            if error is not None:
+                data["error"] = {"type": error["type"], "message": error["message"]}
             await outbox.emit(tx, f"workflow.{status}", SUBJECT, machine_subject(run.name, run.run_id), data)
         tx.notify(FINISHED)
 
     return then
 
 
-def steps_of(history: Sequence[HistoryRow]) -> list[dict[str, Any]]:
+def steps_of(history: Sequence[HistoryRow]) -> list[JsonObject]:
     """The run's timeline: one entry per call (updated by its completion) and per signal, in history order."""
-    steps: list[dict[str, Any]] = []
-    by_n: dict[int, dict[str, Any]] = {}
+    steps: list[JsonObject] = []
+    by_n: dict[int, JsonObject] = {}
     for row in history[1:]:
-        record = row.data if isinstance(row.data, dict) else {}
+        record = record_of(row.data if isinstance(row.data, dict) else {})
         kind = record.get("wf")
         at = format_time(row.created_at)
         n = int(record.get("n") or 0)
         if kind == "step":
-            entry = {"n": n, "kind": "step", "name": record.get("name"), "at": at}
+            entry: JsonObject = {"n": n, "kind": "step", "name": record.get("name"), "at": at}
             entry.update({"error": record["error"]} if "error" in record else {"result": record.get("result")})
             steps.append(entry)
         elif kind in ("sleep", "wait", "task", "child"):
@@ -119,17 +191,17 @@ def steps_of(history: Sequence[HistoryRow]) -> list[dict[str, Any]]:
     return steps
 
 
-def run_to_api(machine: MachineRow, args: Any, history: Sequence[HistoryRow] | None) -> dict[str, Any]:
+def run_to_api(machine: MachineRow, args: JsonData, history: Sequence[HistoryRow] | None) -> RunView:
     """A run: API.md §5's shape (without ``steps`` when ``history`` is None)."""
-    aux = machine.aux_state if isinstance(machine.aux_state, dict) else {}
+    aux: RunAux = aux_of(machine) if isinstance(machine.aux_state, dict) else {}
     status = aux.get("status", "running")
     if machine.status == "failed" and status not in FINISHED_STATUSES:
         status = "failed"
     waiting = aux.get("waiting_for")
     if isinstance(waiting, dict) and "until" in waiting:
-        waiting = {"until": format_time(waiting["until"])}
+        waiting = {"until": format_time(cast(int, waiting["until"]))}
     error = aux.get("error")
-    run = {
+    run: RunView = {
         "name": machine.namespace,
         "id": machine.id,
         "status": status,

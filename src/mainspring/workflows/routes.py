@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 from mainspring.web.permissions import Scope
 from mainspring.web.routing import Call, Reply, Routes
@@ -58,7 +57,7 @@ async def read(call: Call, name: WorkflowName, id: RunId, query: ReadQuery) -> R
 
 @routes.post("/workflows/{name}/runs/{id}/signals/{signal}", permission=SCOPE, status=202,
              problems=[*NOT_FOUND, RunFinished])
-async def signal(call: Call, name: WorkflowName, id: RunId, signal: SignalName, body: SignalIn) -> dict[str, Any]:
+async def signal(call: Call, name: WorkflowName, id: RunId, signal: SignalName, body: SignalIn) -> dict[str, str]:
     """Send a signal; kept, in order, until a wait takes it."""
     await service.signal_run(call.ctx, name, id, signal, body.payload)
     return {}

@@ -15,8 +15,8 @@ import asyncio
 import collections
 import inspect
 import logging
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import cast
 
 from mainspring.core.leases import new_token
 from mainspring.core.runtime import Context, log_failure, retry_while_unavailable, run_loop
@@ -24,8 +24,9 @@ from mainspring.interactions import service as interactions
 from mainspring.interactions.errors import InteractionFinished, InteractionNotFound
 from mainspring.machines import driven
 from mainspring.machines.data import MachineRow
+from mainspring.types import JsonData, JsonObject
 from mainspring.workflows import records
-from mainspring.workflows.engine import COMPLETIONS, EXTERNAL, Evicted, Run
+from mainspring.workflows.engine import COMPLETIONS, EXTERNAL, Call, Evicted, Run, Workflow
 
 log = logging.getLogger("mainspring.workflows")
 
@@ -50,7 +51,7 @@ class Runner:
         self.settings = ctx.settings.workflows
         self.active: dict[int, Run] = {}
         self.parked: collections.OrderedDict[int, Run] = collections.OrderedDict()
-        self.tasks: set[asyncio.Task[Any]] = set()
+        self.tasks: set[asyncio.Task[object]] = set()
 
     # --- what the engine asks ---------------------------------------------------------------------------------------
 
@@ -67,11 +68,11 @@ class Runner:
             await self.store.notifier.waiter("workflows-clock").wait(left / 1000)
 
     @staticmethod
-    async def call_step(fn: Callable[[], Any]) -> Any:
+    async def call_step(fn: Callable[[], object]) -> object:
         """A step's function: awaited when async, in a thread when it is a plain function."""
         target = getattr(fn, "func", fn)
         if inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(type(target).__call__):
-            return await fn()
+            return await cast(Awaitable[object], fn())  # a coroutine function's call
         value = await asyncio.to_thread(fn)
         return await value if inspect.isawaitable(value) else value
 
@@ -90,13 +91,13 @@ class Runner:
         log_failure(log, error, "run %s/%s stopped on this server; it resumes from its records", run.name, run.run_id)
         self._forget(run)
 
-    async def create_task(self, run: Run, call: Any, queue: str, data: Any, fields: dict[str, Any]) -> None:
+    async def create_task(self, run: Run, call: Call, queue: str, data: JsonData, fields: dict[str, object]) -> None:
         """``wf.task``: the interaction first (idempotent by its message id), then the record that names it."""
         spec = {"data": data, "message_id": records.task_message_id(run.name, run.run_id, run.machine.uid, call.n), **fields}
         item, _created = await interactions.create(self.store, self.ctx.settings.interactions, queue, spec)
         run.append({"wf": "task", "n": call.n, "queue": queue, "item": item["id"]})
 
-    async def start_child(self, run: Run, call: Any, name: str, child_id: str, args: Any) -> None:
+    async def start_child(self, run: Run, call: Call, name: str, child_id: str, args: JsonData) -> None:
         """``wf.child``: start or join the child (it tells this run when it ends), then the record."""
         from mainspring.workflows import service
 
@@ -130,23 +131,23 @@ class Runner:
 
         self._spawn(cancel_all())
 
-    def _spawn(self, work: Any) -> None:
+    def _spawn(self, work: Coroutine[object, None, object]) -> None:
         task = asyncio.ensure_future(work)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
     # --- starting and resuming runs -------------------------------------------------------------------------------
 
-    def definition(self, name: str) -> Callable[..., Any] | None:
+    def definition(self, name: str) -> Callable[[Workflow, JsonData], Awaitable[object]] | None:
         registration = getattr(self.ctx.registry, "workflows", {}).get(name)
         return None if registration is None else registration.target  # type: ignore[no-any-return]
 
-    def launch(self, machine: MachineRow, args: Any) -> None:
+    def launch(self, machine: MachineRow, args: JsonData) -> None:
         """A run this server just created with its lease: start its function at once (no history to replay)."""
         fn = self.definition(machine.namespace)
         if fn is None:
             return
-        run = Run(self, machine.namespace, machine.id, fn, args, machine, machine.aux_state or {})
+        run = Run(self, machine.namespace, machine.id, fn, args, machine, records.aux_of(machine))
         run.written_at = self.now_ms()
         self.active[machine.uid] = run
         run.start()
@@ -197,9 +198,9 @@ class Runner:
 
     async def _load(self, machine: MachineRow) -> Run | None:
         """The run rebuilt from its history (replayed), or None when there is nothing to run (finished)."""
-        history = [h.data for h in await driven.history(self.store, machine)]
-        aux = machine.aux_state or {}
-        start = history[0] if history else {}
+        history = [records.record_of(h.data) for h in await driven.history(self.store, machine)]
+        aux = records.aux_of(machine)
+        start: records.Record | dict[str, JsonData] = history[0] if history else {}
         fn = self.definition(machine.namespace)
         if aux.get("ended") or fn is None:
             await self._after_end(machine)
@@ -212,21 +213,21 @@ class Runner:
 
     async def _after_end(self, machine: MachineRow) -> None:
         """A finished run that was due: tell its watchers (again: they ignore repeats), drop its notifications."""
-        aux = dict(machine.aux_state or {})
+        aux = records.aux_of(machine).copy()
         pending = await driven.notifications(self.store, machine.uid)
         for notification in pending:
             args = notification.args if isinstance(notification.args, dict) else {}
             if "watch" in args and args["watch"] not in aux.setdefault("watchers", []):
                 aux["watchers"].append(args["watch"])
         await self.notify_watchers(machine, aux)
-        change = driven.Change((), aux, None, None, status=machine.status, error=machine.error, delivered=[n.seq for n in pending])
+        change = driven.Change((), records.as_json(aux), None, None, status=machine.status, error=machine.error, delivered=[n.seq for n in pending])
         await driven.apply(self.store, machine, change)
 
-    async def notify_watchers(self, machine: MachineRow, aux: dict[str, Any]) -> None:
+    async def notify_watchers(self, machine: MachineRow, aux: records.RunAux) -> None:
         from mainspring.workflows import service
 
         for watcher in aux.get("watchers") or []:
-            await service.tell_watcher(self.ctx, watcher, {"status": aux.get("status"), "result": aux.get("result"), "error": aux.get("error")})
+            await service.tell_watcher(self.ctx, cast(list[JsonData], watcher), {"status": aux.get("status"), "result": aux.get("result"), "error": aux.get("error")})
 
     async def _take_inputs(self, run: Run) -> None:
         """Read the run's pending notifications and record what they bring (never while the run writes: a
@@ -291,29 +292,30 @@ class Runner:
         taken = len(written)
         delivered = list(run.delivered)
         now = self.now_ms()
-        aux = dict(run.aux)
+        aux = run.aux.copy()
         if finished:
             assert run.outcome is not None
-            end: dict[str, Any] = {"wf": "end", "status": run.outcome.status}
+            end: records.Record = {"wf": "end", "status": run.outcome.status}
             if run.outcome.status == "completed":
                 end["result"] = run.outcome.result
             if run.outcome.error is not None:
                 end["error"] = run.outcome.error
             written.append(end)
-            aux.update(status="cancelled" if run.cancel_requested else run.outcome.status, waiting_for=None,
-                       result=run.outcome.result if run.outcome.status == "completed" else None, error=run.outcome.error, ended=True,
-                       finished_at=aux.get("finished_at") if run.cancel_requested else now)
+            aux.update({"status": "cancelled" if run.cancel_requested else run.outcome.status, "waiting_for": None,
+                        "result": run.outcome.result if run.outcome.status == "completed" else None, "error": run.outcome.error, "ended": True,
+                        "finished_at": aux.get("finished_at") if run.cancel_requested else now})
             timer, lease = (now + self.settings.lease_ms if aux.get("watchers") else None), None
         else:
             status, waiting_for = run.status()
-            aux.update(status="cancelled" if run.cancel_requested else status, waiting_for=waiting_for)
+            aux.update({"status": "cancelled" if run.cancel_requested else status, "waiting_for": waiting_for})
             if blocked:
                 timer, lease = run.deadline(), None
             else:
                 timer, lease = now, (run.machine.lease_token or new_token(), now + self.settings.lease_ms)
         failed = finished and aux["status"] == "failed"
-        change = driven.Change(written, aux, timer, lease, status="failed" if failed else "working",
-                               error={"type": aux["error"]["type"], "message": aux["error"]["message"]} if failed else None,
+        error = cast(JsonObject, aux.get("error"))  # a failed run's error is set
+        change = driven.Change(records.as_json_all(written), records.as_json(aux), timer, lease, status="failed" if failed else "working",
+                               error={"type": error["type"], "message": error["message"]} if failed else None,
                                delivered=delivered, then=records.announce(run, aux) if finished else None)
         async with run.lock:
             run.writing = True
@@ -342,7 +344,7 @@ class Runner:
             self._forget(run)
             if aux.get("watchers"):
                 await self.notify_watchers(machine, aux)
-                await driven.apply(self.store, machine, driven.Change((), aux, None, None, status=machine.status, error=machine.error))
+                await driven.apply(self.store, machine, driven.Change((), records.as_json(aux), None, None, status=machine.status, error=machine.error))
             return True
         handed, run.redriven = run.redriven, None
         if handed is not None and handed.version == run.machine.version:
@@ -363,7 +365,7 @@ class Runner:
         if machine is None:
             self._forget(run)
             return False
-        appended = [h.data for h in await driven.history(self.store, machine, run.machine.last_event_id)]
+        appended = [records.record_of(h.data) for h in await driven.history(self.store, machine, run.machine.last_event_id)]
         if machine.status != "working" or any(not isinstance(r, dict) or r.get("wf") not in EXTERNAL for r in appended):
             self._forget(run)
             return False

@@ -4,7 +4,8 @@ machine through ``machines.driven`` — and the watcher that turns a task's end 
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Mapping
+from typing import TypedDict, cast
 
 from mainspring.core import finishes, outbox
 from mainspring.core.leases import new_token
@@ -14,9 +15,10 @@ from mainspring.machines import data as machines_data
 from mainspring.machines import driven
 from mainspring.machines.data import MachineRow, machine_subject
 from mainspring.store import Transaction
+from mainspring.types import JsonData, JsonObject
 from mainspring.workflows import records
 from mainspring.workflows.errors import RunFinished, RunNotFailed, RunNotFound, WorkflowNotFound
-from mainspring.workflows.records import FINISHED_STATUSES, SUBJECT, run_to_api
+from mainspring.workflows.records import FINISHED_STATUSES, SUBJECT, RunAux, RunView, run_to_api
 from mainspring.workflows.runner import FINISHED, INPUTS, runner_of
 
 __all__ = ["RunFinished", "RunNotFound", "WorkflowNotFound"]
@@ -49,7 +51,7 @@ def _status(machine: MachineRow) -> str:
 # --- start ----------------------------------------------------------------------------------------------------------
 
 
-async def start_run(ctx: Context, name: str, run_id: str, args: Any) -> tuple[dict[str, Any], bool]:
+async def start_run(ctx: Context, name: str, run_id: str, args: JsonData) -> tuple[RunView, bool]:
     """Start run ``run_id`` of ``name`` (answers it and True), or answer the existing one whatever its status (and
     False): start is idempotent by id."""
     machine, created = await _start(ctx, name, run_id, args, None)
@@ -58,7 +60,7 @@ async def start_run(ctx: Context, name: str, run_id: str, args: Any) -> tuple[di
     return await get_run(ctx, name, run_id), False
 
 
-async def start_or_join(ctx: Context, name: str, run_id: str, args: Any, watcher: list[Any]) -> dict[str, Any]:
+async def start_or_join(ctx: Context, name: str, run_id: str, args: JsonData, watcher: list[JsonData]) -> RunView:
     """A child: start it with ``watcher`` (told when it ends), or have the existing run tell ``watcher`` too;
     answers the run as it is (finished: the watcher need not wait)."""
     machine, created = await _start(ctx, name, run_id, args, watcher)
@@ -74,13 +76,13 @@ async def start_or_join(ctx: Context, name: str, run_id: str, args: Any, watcher
     return run_to_api(machine, None, None)
 
 
-async def _start(ctx: Context, name: str, run_id: str, args: Any, watcher: list[Any] | None) -> tuple[MachineRow, bool]:
+async def _start(ctx: Context, name: str, run_id: str, args: JsonData, watcher: list[JsonData] | None) -> tuple[MachineRow, bool]:
     _known(ctx, name)
     existing = await driven.machine(ctx.store, name, run_id)
     if existing is not None:
         return existing, False
     lease_ms = ctx.settings.workflows.lease_ms
-    aux = {"status": "running", "waiting_for": None, "result": None, "error": None, **({"watchers": [watcher]} if watcher else {})}
+    aux: JsonObject = {"status": "running", "waiting_for": None, "result": None, "error": None, **({"watchers": [watcher]} if watcher else {})}
 
     async def create(tx: Transaction) -> MachineRow:
         now = tx.store.now_ms()
@@ -104,7 +106,7 @@ async def _start(ctx: Context, name: str, run_id: str, args: Any, watcher: list[
 # --- read and list --------------------------------------------------------------------------------------------------
 
 
-async def get_run(ctx: Context, name: str, run_id: str, wait_ms: int = 0) -> dict[str, Any]:
+async def get_run(ctx: Context, name: str, run_id: str, wait_ms: int = 0) -> RunView:
     """The run with its steps; with ``wait_ms``, once it finishes or the wait ends."""
     deadline = time.monotonic() + ctx.wait_s(wait_ms)
     while True:
@@ -122,7 +124,7 @@ async def get_run(ctx: Context, name: str, run_id: str, wait_ms: int = 0) -> dic
         await waiter.wait(min(left, 1.0))
 
 
-async def list_runs(ctx: Context, name: str, status: str | None, limit: int, cursor: str | None) -> tuple[list[dict[str, Any]], str | None]:
+async def list_runs(ctx: Context, name: str, status: str | None, limit: int, cursor: str | None) -> tuple[list[RunView], str | None]:
     _known(ctx, name)
     after = None
     if cursor:
@@ -139,9 +141,16 @@ async def list_runs(ctx: Context, name: str, status: str | None, limit: int, cur
     return runs, next_cursor
 
 
-async def workflow_summaries(ctx: Context) -> list[dict[str, Any]]:
+class WorkflowSummary(TypedDict):
+    """A registered workflow with its runs counted by status."""
+
+    name: str
+    counts: dict[str, int]
+
+
+async def workflow_summaries(ctx: Context) -> list[WorkflowSummary]:
     """Every workflow registered on this server, with its runs counted by status."""
-    summaries = []
+    summaries: list[WorkflowSummary] = []
     async with ctx.store.read() as conn:
         for name in workflow_names(ctx):
             counted = await machines_data.count_by_aux(conn, name, "status")
@@ -160,7 +169,7 @@ async def _locked_run(tx: Transaction, ctx: Context, name: str, run_id: str) -> 
     return machine
 
 
-async def signal_run(ctx: Context, name: str, run_id: str, signal: str, payload: Any) -> None:
+async def signal_run(ctx: Context, name: str, run_id: str, signal: str, payload: JsonData) -> None:
     """Queue a signal for the run; kept, in order, until a wait takes it."""
     async with ctx.store.transaction() as tx:
         machine = await _locked_run(tx, ctx, name, run_id)
@@ -170,36 +179,36 @@ async def signal_run(ctx: Context, name: str, run_id: str, signal: str, payload:
         tx.notify(INPUTS)
 
 
-async def cancel_run(ctx: Context, name: str, run_id: str) -> dict[str, Any]:
+async def cancel_run(ctx: Context, name: str, run_id: str) -> RunView:
     """Cancel the run: ``cancelled`` at once; its code gets ``CancelledError`` at its current await."""
     async with ctx.store.transaction() as tx:
         machine = await _locked_run(tx, ctx, name, run_id)
         status = _status(machine)
         if status in FINISHED_STATUSES:
             raise RunFinished(f"run {run_id!r} is {status}")
-        aux = {**(machine.aux_state or {}), "status": "cancelled", "waiting_for": None, "finished_at": tx.store.now_ms()}
-        await driven.append(tx, machine, [{"wf": "cancel"}], aux, timer_at=tx.store.now_ms())
+        aux: RunAux = {**records.aux_of(machine), "status": "cancelled", "waiting_for": None, "finished_at": tx.store.now_ms()}
+        await driven.append(tx, machine, [{"wf": "cancel"}], records.as_json(aux), timer_at=tx.store.now_ms())
         await outbox.emit(tx, "workflow.cancelled", SUBJECT, machine.subject, {"name": name, "id": run_id, "status": "cancelled"})
         tx.notify(INPUTS)
         tx.notify(FINISHED)
     return await get_run(ctx, name, run_id)
 
 
-async def retry_run(ctx: Context, name: str, run_id: str) -> dict[str, Any]:
+async def retry_run(ctx: Context, name: str, run_id: str) -> RunView:
     """Resume a failed run from its records (recorded steps are not called again)."""
     async with ctx.store.transaction() as tx:
         machine = await _locked_run(tx, ctx, name, run_id)
         if _status(machine) != "failed":
             raise RunNotFailed(f"run {run_id!r} is {_status(machine)}")
-        aux = {**(machine.aux_state or {}), "status": "running", "waiting_for": None, "error": None, "finished_at": None, "ended": False}
-        await driven.append(tx, machine, [{"wf": "retry"}], aux, timer_at=tx.store.now_ms(), status="working")
+        aux: RunAux = {**records.aux_of(machine), "status": "running", "waiting_for": None, "error": None, "finished_at": None, "ended": False}
+        await driven.append(tx, machine, [{"wf": "retry"}], records.as_json(aux), timer_at=tx.store.now_ms(), status="working")
     return await get_run(ctx, name, run_id)
 
 
-async def tell_watcher(ctx: Context, watcher: list[Any], outcome: dict[str, Any]) -> None:
+async def tell_watcher(ctx: Context, watcher: list[JsonData], outcome: Mapping[str, JsonData]) -> None:
     """Tell a parent run (``[name, id, n]``) that its child ended."""
-    name, run_id, n = watcher
-    error = outcome.get("error")
+    name, run_id, n = cast(tuple[str, str, int], watcher)  # as _start stores it: [name, id, n]
+    error = cast(JsonObject | None, outcome.get("error"))
     async with ctx.store.transaction() as tx:
         parent = await driven.lock(tx, name, run_id)
         if parent is None:
@@ -215,7 +224,7 @@ async def tell_watcher(ctx: Context, watcher: list[Any], outcome: dict[str, Any]
 async def tasks_finished(tx: Transaction, finished: list[finishes.Finished]) -> None:
     """``core.finishes`` watcher of ``wf:`` items: a notification for each one's run, in the finishing transaction.
     Runs are locked in one order (by name and id, then by uid), the last locks the transaction takes."""
-    wanted: list[tuple[Any, finishes.Finished, tuple[str, str | int, int]]] = []
+    wanted: list[tuple[tuple[bool, str, str], finishes.Finished, tuple[str, str | int, int]]] = []
     for item in finished:
         parsed = records.parse_message_id(item.message_id)
         if parsed is not None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import builtins
-from typing import Any, cast
+from typing import cast
 from urllib.parse import quote
 
 from mainspring.client._async.base import AsyncBaseClient
@@ -50,7 +50,7 @@ class AsyncExchangeClient(AsyncBaseClient):
 
     async def mailboxes(self) -> builtins.list[MailboxSummary]:
         """Every mailbox the token may receive from, with its available count and active process."""
-        return cast(builtins.list[MailboxSummary], (await self._json("GET", "/v1/exchange/mailboxes", idempotent=True))["mailboxes"])
+        return cast(dict[str, builtins.list[MailboxSummary]], await self._json("GET", "/v1/exchange/mailboxes", idempotent=True))["mailboxes"]
 
     async def start(self, addressee: str, database: str, client_id: str, message_ids: builtins.list[str]) -> Process:
         """API_2: start a process over these messages (all or none). Not retried: a lost answer would look
@@ -96,7 +96,7 @@ class AsyncExchangeClient(AsyncBaseClient):
 
     async def commit_failed(self, process_id: str, error: str | None = None) -> Process:
         """API_5: the client's database did not commit; the messages are available again."""
-        fields: dict[str, Any] = {"error": error} if error else {}
+        fields: dict[str, str] = {"error": error} if error else {}
         return cast(Process, await self._json("POST", f"{_process(process_id)}/commit-failed", idempotent=True, json=fields))
 
     async def resolve(self, process_id: str, committed: bool) -> Process:

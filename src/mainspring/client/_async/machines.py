@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any, Literal, cast
+from typing import Literal, cast
 from urllib.parse import quote
 
 from mainspring.client._async.base import AsyncBaseClient, body
-from mainspring.client.models import Machine, MachinePage, Namespace
+from mainspring.client.models import Machine, MachineOperation, MachinePage, Namespace, Notified, StepAnswer
+from mainspring.types import JsonData, JsonInput, JsonObject
 
 
 def _machines(ns: str, machine_id: str | None = None) -> str:
@@ -24,7 +25,7 @@ class AsyncMachinesClient(AsyncBaseClient):
     a repeat answers the first answer and changes nothing, so the call is retried safely."""
 
     async def put_namespace(self, ns: str, *, url: str | None = None, timeout_ms: int = 30_000,
-                            retry: dict[str, Any] | None = None, history: dict[str, Any] | None = None) -> Namespace:
+                            retry: JsonObject | None = None, history: JsonObject | None = None) -> Namespace:
         """Store namespace ``ns``: its processor (``url``; None: the in-process one registered under its
         name), the processor's ``timeout_ms``, its ``retry`` policy and ``history`` settings."""
         fields = body(processor={"url": url, "timeout_ms": timeout_ms}, retry=retry, history=history)
@@ -34,34 +35,34 @@ class AsyncMachinesClient(AsyncBaseClient):
         """The stored settings of namespace ``ns``."""
         return cast(Namespace, await self._json("GET", f"/v1/namespaces/{quote(ns, safe='')}", idempotent=True))
 
-    async def start(self, ns: str, machine_id: str, args: Any = None, *, idempotency_key: str | None = None) -> Machine:
+    async def start(self, ns: str, machine_id: str, args: JsonInput = None, *, idempotency_key: str | None = None) -> Machine:
         """Start machine ``machine_id`` (the processor's ``init``); ``Conflict`` when it exists,
         ``ProcessorRefused`` when the processor refuses for good (nothing is created)."""
         answer = await self._json("POST", _machines(ns), idempotent=idempotency_key is not None,
                                   json={"id": machine_id, "args": args}, headers=_key(idempotency_key))
         return cast(Machine, answer)
 
-    async def call(self, ns: str, machine_id: str, args: Any = None, *, idempotency_key: str | None = None,
-                   timeout_ms: int | None = None) -> Any:
+    async def call(self, ns: str, machine_id: str, args: JsonInput = None, *, idempotency_key: str | None = None,
+                   timeout_ms: int | None = None) -> JsonData:
         """Call a machine (the processor's ``call``) and answer the processor's ``response``;
         ``ProcessorRefused`` when the processor refuses for good (the machine is now failed)."""
         answer = await self._json("POST", f"{_machines(ns, machine_id)}/call", idempotent=idempotency_key is not None,
                                   json={"args": args, **body(timeout_ms=timeout_ms)}, headers=_key(idempotency_key))
-        return answer["response"]
+        return cast(StepAnswer, answer)["response"]
 
-    async def notify(self, ns: str, machine_id: str, args: Any = None, *, idempotency_key: str | None = None) -> str:
+    async def notify(self, ns: str, machine_id: str, args: JsonInput = None, *, idempotency_key: str | None = None) -> str:
         """Queue a notification for a machine (delivered later, in order, at least once); answers its id."""
         answer = await self._json("POST", f"{_machines(ns, machine_id)}/notifications", idempotent=idempotency_key is not None,
                                   json={"args": args}, headers=_key(idempotency_key))
-        return str(answer["id"])
+        return str(cast(Notified, answer)["id"])
 
-    async def repair(self, ns: str, machine_id: str, args: Any = None, *, simple: bool = False,
-                     idempotency_key: str | None = None) -> Any:
+    async def repair(self, ns: str, machine_id: str, args: JsonInput = None, *, simple: bool = False,
+                     idempotency_key: str | None = None) -> JsonData:
         """Repair a failed machine through the processor's ``repair`` (or, ``simple``, without calling
         it); answers the processor's ``response``. ``ProcessorRefused``: the processor refused, it stays failed."""
         answer = await self._json("POST", f"{_machines(ns, machine_id)}/repair", idempotent=idempotency_key is not None,
                                   json={"args": args, "simple": simple}, headers=_key(idempotency_key))
-        return answer["response"]
+        return cast(StepAnswer, answer)["response"]
 
     async def get(self, ns: str, machine_id: str, *, after: int | None = None, limit: int | None = None,
                   direction: Literal["forward", "backward"] = "forward") -> Machine:
@@ -73,10 +74,10 @@ class AsyncMachinesClient(AsyncBaseClient):
         """Remove a machine and its history."""
         await self._json("DELETE", _machines(ns, machine_id), idempotent=True)
 
-    async def operation(self, ns: str, machine_id: str, key: str) -> dict[str, Any]:
+    async def operation(self, ns: str, machine_id: str, key: str) -> MachineOperation:
         """Whether and how the operation with Idempotency-Key ``key`` ended."""
         path = f"{_machines(ns, machine_id)}/operations/{quote(key, safe='')}"
-        return cast(dict[str, Any], await self._json("GET", path, idempotent=True))
+        return cast(MachineOperation, await self._json("GET", path, idempotent=True))
 
     async def page(self, ns: str, *, status: Literal["working", "failed"] | None = None, limit: int = 100,
                    cursor: str | None = None) -> MachinePage:

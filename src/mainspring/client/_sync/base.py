@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import json as _json
-from typing import TYPE_CHECKING, Any, Self
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Self, TypedDict, Unpack
 
 from tenacity import Retrying
 
@@ -12,11 +13,23 @@ from mainspring.client import transports
 from mainspring.client.errors import check_url, error_for, unreachable
 from mainspring.client.policy import RetryPolicy
 from mainspring.client.transports import Reply, Unreachable
+from mainspring.types import JsonData
 
 if TYPE_CHECKING:
     import httpx
 
 JSON_HEADERS = {"content-type": "application/json"}
+
+
+class RequestOptions(TypedDict, total=False):
+    """What ``_json`` passes on to ``_request`` besides the method, the path and ``idempotent``."""
+
+    json: object
+    """Sent as JSON (``json.dumps``)."""
+    params: Mapping[str, object] | None
+    headers: dict[str, str] | None
+    content: bytes | None
+    wait_ms: int | None
 
 
 class BaseClient:
@@ -59,8 +72,8 @@ class BaseClient:
         path: str,
         *,
         idempotent: bool,
-        json: Any = None,
-        params: dict[str, Any] | None = None,
+        json: object = None,
+        params: Mapping[str, object] | None = None,
         headers: dict[str, str] | None = None,
         content: bytes | None = None,
         wait_ms: int | None = None,
@@ -82,12 +95,12 @@ class BaseClient:
                 return response
         raise AssertionError("unreachable: the retry loop returns or raises")
 
-    def _json(self, method: str, path: str, *, idempotent: bool, **options: Any) -> Any:
+    def _json(self, method: str, path: str, *, idempotent: bool, **options: Unpack[RequestOptions]) -> JsonData:
         """``_request``, answering the JSON body (None for 204)."""
         response = self._request(method, path, idempotent=idempotent, **options)
         return None if response.status_code == 204 else response.json()
 
 
-def body(**fields: Any) -> dict[str, Any]:
+def body(**fields: object) -> dict[str, object]:
     """A JSON body without the unset (None) fields."""
     return {k: v for k, v in fields.items() if v is not None}

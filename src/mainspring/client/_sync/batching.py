@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Iterator, Iterable, Mapping
-from typing import Any, Literal, cast
+from typing import Literal, cast
 from urllib.parse import quote
 
 from mainspring.client._sync.base import body
 from mainspring.client._sync.events import EventsClient
 from mainspring.client.models import Batcher, Package, PackagePage, Task, Version
+from mainspring.types import JsonInput
 
 
 def _batcher(name: str) -> str:
@@ -21,7 +22,7 @@ def _package(package_id: str) -> str:
     return f"/v1/packages/{quote(package_id, safe='')}"
 
 
-def _results(results: Mapping[str, Any] | Iterable[Mapping[str, Any]] | None) -> Any:
+def _results(results: Mapping[str, JsonInput] | Iterable[Mapping[str, JsonInput]] | None) -> JsonInput:
     """``results`` as the API takes them: a map task id → result, or a list of per-task outcomes."""
     if results is None or isinstance(results, Mapping):
         return None if results is None else dict(results)
@@ -60,7 +61,7 @@ class BatchingClient(EventsClient):
         params = {"force": "true"} if force else None
         self._json("DELETE", _batcher(name), idempotent=True, params=params)
 
-    def submit(self, name: str, *, id: str, group: str, member: str, content: Any, data: Any = None) -> Task:
+    def submit(self, name: str, *, id: str, group: str, member: str, content: JsonInput, data: JsonInput = None) -> Task:
         """Submit a task; its ``status`` says ``pending`` (accepted) or ``rejected`` (``reason`` duplicate).
         ``id`` makes the call idempotent, so it is retried safely."""
         fields = body(id=id, group=group, member=member, content=content, data=data)
@@ -84,7 +85,7 @@ class BatchingClient(EventsClient):
         return cast(Package, self._json("POST", path, idempotent=True, json=body(token=token, lease_ms=lease_ms)))
 
     def complete(self, package_id: str, token: str,
-                       results: Mapping[str, Any] | Iterable[Mapping[str, Any]] | None = None) -> Package:
+                       results: Mapping[str, JsonInput] | Iterable[Mapping[str, JsonInput]] | None = None) -> Package:
         """Finish a claimed package. ``results``: a map task id → result, or a list of ``{"task_id",
         "status": "done"|"failed", "result"?, "error"?}``; a task left out is done. Repeats answer the same."""
         path = f"{_package(package_id)}/complete"
@@ -121,9 +122,9 @@ class BatchingClient(EventsClient):
     def versions(self, name: str, group: str, member: str) -> builtins.list[Version]:
         """The permanent version log of one group member, oldest first."""
         path = f"{_batcher(name)}/versions/{quote(group, safe='')}/{quote(member, safe='')}"
-        return cast(builtins.list[Version], (self._json("GET", path, idempotent=True))["versions"])
+        return cast(dict[str, builtins.list[Version]], self._json("GET", path, idempotent=True))["versions"]
 
     def group_versions(self, name: str, group: str) -> dict[str, builtins.list[Version]]:
         """Every member's version log of one group in one call (both books of a pair), by member."""
         path = f"{_batcher(name)}/versions/{quote(group, safe='')}"
-        return cast(dict[str, builtins.list[Version]], (self._json("GET", path, idempotent=True))["members"])
+        return cast(dict[str, dict[str, builtins.list[Version]]], self._json("GET", path, idempotent=True))["members"]

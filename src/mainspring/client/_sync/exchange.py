@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import builtins
-from typing import Any, cast
+from typing import cast
 from urllib.parse import quote
 
 from mainspring.client._sync.base import BaseClient
@@ -51,7 +51,7 @@ class ExchangeClient(BaseClient):
 
     def mailboxes(self) -> builtins.list[MailboxSummary]:
         """Every mailbox the token may receive from, with its available count and active process."""
-        return cast(builtins.list[MailboxSummary], (self._json("GET", "/v1/exchange/mailboxes", idempotent=True))["mailboxes"])
+        return cast(dict[str, builtins.list[MailboxSummary]], self._json("GET", "/v1/exchange/mailboxes", idempotent=True))["mailboxes"]
 
     def start(self, addressee: str, database: str, client_id: str, message_ids: builtins.list[str]) -> Process:
         """API_2: start a process over these messages (all or none). Not retried: a lost answer would look
@@ -97,7 +97,7 @@ class ExchangeClient(BaseClient):
 
     def commit_failed(self, process_id: str, error: str | None = None) -> Process:
         """API_5: the client's database did not commit; the messages are available again."""
-        fields: dict[str, Any] = {"error": error} if error else {}
+        fields: dict[str, str] = {"error": error} if error else {}
         return cast(Process, self._json("POST", f"{_process(process_id)}/commit-failed", idempotent=True, json=fields))
 
     def resolve(self, process_id: str, committed: bool) -> Process:

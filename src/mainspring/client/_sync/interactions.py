@@ -6,7 +6,7 @@ from __future__ import annotations
 import builtins
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Literal, cast
+from typing import Literal, cast
 from urllib.parse import quote
 
 from mainspring.client._sync.base import BaseClient, body
@@ -22,6 +22,7 @@ from mainspring.client.models import (
     Queue,
     RateLimit,
 )
+from mainspring.types import JsonData, JsonInput
 
 LONG_POLL_MS = 30_000
 FINISHED = ("completed", "failed", "cancelled")
@@ -88,7 +89,7 @@ class InteractionsClient(BaseClient):
         """Lease from a paused ``queue`` again."""
         return cast(Queue, self._json("POST", _queue(queue) + "/resume", idempotent=True))
 
-    def put_periodic(self, name: str, *, cron: str, queue: str, data: Any = None, timezone: str | None = None,
+    def put_periodic(self, name: str, *, cron: str, queue: str, data: JsonInput = None, timezone: str | None = None,
                            catch_up_ms: int | None = None) -> Periodic:
         """Create or replace the cron schedule ``name``: one interaction in ``queue`` per tick, once across servers."""
         sent = {"cron": cron, "queue": queue, "data": data, **body(timezone=timezone, catch_up_ms=catch_up_ms)}
@@ -96,7 +97,7 @@ class InteractionsClient(BaseClient):
 
     def list_periodic(self) -> builtins.list[Periodic]:
         """Every cron schedule whose queue the token may see, with its next tick."""
-        return cast(builtins.list[Periodic], (self._json("GET", "/v1/periodic", idempotent=True))["periodic"])
+        return cast(dict[str, builtins.list[Periodic]], self._json("GET", "/v1/periodic", idempotent=True))["periodic"]
 
     def delete_periodic(self, name: str) -> None:
         """Stop the cron schedule ``name`` (the interactions it created stay)."""
@@ -105,7 +106,7 @@ class InteractionsClient(BaseClient):
     def create(
         self,
         queue: str,
-        data: Any = None,
+        data: JsonInput = None,
         *,
         parent_id: str | None = None,
         name: str | None = None,
@@ -117,7 +118,7 @@ class InteractionsClient(BaseClient):
         process_at: str | None = None,
         process_in_ms: int | None = None,
         completed: bool | None = None,
-        result: Any = None,
+        result: JsonInput = None,
     ) -> Interaction:
         """Create an interaction in ``queue``. With ``message_id`` (unique per queue) a repeat answers the
         existing item, so the call is retried safely."""
@@ -127,19 +128,19 @@ class InteractionsClient(BaseClient):
         path = f"{_queue(queue)}/interactions"
         return cast(Interaction, self._json("POST", path, idempotent=message_id is not None, json=fields))
 
-    def create_many(self, queue: str, items: builtins.list[dict[str, Any]]) -> builtins.list[Interaction]:
+    def create_many(self, queue: str, items: builtins.list[dict[str, JsonInput]]) -> builtins.list[Interaction]:
         """Create many interactions in one transaction (all or none), answered in request order. Each item
         has the fields of ``create``."""
         keyed = all(item.get("message_id") for item in items)
         page = self._json("POST", f"{_queue(queue)}/interactions/bulk", idempotent=keyed, json={"interactions": items})
-        return cast(list[Interaction], page["interactions"])
+        return cast(dict[str, list[Interaction]], page)["interactions"]
 
     def get(self, interaction_id: str, *, wait_ms: int | None = None) -> Interaction:
         """An interaction; with ``wait_ms``, answered as soon as it is finished (or when the wait is over)."""
         answer = self._json("GET", _item(interaction_id), idempotent=True, params={"wait_ms": wait_ms}, wait_ms=wait_ms)
         return cast(Interaction, answer)
 
-    def result(self, interaction_id: str, *, timeout_s: float | None = None) -> Any:
+    def result(self, interaction_id: str, *, timeout_s: float | None = None) -> JsonData:
         """The item's ``result`` once it is completed; ``InteractionFailed`` (with its ``error`` and
         ``error_detail``) or ``InteractionCancelled`` when it ends otherwise, ``ResultTimeout`` (a ``TimeoutError``)
         when ``timeout_s`` passes first (None: wait as long as it takes). Long-polls: no busy loop."""
@@ -202,7 +203,7 @@ class InteractionsClient(BaseClient):
         path = f"{_item(interaction_id)}/children/latest"
         return cast(Interaction, self._json("GET", path, idempotent=True, params={"name": name}))
 
-    def complete(self, interaction_id: str, result: Any = None) -> Interaction:
+    def complete(self, interaction_id: str, result: JsonInput = None) -> Interaction:
         """Finish an interaction as completed with ``result``; ``Conflict`` when it is already finished."""
         path = f"{_item(interaction_id)}/complete"
         return cast(Interaction, self._json("POST", path, idempotent=False, json={"result": result}))
@@ -250,13 +251,13 @@ class InteractionsClient(BaseClient):
         fields = body(leases=[{"id": str(i), "token": t} for i, t in leases], lease_ms=lease_ms)
         return cast(LeasesKept, self._json("POST", f"{_queue(queue)}/heartbeat", idempotent=True, json=fields))
 
-    def release_many(self, queue: str, releases: Sequence[tuple[str, str, Mapping[str, Any]]]) -> LeasesReleased:
+    def release_many(self, queue: str, releases: Sequence[tuple[str, str, Mapping[str, JsonInput]]]) -> LeasesReleased:
         """Store the outcomes of many leased interactions of ``queue`` in one call: ``releases`` are (id,
         token, outcome) triples, at most 1,000; a lease no longer held is answered in ``lease_lost``."""
         fields = {"releases": [{"id": str(i), "token": t, "outcome": dict(o)} for i, t, o in releases]}
         return cast(LeasesReleased, self._json("POST", f"{_queue(queue)}/release", idempotent=False, json=fields))
 
-    def release(self, interaction_id: str, token: str, outcome: Mapping[str, Any]) -> Interaction:
+    def release(self, interaction_id: str, token: str, outcome: Mapping[str, JsonInput]) -> Interaction:
         """Store the outcome of a leased interaction: ``{"complete": {"result": …}}``, ``{"fail": {"error":
         …}}``, ``{"repeat": {"in_ms": …}}``, ``{"wait": {}}`` or ``{"retry": {"error": …}}``."""
         path = f"{_item(interaction_id)}/release"

@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, Literal, cast
+from typing import Literal, cast
 from urllib.parse import quote
 
 from mainspring.client._sync.base import BaseClient, body
-from mainspring.client.models import Machine, MachinePage, Namespace
+from mainspring.client.models import Machine, MachineOperation, MachinePage, Namespace, Notified, StepAnswer
+from mainspring.types import JsonData, JsonInput, JsonObject
 
 
 def _machines(ns: str, machine_id: str | None = None) -> str:
@@ -25,7 +26,7 @@ class MachinesClient(BaseClient):
     a repeat answers the first answer and changes nothing, so the call is retried safely."""
 
     def put_namespace(self, ns: str, *, url: str | None = None, timeout_ms: int = 30_000,
-                            retry: dict[str, Any] | None = None, history: dict[str, Any] | None = None) -> Namespace:
+                            retry: JsonObject | None = None, history: JsonObject | None = None) -> Namespace:
         """Store namespace ``ns``: its processor (``url``; None: the in-process one registered under its
         name), the processor's ``timeout_ms``, its ``retry`` policy and ``history`` settings."""
         fields = body(processor={"url": url, "timeout_ms": timeout_ms}, retry=retry, history=history)
@@ -35,34 +36,34 @@ class MachinesClient(BaseClient):
         """The stored settings of namespace ``ns``."""
         return cast(Namespace, self._json("GET", f"/v1/namespaces/{quote(ns, safe='')}", idempotent=True))
 
-    def start(self, ns: str, machine_id: str, args: Any = None, *, idempotency_key: str | None = None) -> Machine:
+    def start(self, ns: str, machine_id: str, args: JsonInput = None, *, idempotency_key: str | None = None) -> Machine:
         """Start machine ``machine_id`` (the processor's ``init``); ``Conflict`` when it exists,
         ``ProcessorRefused`` when the processor refuses for good (nothing is created)."""
         answer = self._json("POST", _machines(ns), idempotent=idempotency_key is not None,
                                   json={"id": machine_id, "args": args}, headers=_key(idempotency_key))
         return cast(Machine, answer)
 
-    def call(self, ns: str, machine_id: str, args: Any = None, *, idempotency_key: str | None = None,
-                   timeout_ms: int | None = None) -> Any:
+    def call(self, ns: str, machine_id: str, args: JsonInput = None, *, idempotency_key: str | None = None,
+                   timeout_ms: int | None = None) -> JsonData:
         """Call a machine (the processor's ``call``) and answer the processor's ``response``;
         ``ProcessorRefused`` when the processor refuses for good (the machine is now failed)."""
         answer = self._json("POST", f"{_machines(ns, machine_id)}/call", idempotent=idempotency_key is not None,
                                   json={"args": args, **body(timeout_ms=timeout_ms)}, headers=_key(idempotency_key))
-        return answer["response"]
+        return cast(StepAnswer, answer)["response"]
 
-    def notify(self, ns: str, machine_id: str, args: Any = None, *, idempotency_key: str | None = None) -> str:
+    def notify(self, ns: str, machine_id: str, args: JsonInput = None, *, idempotency_key: str | None = None) -> str:
         """Queue a notification for a machine (delivered later, in order, at least once); answers its id."""
         answer = self._json("POST", f"{_machines(ns, machine_id)}/notifications", idempotent=idempotency_key is not None,
                                   json={"args": args}, headers=_key(idempotency_key))
-        return str(answer["id"])
+        return str(cast(Notified, answer)["id"])
 
-    def repair(self, ns: str, machine_id: str, args: Any = None, *, simple: bool = False,
-                     idempotency_key: str | None = None) -> Any:
+    def repair(self, ns: str, machine_id: str, args: JsonInput = None, *, simple: bool = False,
+                     idempotency_key: str | None = None) -> JsonData:
         """Repair a failed machine through the processor's ``repair`` (or, ``simple``, without calling
         it); answers the processor's ``response``. ``ProcessorRefused``: the processor refused, it stays failed."""
         answer = self._json("POST", f"{_machines(ns, machine_id)}/repair", idempotent=idempotency_key is not None,
                                   json={"args": args, "simple": simple}, headers=_key(idempotency_key))
-        return answer["response"]
+        return cast(StepAnswer, answer)["response"]
 
     def get(self, ns: str, machine_id: str, *, after: int | None = None, limit: int | None = None,
                   direction: Literal["forward", "backward"] = "forward") -> Machine:
@@ -74,10 +75,10 @@ class MachinesClient(BaseClient):
         """Remove a machine and its history."""
         self._json("DELETE", _machines(ns, machine_id), idempotent=True)
 
-    def operation(self, ns: str, machine_id: str, key: str) -> dict[str, Any]:
+    def operation(self, ns: str, machine_id: str, key: str) -> MachineOperation:
         """Whether and how the operation with Idempotency-Key ``key`` ended."""
         path = f"{_machines(ns, machine_id)}/operations/{quote(key, safe='')}"
-        return cast(dict[str, Any], self._json("GET", path, idempotent=True))
+        return cast(MachineOperation, self._json("GET", path, idempotent=True))
 
     def page(self, ns: str, *, status: Literal["working", "failed"] | None = None, limit: int = 100,
                    cursor: str | None = None) -> MachinePage:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import Any, cast
+from typing import cast
 from urllib.parse import quote
 
 from mainspring.client._sync.base import BaseClient, body
 from mainspring.client.errors import WorkflowCancelled, WorkflowFailed
-from mainspring.client.models import WorkflowRun, WorkflowRunPage
+from mainspring.client.models import WorkflowRun, WorkflowRunPage, WorkflowSummary
+from mainspring.types import JsonData, JsonInput
 
 FINISHED = ("completed", "failed", "cancelled")
 LONG_POLL_MS = 30_000
@@ -25,11 +26,11 @@ class WorkflowsClient(BaseClient):
     """Every call of workflows. ``start`` is idempotent by ``id`` (a repeat answers the existing run), so it is
     retried safely when an ``id`` is given."""
 
-    def workflows(self) -> list[dict[str, Any]]:
+    def workflows(self) -> list[WorkflowSummary]:
         """Every workflow the server's app registers, with its runs counted by status."""
-        return cast(list[dict[str, Any]], (self._json("GET", "/v1/workflows", idempotent=True))["workflows"])
+        return cast(dict[str, list[WorkflowSummary]], self._json("GET", "/v1/workflows", idempotent=True))["workflows"]
 
-    def start(self, name: str, args: Any = None, id: str | None = None) -> WorkflowRun:
+    def start(self, name: str, args: JsonInput = None, id: str | None = None) -> WorkflowRun:
         """Start a run of workflow ``name`` (``id``: default a new uuid); the existing run when ``id`` exists."""
         return cast(WorkflowRun, self._json("POST", _runs(name), idempotent=id is not None, json=body(id=id, args=args)))
 
@@ -37,7 +38,7 @@ class WorkflowsClient(BaseClient):
         """A run with its steps (``wait_ms``: once it finishes or the wait ends, at most 60,000)."""
         return cast(WorkflowRun, self._json("GET", _runs(name, id), idempotent=True, params={"wait_ms": wait_ms}, wait_ms=wait_ms))
 
-    def result(self, name: str, id: str, timeout_s: float | None = None) -> Any:
+    def result(self, name: str, id: str, timeout_s: float | None = None) -> JsonData:
         """The run's result once it completes; ``WorkflowFailed`` or ``WorkflowCancelled`` when it ends otherwise,
         ``TimeoutError`` when ``timeout_s`` passes first (None: wait as long as it takes)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -53,7 +54,7 @@ class WorkflowsClient(BaseClient):
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"run {id!r} of {name!r} is still {run['status']}")
 
-    def signal(self, name: str, id: str, signal: str, payload: Any = None) -> None:
+    def signal(self, name: str, id: str, signal: str, payload: JsonInput = None) -> None:
         """Send signal ``signal`` with ``payload``; kept, in order, until a wait takes it."""
         self._json("POST", f"{_runs(name, id)}/signals/{quote(signal, safe='')}", idempotent=False, json={"payload": payload})
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.responses import Response
 from thriftpy2.protocol.binary import TBinaryProtocol
@@ -39,6 +39,15 @@ from mainspring.store.errors import is_unavailable
 from mainspring.web.permissions import Decoded
 from mainspring.web.routing import Call, Routes
 
+if TYPE_CHECKING:
+    from mainspring.machines.face import WithMachines
+    from mainspring.machines.machinegun.codec import (
+        MsgpackValue,
+        ThriftHistoryRange,
+        ThriftMachineDescriptor,
+        ThriftMachineRef,
+    )
+
 log = logging.getLogger("mainspring.machines.machinegun")
 
 
@@ -52,7 +61,7 @@ class SystemError_(Exception):
     reason: str
 
 
-FACE_TO_IDL: dict[type[Exception], Any] = {
+FACE_TO_IDL: dict[type[Exception], type[Exception]] = {
     errors.NamespaceNotFound: stateproc.NamespaceNotFound,
     errors.MachineNotFound: stateproc.MachineNotFound,
     errors.MachineAlreadyExists: stateproc.MachineAlreadyExists,
@@ -103,7 +112,7 @@ class AutomatonHandler:
         self.principal.require(f"machines:{ns}")
         return ns, machine_id
 
-    def _descriptor(self, desc: Any) -> tuple[str, str, HistoryRange]:
+    def _descriptor(self, desc: ThriftMachineDescriptor | None) -> tuple[str, str, HistoryRange]:
         if desc is None or desc.ref is None or desc.ref.id is None:
             raise SystemError_(400, woody.RESULT_UNEXPECTED, "MachineDescriptor.ref.id is required")
         ns, machine_id = self._names(desc.ns, desc.ref.id)
@@ -116,18 +125,18 @@ class AutomatonHandler:
         if self.origin.deadline_ms is not None and self.origin.deadline_ms <= self.ctx.now_ms():
             raise SystemError_(503, woody.RESOURCE_UNAVAILABLE, "deadline reached")
 
-    async def Start(self, ns: str, id: str, a: Any) -> None:
+    async def Start(self, ns: str, id: str, a: MsgpackValue) -> None:
         ns, machine_id = self._names(ns, id)
         with declared():
             await service.start_machine(self.ctx, ns, machine_id, codec.value_to_json(a), origin=self.origin)
 
-    async def Call(self, desc: Any, a: Any) -> Any:
+    async def Call(self, desc: ThriftMachineDescriptor | None, a: MsgpackValue) -> MsgpackValue:
         ns, machine_id, rng = self._descriptor(desc)
         with declared():
             reply = await service.call_machine(self.ctx, ns, machine_id, codec.value_to_json(a), rng=rng, origin=self.origin)
         return codec.value_from_json(reply.body["response"])
 
-    async def GetMachine(self, desc: Any) -> Any:
+    async def GetMachine(self, desc: ThriftMachineDescriptor | None) -> object:
         ns, machine_id, rng = self._descriptor(desc)
         with declared():
             machine = await service.get_machine(self.ctx, ns, machine_id, rng, origin=self.origin)
@@ -135,18 +144,18 @@ class AutomatonHandler:
         # no clause for EventNotFound), never EventNotFound.
         return codec.machine_struct(machine, rng)
 
-    async def Repair(self, desc: Any, a: Any) -> Any:
+    async def Repair(self, desc: ThriftMachineDescriptor | None, a: MsgpackValue) -> MsgpackValue:
         ns, machine_id, rng = self._descriptor(desc)
         with declared():
             reply = await service.repair_machine(self.ctx, ns, machine_id, codec.value_to_json(a), rng=rng, origin=self.origin)
         return codec.value_from_json(reply.body["response"])
 
-    async def SimpleRepair(self, ns: str, ref: Any) -> None:
+    async def SimpleRepair(self, ns: str, ref: ThriftMachineRef | None) -> None:
         ns, machine_id = self._names(ns, ref.id if ref is not None else None)
         with declared():
             await service.repair_machine(self.ctx, ns, machine_id, None, simple=True, origin=self.origin)
 
-    async def Notify(self, desc: Any, a: Any) -> Any:
+    async def Notify(self, desc: ThriftMachineDescriptor | None, a: MsgpackValue) -> object:
         ns, machine_id, rng = self._descriptor(desc)
         with declared():
             reply = await service.notify_machine(self.ctx, ns, machine_id, codec.value_to_json(a), rng=rng, origin=self.origin)
@@ -159,7 +168,7 @@ class AutomatonHandler:
             await service.storage_retries(self.ctx, ns, self.origin).run(self.ctx, functools.partial(namespaces.get_namespace, self.ctx, ns))
             await service.remove_machine(self.ctx, ns, machine_id, origin=self.origin)
 
-    async def Modernize(self, desc: Any) -> None:
+    async def Modernize(self, desc: ThriftMachineDescriptor | None) -> None:
         """The namespace's Modernizer rewrites the machine's outdated events in the range (``modernizer``);
         NamespaceNotFound when the namespace has none, as Machinegun."""
         ns, machine_id, rng = self._descriptor(desc)
@@ -198,7 +207,7 @@ class EventSinkHandler:
         if self.origin.deadline_ms is not None and self.origin.deadline_ms <= self.ctx.now_ms():
             raise SystemError_(503, woody.RESOURCE_UNAVAILABLE, "deadline reached")
 
-    async def GetHistory(self, event_sink_id: Any, range: Any) -> Any:
+    async def GetHistory(self, event_sink_id: object, range: ThriftHistoryRange | None) -> list[object]:
         sinks = self.ctx.settings.machines.machinegun.event_sinks
         namespaces_of_sink = sinks.get(event_sink_id) if isinstance(event_sink_id, str) else None
         # A sink shows its namespaces' events; whether a sink exists is told only to whoever may read every one.
@@ -230,7 +239,7 @@ async def serve_event_sink(call: Call, body: bytes) -> Response:
     return await serve_woody(call, EventSink, EventSinkHandler)
 
 
-async def serve_woody(call: Call, service_: Any, handler_of: Any) -> Response:
+async def serve_woody(call: Call, service_: Any, handler_of: Callable[[Context, Principal, Origin], AutomatonHandler | EventSinkHandler]) -> Response:
     """One woody call of ``service_``: checks the transport as woody's server does, decodes the Thrift
     message, runs the method of ``handler_of(ctx, principal, origin)`` and encodes its result or declared
     exception."""
@@ -306,7 +315,7 @@ WOODY_ANSWERS = {
 }
 
 
-def woody_routes(settings: Any, automaton_path: str, event_sink_path: str) -> Routes:
+def woody_routes(settings: WithMachines, automaton_path: str, event_sink_path: str) -> Routes:
     """The Automaton and EventSink services at these paths. With ``machines.machinegun.auth = "none"``
     they take calls without a token, as Machinegun does (woody clients send none): every namespace is open
     to whoever reaches them."""
@@ -320,7 +329,7 @@ def woody_routes(settings: Any, automaton_path: str, event_sink_path: str) -> Ro
     return routes
 
 
-def automaton_routes(settings: Any) -> list[Routes]:
+def automaton_routes(settings: WithMachines) -> list[Routes]:
     """The services on the main server (``machines.machinegun.automaton_path`` and ``event_sink_path``)."""
     machinegun = settings.machines.machinegun
     return [woody_routes(settings, machinegun.automaton_path, machinegun.event_sink_path)]

@@ -27,12 +27,17 @@ Value, and a float stays a float because Python's ``json`` writes ``1.0``, not `
 from __future__ import annotations
 
 import base64
+import builtins
 import math
-from typing import Any
+from typing import NotRequired, Protocol, TypedDict, cast
+
+from typing_extensions import ReadOnly
 
 from mainspring.core.errors import InvalidRequest
 from mainspring.machines.machinegun.idl import msgpack, stateproc
+from mainspring.machines.processor import HistoryEvent
 from mainspring.machines.settings import HistoryRange
+from mainspring.types import JsonData, JsonObject
 
 Value = msgpack.Value
 Content = stateproc.Content
@@ -43,13 +48,56 @@ EXACT_FLOAT = 1e16
 I64 = (-(2**63), 2**63 - 1)
 
 
+class MsgpackValue(Protocol):
+    """Machinegun's msgpack ``Value`` as thriftpy2 makes it: a union, exactly one field set."""
+
+    nl: object | None
+    b: bool | None
+    i: int | None
+    flt: float | None
+    str: builtins.str | bytes | None
+    bin: bytes | None
+    arr: list[MsgpackValue] | None
+    obj: dict[MsgpackValue, MsgpackValue] | None
+
+
+class ThriftContent(Protocol):
+    """``mg_proto_base.Content``: a value and its format version."""
+
+    format_version: int | None
+    data: MsgpackValue
+
+
+class ThriftHistoryRange(Protocol):
+    """``mg_proto_base.HistoryRange``."""
+
+    after: int | None
+    limit: int | None
+    direction: object
+
+
+class ThriftMachineRef(Protocol):
+    """``mg_proto_state_processing.MachineRef``."""
+
+    id: builtins.str | bytes | None
+    tag: builtins.str | bytes | None
+
+
+class ThriftMachineDescriptor(Protocol):
+    """``mg_proto_state_processing.MachineDescriptor``."""
+
+    ns: builtins.str | bytes
+    ref: ThriftMachineRef | None
+    range: ThriftHistoryRange | None
+
+
 class NotAValue(InvalidRequest):
     """JSON that has no msgpack Value (an integer past i64, a NaN); the processor's answer is refused."""
 
     code, title = "not_a_msgpack_value", "The value cannot be written as a Machinegun msgpack Value"
 
 
-def value_to_json(value: Any) -> Any:
+def value_to_json(value: MsgpackValue | None) -> JsonData:
     """A msgpack Value (thriftpy2 union: exactly one field set) as JSON, to be stored as a whole (args, an
     event, aux state, a response)."""
     if value is None or value.nl is not None:
@@ -77,12 +125,13 @@ def value_to_json(value: Any) -> Any:
     if value.obj is not None:
         pairs = [(value_to_json(k), value_to_json(v)) for k, v in value.obj.items()]
         if all(isinstance(k, str) and not k.startswith("$") for k, _ in pairs):
-            return dict(pairs)
-        return {MAP: [[k, v] for k, v in pairs]}
+            return cast(JsonObject, dict(pairs))  # every key a str: checked above
+        entries: list[JsonData] = [[k, v] for k, v in pairs]
+        return {MAP: entries}
     return None  # a union with no field set: Machinegun reads it as nil too
 
 
-def value_from_json(data: Any) -> Any:
+def value_from_json(data: object) -> MsgpackValue:
     """JSON as a msgpack Value; the inverse of ``value_to_json``."""
     if data is None:
         return Value(nl=msgpack.Nil())
@@ -122,7 +171,7 @@ def value_from_json(data: Any) -> Any:
     raise NotAValue(f"a {type(data).__name__} has no msgpack Value")
 
 
-def content_to_json(content: Any) -> Any:
+def content_to_json(content: ThriftContent | None) -> JsonData:
     """A Content (an event body or aux state) as JSON: its value, tagged with its format version if any."""
     if content is None:
         return None
@@ -132,16 +181,16 @@ def content_to_json(content: Any) -> Any:
     return {VERSION: content.format_version, DATA: data}
 
 
-def content_from_json(data: Any) -> Any:
+def content_from_json(data: JsonData) -> ThriftContent:
     """JSON as a Content; the inverse of ``content_to_json``."""
     version, value = split_content(data)
     return Content(format_version=version, data=value_from_json(value))
 
 
-def split_content(data: Any) -> tuple[int | None, Any]:
+def split_content(data: JsonData) -> tuple[int | None, JsonData]:
     """(format version or None, the value's JSON) of stored content JSON."""
     if isinstance(data, dict) and set(data) == {VERSION, DATA} and isinstance(data[VERSION], int):
-        return data[VERSION], data[DATA]
+        return cast(int, data[VERSION]), data[DATA]  # an int: checked above
     return None, data
 
 
@@ -149,7 +198,7 @@ class BadHistoryRange(InvalidRequest):
     code, title = "invalid_history_range", "The HistoryRange has a negative limit or an unknown direction"
 
 
-def history_range(rng: Any) -> HistoryRange:
+def history_range(rng: ThriftHistoryRange | None) -> HistoryRange:
     """A Thrift HistoryRange as the face's (absent: the whole history, oldest first)."""
     if rng is None:
         return HistoryRange()
@@ -161,12 +210,25 @@ def history_range(rng: Any) -> HistoryRange:
     return HistoryRange(after=rng.after, limit=rng.limit, direction=direction)
 
 
-def thrift_range(rng: HistoryRange) -> Any:
+def thrift_range(rng: HistoryRange) -> ThriftHistoryRange:
     direction = stateproc.Direction.backward if rng.direction == "backward" else stateproc.Direction.forward
     return stateproc.HistoryRange(after=rng.after, limit=rng.limit, direction=direction)
 
 
-def machine_struct(machine: dict[str, Any], rng: HistoryRange) -> Any:
+class MachineShown(TypedDict):
+    """What ``machine_struct`` reads: Get's answer, or a processor's view with its ``timer``."""
+
+    namespace: str
+    id: str
+    status: str
+    history: list[HistoryEvent]
+    aux_state: JsonData
+    timer: str | None
+    error: NotRequired[ReadOnly[JsonObject | None]]
+    """Get's answer has it; a processor's view does not."""
+
+
+def machine_struct(machine: MachineShown, rng: HistoryRange) -> object:
     """A machine as the face shows it (Get's answer, or a processor's view plus ``timer``) as Machinegun's
     ``Machine``: what GetMachine answers and what a Machinegun processor is sent."""
     history = []

@@ -237,7 +237,7 @@ def _policy(out: Imported, where: str, policy: dict[str, Any]) -> dict[str, Any]
     return result
 
 
-def _ms(value: Any, where: str) -> int:
+def _ms(value: object, where: str) -> int:
     """Machinegun's durations: ``10ms``, ``30s``, ``1m``, ``2h``, ``1d``, ``4W``, or milliseconds."""
     if isinstance(value, int) and not isinstance(value, bool):
         return value
@@ -274,7 +274,7 @@ def to_toml(imported: Imported) -> str:
     return tomlkit.dumps(document)
 
 
-def _without_none(value: Any) -> Any:
+def _without_none(value: object) -> object:
     if isinstance(value, dict):
         return {k: _without_none(v) for k, v in value.items() if v is not None}
     if isinstance(value, list):

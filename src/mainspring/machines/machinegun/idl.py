@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from types import ModuleType
 
 import thriftpy2
 from thriftpy2.utils import deserialize, serialize
@@ -11,7 +11,7 @@ from thriftpy2.utils import deserialize, serialize
 HERE = Path(__file__).parent
 
 
-def _load(name: str) -> Any:
+def _load(name: str) -> ModuleType:
     # module_name must end in "_thrift" for thriftpy2; include_dirs resolves the `include "base.thrift"` lines.
     return thriftpy2.load(str(HERE / f"{name}.thrift"), module_name=f"mainspring_mg_{name}_thrift", include_dirs=[str(HERE)])
 

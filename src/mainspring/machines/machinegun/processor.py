@@ -24,9 +24,10 @@ from typing import Any
 from mainspring.machines.machinegun import codec, woody
 from mainspring.machines.machinegun.idl import Processor as ProcessorService
 from mainspring.machines.machinegun.idl import stateproc
-from mainspring.machines.processor import UNSET, Answer, HttpTransport, ProcessorError, Step
+from mainspring.machines.processor import UNSET, Answer, HttpTransport, ProcessorError, ProcessorView, Step
 from mainspring.machines.settings import HistoryRange
 from mainspring.store import format_time, parse_time
+from mainspring.types import JsonData
 
 TRANSIENT = {503, 502}
 """woody statuses that say nothing was done (502 is decided by its error class, below)."""
@@ -39,9 +40,9 @@ class MachinegunProcessor:
         self.url = url
         self.client = client
 
-    async def process(self, kind: str, args: Any, machine: dict[str, Any], timeout_ms: int, now_ms: int, *, step: Step | None = None) -> Answer:
+    async def process(self, kind: str, args: JsonData, machine: ProcessorView, timeout_ms: int, now_ms: int, *, step: Step | None = None) -> Answer:
         rng = step.history if step is not None else HistoryRange()
-        view = {**machine, "timer": format_time(step.timer_at) if step is not None else None}
+        view: codec.MachineShown = {**machine, "timer": format_time(step.timer_at) if step is not None else None}
         request = request_of(kind, args, codec.machine_struct(view, rng))
         try:
             trace, headers = caller_context(step)
@@ -71,7 +72,7 @@ def caller_context(step: Step | None) -> tuple[woody.Trace, dict[str, str]]:
     return woody.Trace(trace_id, woody.new_id(), span_id), meta
 
 
-def request_of(kind: str, args: Any, machine: Any) -> tuple[str, dict[str, Any]]:
+def request_of(kind: str, args: JsonData, machine: object) -> tuple[str, dict[str, object]]:
     """(method, its arguments) of the Processor service for a step of ``kind``."""
     if kind == "call":
         return "ProcessCall", {"a": stateproc.CallArgs(arg=codec.value_from_json(args), machine=machine)}

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict, cast
 
 from mainspring.core import outbox
 from mainspring.core.publishers import KafkaPublisher, run_publisher
@@ -23,13 +23,30 @@ from mainspring.machines.machinegun import codec
 from mainspring.machines.machinegun.idl import evsink, serialize, stateproc
 from mainspring.machines.machinegun.phash2 import machinegun_partition
 from mainspring.machines.settings import MachinegunSink
+from mainspring.types import JsonData
+
+if TYPE_CHECKING:
+    from aiokafka import AIOKafkaProducer
 
 EVENT_TYPES = ("machine.event",)
 
 
-def sink_event(event: dict[str, Any]) -> Any:
+class MachineEventData(TypedDict):
+    """A ``machine.event``'s data, as ``steps.event_of_each`` writes it."""
+
+    namespace: str
+    id: str
+    event_id: int
+    data: JsonData
+
+
+def _machine_event(event: outbox.EventView) -> MachineEventData:
+    return cast(MachineEventData, event["data"])  # a machine.event's, as written
+
+
+def sink_event(event: outbox.EventView) -> object:
     """An outbox ``machine.event`` (as ``outbox.read_events`` answers it) as Machinegun's SinkEvent."""
-    data = event["data"]
+    data = _machine_event(event)
     version, value = codec.split_content(data["data"])
     machine_event = evsink.MachineEvent(
         source_ns=data["namespace"], source_id=data["id"], event_id=data["event_id"], created_at=event["at"],
@@ -38,15 +55,15 @@ def sink_event(event: dict[str, Any]) -> Any:
     return evsink.SinkEvent(event=machine_event)
 
 
-async def sink_history(ctx: Context, namespaces: Sequence[str], after: int, limit: int) -> list[Any]:
+async def sink_history(ctx: Context, namespaces: Sequence[str], after: int, limit: int) -> list[object]:
     """Machinegun's polling sink: up to ``limit`` machine events of ``namespaces`` (empty: all) after outbox
     position ``after``, oldest first, as ``state_processing.SinkEvent``s whose id is the position."""
-    found: list[Any] = []
+    found: list[object] = []
     wanted = set(namespaces)
     while len(found) < limit:
         events, cursor = await outbox.read_events(ctx.store, after, max(100, limit - len(found)), EVENT_TYPES)
         for event in events:
-            data = event["data"]
+            data = _machine_event(event)
             if wanted and data["namespace"] not in wanted:
                 continue
             version, value = codec.split_content(data["data"])
@@ -83,7 +100,7 @@ class ThriftKafkaSink(KafkaPublisher):
         self.sink_config = config
         self.name = f"machinegun-kafka:{config.topic}"  # face.machinegun_publishers names it too (retention)
 
-    async def _connect(self) -> Any:
+    async def _connect(self) -> AIOKafkaProducer:
         if self._producer is None:
             from aiokafka import AIOKafkaProducer
 
@@ -93,16 +110,16 @@ class ThriftKafkaSink(KafkaPublisher):
             self._producer = producer
         return self._producer
 
-    def wants(self, event: dict[str, Any]) -> bool:
+    def wants(self, event: outbox.EventView) -> bool:
         namespaces = self.sink_config.namespaces
-        return event["type"] in EVENT_TYPES and (not namespaces or event["data"]["namespace"] in namespaces)
+        return event["type"] in EVENT_TYPES and (not namespaces or _machine_event(event)["namespace"] in namespaces)
 
-    async def publish(self, events: Sequence[dict[str, Any]]) -> None:
+    async def publish(self, events: Sequence[outbox.EventView]) -> None:
         wanted = [e for e in events if self.wants(e)]
         if not wanted:
             return
         producer = await self._connect()
-        futures = [await producer.send(self.config.topic, serialize(sink_event(e)), key=record_key(e["data"]["namespace"], e["data"]["id"]))
+        futures = [await producer.send(self.config.topic, serialize(sink_event(e)), key=record_key(_machine_event(e)["namespace"], _machine_event(e)["id"]))
                    for e in wanted]
         await asyncio.gather(*futures)
 

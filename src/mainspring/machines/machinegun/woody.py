@@ -23,6 +23,7 @@ too. (There is no ``woody.error-type`` header in woody; the class is the type.)
 from __future__ import annotations
 
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,7 +112,7 @@ class WoodyError(Exception):
         return f"{self.status} {self.error_class}: {self.reason}"
 
 
-def encode_call(service: Any, api: str, args: dict[str, Any], seqid: int = 0) -> bytes:
+def encode_call(service: Any, api: str, args: Mapping[str, object], seqid: int = 0) -> bytes:
     """A Thrift-binary CALL message of ``service.api`` (thriftpy2's client writes it)."""
     out = WriteBuffer()
     client = TClient(service, WriteProtocol(out))
@@ -126,7 +127,7 @@ def decode_reply(service: Any, api: str, body: bytes) -> Any:
 
 
 async def call(
-    client: HttpTransport, url: str, service: Any, api: str, args: dict[str, Any], *, trace: Trace, timeout_ms: int,
+    client: HttpTransport, url: str, service: Any, api: str, args: Mapping[str, object], *, trace: Trace, timeout_ms: int,
     now_ms: int, headers: dict[str, str] | None = None,
 ) -> Any:
     """Call ``service.api`` at ``url`` as a woody client: the result, a declared exception raised, or
