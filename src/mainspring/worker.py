@@ -16,7 +16,7 @@ import logging
 import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, Gauge, generate_latest
 from starlette.applications import Starlette
@@ -41,6 +41,9 @@ from mainspring.store import Store
 from mainspring.web import transport
 from mainspring.workflows import service as workflows_service  # also: a task that finishes here wakes its run
 from mainspring.workflows.runner import runner_of
+
+if TYPE_CHECKING:
+    import uvicorn  # imported when a health port is served: it costs start-up time
 
 log = logging.getLogger("mainspring.worker")
 
@@ -91,7 +94,7 @@ def health_app(worker: QueueWorker, app: App, stopping: asyncio.Event) -> Starle
     return Starlette(routes=[Route("/healthz", healthz), Route("/metrics", metrics)])
 
 
-def health_server(asgi: Starlette, host: str, port: int, settings: ServerSettings) -> Any:
+def health_server(asgi: Starlette, host: str, port: int, settings: ServerSettings) -> uvicorn.Server:
     """A uvicorn server for ``asgi`` that leaves SIGTERM and SIGINT to the worker. (uvicorn ≥ 0.54 takes them
     over while ``serve()`` runs and raises them again when it returns; the loop's own handler, woken as well,
     then saw one SIGTERM twice and stopped by force.) Its protocol and limits are the main server's (head

@@ -19,6 +19,7 @@ from pydantic import (
 )
 from pydantic.config import JsonDict
 from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 T = TypeVar("T")
 
@@ -81,7 +82,7 @@ class KeysMatch:
     matches it (``propertyNames``) — pydantic's ``patternProperties`` only constrains the keys that do, and
     lets any other through."""
 
-    def __get_pydantic_json_schema__(self, core_schema: Any, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+    def __get_pydantic_json_schema__(self, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
         schema = handler(core_schema)
         ((pattern, value),) = schema.pop("patternProperties").items()
         return {**schema, "additionalProperties": value, "propertyNames": {"pattern": pattern}}
@@ -93,7 +94,7 @@ _NoNulText = Annotated[str, Field(pattern=NO_NUL)]
 # The shape of ``JsonValue`` in the API description (a recursive schema); never used to validate.
 class StoredJson(RootModel[None | bool | int | float | _NoNulText | list["StoredJson"]
                           | Annotated[dict[_NoNulText, "StoredJson"], KeysMatch()]]):
-    """Any JSON value the server stores as it is given: no string or key holds NUL (which PostgreSQL cannot
+    """A JSON value the server stores as it is given: no string or key holds NUL (which PostgreSQL cannot
     store); at most 64 levels deep and 50,000 arrays and objects."""
 
 
@@ -102,11 +103,11 @@ class _DescribedAsJson:
     the same rule as a schema — any JSON whose strings and keys hold no NUL — so a client (or a fuzzer)
     sees what is accepted."""
 
-    def __get_pydantic_json_schema__(self, core_schema: Any, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+    def __get_pydantic_json_schema__(self, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
         return handler(StoredJson.__pydantic_core_schema__)
 
 
-# Any JSON value a client stores (data, args, results): free shape, but storable on both engines.
+# A JSON value a client stores (data, args, results): free shape, but storable on both engines.
 JsonValue = Annotated[Any, AfterValidator(_check_json), _DescribedAsJson()]
 
 # Free text a client stores (errors, details, worker names).

@@ -443,7 +443,7 @@ def _known_zone(name: str) -> str:
     return name
 
 
-def _zones_enum(schema: dict[str, Any]) -> None:
+def _zones_enum(schema: dict[str, object]) -> None:
     schema["enum"] = sorted(time_zones())
 
 

@@ -261,7 +261,7 @@ async def in_turn(entries: list[E], run: Callable[[list[E]], Awaitable[tuple[lis
     one round is not tried again (a lease has one token). A repeat of an entry is answered as done when
     ``repeat_done`` (a heartbeat again) and otherwise as not held (a release finds the lease gone), without a
     round of its own: a list of one entry a thousand times costs one round."""
-    firsts: dict[tuple[Any, Any], int] = {}
+    firsts: dict[tuple[object, object], int] = {}
     for index, entry in enumerate(entries):
         firsts.setdefault((entry[0], entry[1]), index)
     rounds: list[list[int]] = []

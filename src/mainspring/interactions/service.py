@@ -343,7 +343,7 @@ async def create_many(
 
 
 async def create_rows(
-    store: Store, cfg: InteractionsSettings, batch: Sequence[NewInteraction], connection: Any = None
+    store: Store, cfg: InteractionsSettings, batch: Sequence[NewInteraction], connection: object = None
 ) -> list[tuple[InteractionRow, bool]]:
     """``create_many`` of ``NewInteraction``s, answering their rows. In a transaction of the store's, a batch
     that needs no statement before its insert (its queues known, no parents to check) is that one insert
