@@ -95,8 +95,9 @@ async def test_one_statement_moving_rows_several_ways_keeps_the_counts_exact(cli
         await create(client)
     await lease(client, max=2)
     async with store.transaction() as tx:
+        # (A processing item holds a lease token and no other does: PostgreSQL's check constraint, interactions_0018.)
         await tx.execute(text("UPDATE interactions SET state = CASE WHEN state = 'queued' THEN 'processing' ELSE 'queued' END, "
-                              "next_processing = COALESCE(next_processing, 0)"))
+                              "lease_token = CASE WHEN state = 'queued' THEN 'operator' END, next_processing = COALESCE(next_processing, 0)"))
         await tx.execute(text("UPDATE interactions SET queue = CASE WHEN id % 2 = 0 THEN 'other' ELSE queue END, "
                               "next_processing = CASE WHEN state = 'queued' AND id % 3 = 0 THEN NULL ELSE next_processing END"))
         await tx.execute(text("UPDATE interactions SET updated_at = updated_at + 1"))  # no status moves
