@@ -149,7 +149,13 @@ class NoSender(MainspringError):
 class AsyncSender(Protocol):
     """What ``enqueue`` writes through: a ``mainspring.producer()`` or an ``AsyncInteractionsClient``."""
 
-    async def create(self, queue: str, data: JsonInput = None, **fields: object) -> Mapping[str, object]: ...
+    # The item's fields by name (``TASK_FIELDS``), as the clients declare them: a protocol taking ``**fields``
+    # would accept only senders that take any keyword, and the clients take these.
+    async def create(
+        self, queue: str, data: JsonInput = None, *, parent_id: str | None = None, name: str | None = None,
+        message_id: str | None = None, channel: str | None = None, user: str | None = None, source: str | None = None,
+        priority: int | None = None, process_at: str | None = None, process_in_ms: int | None = None,
+    ) -> Mapping[str, object]: ...
 
     async def result(self, interaction_id: str, *, timeout_s: float | None = None) -> JsonData: ...
 
@@ -157,7 +163,11 @@ class AsyncSender(Protocol):
 class SyncSender(Protocol):
     """What ``defer`` writes through: an ``InteractionsClient``."""
 
-    def create(self, queue: str, data: JsonInput = None, **fields: object) -> Mapping[str, object]: ...
+    def create(
+        self, queue: str, data: JsonInput = None, *, parent_id: str | None = None, name: str | None = None,
+        message_id: str | None = None, channel: str | None = None, user: str | None = None, source: str | None = None,
+        priority: int | None = None, process_at: str | None = None, process_in_ms: int | None = None,
+    ) -> Mapping[str, object]: ...
 
     def result(self, interaction_id: str, *, timeout_s: float | None = None) -> JsonData: ...
 

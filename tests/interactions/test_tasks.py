@@ -160,6 +160,28 @@ def test_mypy_checks_a_tasks_arguments_and_types_its_result(tmp_path: Path) -> N
     assert out.count("error:") == 1
 
 
+def test_mypy_accepts_a_producer_and_both_clients_as_an_apps_sender(tmp_path: Path) -> None:
+    from mypy import api
+
+    source = tmp_path / "senders.py"
+    source.write_text(
+        "import mainspring\n"
+        "from mainspring.app import App\n"
+        "from mainspring.client import AsyncInteractionsClient, InteractionsClient\n"
+        "app = App()\n"
+        "app.use(mainspring.producer())\n"
+        "app.use(AsyncInteractionsClient('http://127.0.0.1:1'))\n"
+        "app.use(InteractionsClient('http://127.0.0.1:1'))\n"
+        "@app.task()\n"
+        "def ping() -> None: ...\n"
+        "ping.using(InteractionsClient('http://127.0.0.1:1'))\n"
+        "app.use(object())\n"
+    )
+    out, _, _ = api.run(["--strict", "--follow-imports=silent", "--no-incremental", str(source)])
+    assert out.count("error:") == 1, out
+    assert 'senders.py:11: error: Argument 1 to "use" of "App"' in out, out
+
+
 def test_the_tasks_of_the_docs_are_the_example_the_docs_server_runs() -> None:
     from tests.docs.harness import ROOT
 
