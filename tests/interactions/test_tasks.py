@@ -62,6 +62,19 @@ async def mainspring(database_url: str, tmp_path: Path) -> AsyncIterator[Produce
         yield opened
 
 
+async def test_the_producer_refuses_data_neither_engine_can_store_and_writes_nothing(mainspring: Producer) -> None:
+    from pydantic import ValidationError
+
+    for data in (float("nan"), float("inf"), {"a": "\ud800"}, ["a\x00b"], {"\x00": 1}):
+        with pytest.raises(ValidationError):
+            await mainspring.create("q", data)
+        with pytest.raises(ValidationError):
+            await mainspring.create_many("q", [{"data": 1}, {"data": data}])
+    assert await count_items(mainspring.store) == 0
+    await mainspring.create("q", {"unicode": "\u00e9\U0001f600", "n": 1.5, "nested": [[{"a": None}]]})
+    assert await count_items(mainspring.store) == 1
+
+
 async def test_a_task_enqueued_through_the_producer_gives_back_its_functions_result(mainspring: Producer) -> None:
     app = tasks_app().use(mainspring)
     send_email, build_report = app.tasks["send_email"], app.tasks["reports"]

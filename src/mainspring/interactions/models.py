@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import math
 import zoneinfo
 from datetime import datetime
 from typing import Annotated, Any, Literal
@@ -22,6 +21,7 @@ from pydantic.config import JsonDict
 from mainspring.core.paging import IntCursor, IntPairCursor
 from mainspring.core.types import (
     DurationMs,
+    JsonValue,
     KeysMatch,
     Limit,
     LongText,
@@ -29,44 +29,18 @@ from mainspring.core.types import (
     Page,
     PositiveMs,
     Query,
+    ShortText,
+    Text,
     all_of,
     check_exactly_one,
     exactly_one,
     given,
     not_all,
 )
-from mainspring.core.types import JsonValue as CoreJsonValue
-from mainspring.core.types import ShortText as CoreShortText
-from mainspring.core.types import Text as CoreText
 from mainspring.interactions import outcomes
 from mainspring.interactions.cron import CRON_PATTERN
 from mainspring.store import parse_time
 
-
-def _storable(value: Any) -> Any:
-    """Values both engines store and every client can read back as JSON: finite numbers, and text
-    without lone surrogates (which UTF-8 cannot encode)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError("numbers must be finite (no NaN or Infinity)")
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise ValueError("text must be valid UTF-8 (no lone surrogates)") from exc
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            _storable(key)
-            _storable(item)
-    elif isinstance(value, list):
-        for item in value:
-            _storable(item)
-    return value
-
-
-# The core's types, plus what PostgreSQL's jsonb and the JSON encoder refuse (tell the lead: belongs in core).
-JsonValue = Annotated[CoreJsonValue, AfterValidator(_storable)]
-Text = Annotated[CoreText, AfterValidator(_storable)]
-ShortText = Annotated[CoreShortText, AfterValidator(_storable)]
 Token = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 Id = Annotated[str, StringConstraints(max_length=40)] | StrictInt
 
