@@ -233,3 +233,38 @@ async def test_a_connection_left_inside_a_transaction_is_never_given_back_to_the
             assert await session.driver.fetchval("SHOW application_name") != "left-behind"
     finally:
         await store.close()
+
+
+async def test_transactions_cancelled_at_any_point_give_every_connection_back(database_url: str, engine: str, clock: ManualClock) -> None:
+    """A request cancelled (a client gone, a timeout) while its transaction checks out, runs or gives back its
+    connection must still give it back: a pool of two that lost one would serve half as many, then none."""
+    if engine != "postgres":
+        pytest.skip("the pool of asyncpg connections is PostgreSQL's; SQLite's sessions are its own")
+    store = Store(database_url, clock=clock, pool_size=1, sqlite_synchronous="NORMAL")
+    await store.start()
+    one = text("SELECT 1 AS one")
+
+    async def lone() -> None:
+        async with store.transaction(alone=True) as tx:
+            await tx.fetch_alone(one, {})
+
+    async def with_core() -> None:
+        async with store.transaction() as tx:
+            await tx.execute(one)
+            await tx.fetch(one, {})
+
+    try:
+        for round_ in range(40):
+            tasks = [asyncio.create_task(lone() if i % 2 else with_core()) for i in range(6)]
+            # Cancelled after 0, 1, 2 … turns of the loop: before the checkout, in the statement, in the check-in.
+            for _ in range(round_ % 8):
+                await asyncio.sleep(0)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        pool = store.backend.engine.pool
+        assert pool.checkedout() == 0, pool.status()
+        async with asyncio.timeout(5):
+            await asyncio.gather(*(lone() for _ in range(4)), with_core())
+    finally:
+        await store.close()
