@@ -190,11 +190,14 @@ def _insert_values(message: NewMessage) -> dict[str, object]:
     return values
 
 
+_INSERT_MESSAGES = M.insert()
+
+
 async def insert_messages(tx: Executor, messages: Sequence[NewMessage]) -> None:
     """Store messages in one statement: producers' puts that arrived together, or a process's replies
     (PENDING: visible once it commits). A second message under a mailbox's Message-Id is refused (a unique
     violation), and with it the statement."""
-    await tx.execute(M.insert(), [_insert_values(m) for m in messages])
+    await tx.execute(_INSERT_MESSAGES, [_insert_values(m) for m in messages])
 
 
 # PostgreSQL: producers' puts that arrived together and their ``exchange.message.stored`` events, one statement
