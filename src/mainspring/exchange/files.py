@@ -4,8 +4,7 @@ Layout: ``mailboxes/<addressee>/<database>/<message_id>``, ``backup/<addressee>/
 ``unknown/<process_id>/<message_id>``. Every name in a path is a validated ``Name`` or an id this server made,
 so no path leaves the root.
 
-Writes are atomic (temp file, fsync, rename, fsync the folder; concurrent writes into one folder share its
-fsyncs: ``SharedFsync``). Moves and deletes are idempotent: ``place``
+Writes are atomic (temp file, fsync, rename, fsync the folder). Moves and deletes are idempotent: ``place``
 and ``remove`` look at where the file is now and do only what is left, so re-running the same step after a
 crash (or on another server) ends in the same state.
 
@@ -22,7 +21,7 @@ import os
 import secrets
 import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -55,56 +54,6 @@ def _write(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-class SharedFsync:
-    """The fsyncs of one folder, shared by the threads that changed it meanwhile (a group commit of its entries).
-
-    A thread that renamed (or unlinked) an entry asks for a ticket; it returns once an fsync of the folder that
-    *started after its ticket was taken* has succeeded — so after its own change — and raises that fsync's error
-    if it failed. While one fsync runs, the threads that ask meanwhile wait for it to end, then one of them runs
-    the next for all of them: concurrent puts into one mailbox pay one folder fsync per round instead of one each,
-    and none returns before its rename is durable."""
-
-    def __init__(self) -> None:
-        self._turn = threading.Condition()
-        self._asked = 0
-        self._covered = 0
-        """Every ticket up to this one is durable."""
-        self._failed: tuple[int, int, OSError] | None = None
-        """The tickets (first, last) the last failed fsync was to cover, and its error."""
-        self._running = False
-
-    def run(self, fsync: Callable[[], None]) -> None:
-        with self._turn:
-            self._asked += 1
-            ticket = self._asked
-            while True:
-                # A failed fsync's error stands even if a later one succeeds: after a failed fsync the kernel may
-                # have dropped what it could not write, and a later success says nothing about it.
-                if self._failed is not None and self._failed[0] <= ticket <= self._failed[1]:
-                    raise self._failed[2]
-                if self._covered >= ticket:
-                    return
-                if not self._running:
-                    break
-                self._turn.wait()
-            self._running = True
-            first, last = self._covered + 1, self._asked
-        error: OSError | None = None
-        try:
-            fsync()
-        except OSError as exc:
-            error = exc
-        with self._turn:
-            self._running = False
-            if error is None:
-                self._covered = last
-            else:
-                self._failed = (first, last, error)
-            self._turn.notify_all()
-        if error is not None:
-            raise error
-
-
 def mailbox_path(addressee: str, database: str, message_id: str) -> str:
     return f"mailboxes/{addressee}/{database}/{message_id}"
 
@@ -124,8 +73,6 @@ class Disk:
         self.root = root.resolve()
         self._inside = str(self.root) + os.sep
         self._local = threading.local()
-        self._shared: dict[Path, SharedFsync] = {}
-        self._shared_lock = threading.Lock()
 
     @contextlib.contextmanager
     def deferred_fsync(self) -> Iterator[set[Path]]:
@@ -187,11 +134,7 @@ class Disk:
         if pending is not None:
             pending.add(folder)
             return
-        with self._shared_lock:
-            shared = self._shared.get(folder)
-            if shared is None:
-                shared = self._shared[folder] = SharedFsync()
-        shared.run(lambda: self._fsync_now(folder))
+        self._fsync_now(folder)
 
     def _fsync_now(self, folder: Path) -> None:
         fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
