@@ -140,6 +140,25 @@ def test_503_answers_are_retried_for_safe_calls_and_raised_as_service_unavailabl
     assert unsafe.calls == 1
 
 
+async def test_an_async_call_is_sent_as_many_times_as_the_policy_allows_its_first_attempt_included() -> None:
+    # The first attempt is made outside the retry loop, which then decides on its error as it always did.
+    for attempts, failures, calls in ((3, 1, 2), (3, 5, 3), (1, 5, 1)):
+        transport = Flaky(failures)
+        async with AsyncExchangeClient("http://mainspring.test", transport=transport, attempts=attempts, max_wait=0.001) as client:
+            if failures < attempts:
+                assert (await client.process("p1"))["id"] == "1"
+            else:
+                with pytest.raises(ServiceUnavailable) as spent:
+                    await client.process("p1")
+                assert spent.value.status == 503
+        assert transport.calls == calls, (attempts, failures)
+    unsafe = Flaky(1, httpx.ReadError)
+    async with AsyncExchangeClient("http://mainspring.test", transport=unsafe, attempts=3, max_wait=0.001) as client:
+        with pytest.raises(ServiceUnavailable) as lost:
+            await client.start("mobile-a", "db-1", "g", ["m1"])
+    assert unsafe.calls == 1 and lost.value.sent is True
+
+
 def test_the_old_per_face_error_names_still_catch_the_shared_errors() -> None:
     from mainspring.client.batching import BatchingError
     from mainspring.client.exchange import ExchangeError, Unavailable

@@ -149,6 +149,20 @@ async def test_step9_ready_of_unknown_or_cancelled_process_is_409_cancelled(app,
         assert response.status_code == 409 and response.json()["code"] == "cancelled"
 
 
+async def test_step9_ready_with_or_without_replies_answers_the_same_for_a_process_that_cannot_take_them(client, exchange_dir):
+    # Without replies API_3 skips its first look and lets its transaction answer: the same answers either way.
+    _, proc = await started(client, 1)
+    await client.post(f"{P}/{proc['id']}/commit-failed")
+    reply = {"addressee": "mobile-b", "database": "db-1", "body": "r"}
+    answers = [await client.post(f"{P}/{pid}/ready", json=body)
+               for pid in (proc["id"], "p-unknown") for body in ({}, {"replies": [reply]})]
+    assert [a.status_code for a in answers] == [409] * 4
+    assert [a.json().get("state") for a in answers] == ["ABORTED", "ABORTED", None, None]
+    assert answers[0].json()["detail"] == answers[1].json()["detail"]
+    assert answers[2].json()["detail"] == answers[3].json()["detail"]
+    assert not files_under(exchange_dir / "mailboxes" / "mobile-b"), "no reply file is left behind"
+
+
 async def test_step9_ready_after_commit_failed_is_409_cancelled(client):
     _, proc = await started(client, 1)
     await client.post(f"{P}/{proc['id']}/commit-failed")

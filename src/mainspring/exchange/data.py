@@ -178,19 +178,26 @@ async def message_by_key(conn: Executor, addressee: str, database: str, message_
     return None if row is None else _message(row)
 
 
+_NEW_MESSAGE_FIELDS = tuple(f.name for f in dataclasses.fields(NewMessage))
+
+
 def _insert_values(message: NewMessage) -> dict[str, object]:
-    values = dataclasses.asdict(message)
+    # Its fields as they are (``dataclasses.asdict`` deep-copies each value: a fifth of a put's insert).
+    values = {name: getattr(message, name) for name in _NEW_MESSAGE_FIELDS}
     if values["origin_process_id"] is None:
         # A message from a sender names no process: the column is left out, as it always was.
         del values["origin_process_id"]
     return values
 
 
+_INSERT_MESSAGES = M.insert()
+
+
 async def insert_messages(tx: Executor, messages: Sequence[NewMessage]) -> None:
     """Store messages in one statement: producers' puts that arrived together, or a process's replies
     (PENDING: visible once it commits). A second message under a mailbox's Message-Id is refused (a unique
     violation), and with it the statement."""
-    await tx.execute(M.insert(), [_insert_values(m) for m in messages])
+    await tx.execute(_INSERT_MESSAGES, [_insert_values(m) for m in messages])
 
 
 # PostgreSQL: producers' puts that arrived together and their ``exchange.message.stored`` events, one statement
@@ -261,10 +268,15 @@ async def available_messages(
     return [_message(r) for r in (await conn.execute(query)).all()]
 
 
+# The statements of a cycle's calls (API_2, API_3, API_4), built once with their parameters bound at each call:
+# building a statement and its cache key each time cost more of the server's CPU than running it (issue 36).
+_ACTIVE_PROCESS = select(P.c.id).where(
+    P.c.addressee == bindparam("b_addressee"), P.c.database == bindparam("b_database"), P.c.state.in_(ACTIVE_STATES))
+
+
 async def active_process_id(conn: Executor, addressee: str, database: str) -> str | None:
     """The STARTED or READY_TO_COMMIT process that holds the mailbox, if one does."""
-    query = select(P.c.id).where(P.c.addressee == addressee, P.c.database == database, P.c.state.in_(ACTIVE_STATES))
-    value = (await conn.execute(query)).scalar()
+    value = (await conn.execute(_ACTIVE_PROCESS, {"b_addressee": addressee, "b_database": database})).scalar()
     return None if value is None else str(value)
 
 
@@ -354,10 +366,20 @@ async def messages_of_processes(conn: Executor, process_ids: Sequence[str]) -> l
 # --- processes: the protocol's transitions ------------------------------------------------------------
 
 
+_MESSAGE_STATES = select(M.c.id, M.c.addressee, M.c.database, M.c.state).where(M.c.id.in_(bindparam("b_ids", expanding=True)))
+
+
 async def message_states(tx: Executor, message_ids: Sequence[str]) -> dict[str, MessageState]:
     """Message id → its mailbox and state, for those of ``message_ids`` that exist."""
-    query = select(M.c.id, M.c.addressee, M.c.database, M.c.state).where(M.c.id.in_(message_ids))
-    return {r.id: MessageState(r.id, r.addressee, r.database, r.state) for r in (await tx.execute(query)).all()}
+    rows = (await tx.execute(_MESSAGE_STATES, {"b_ids": list(message_ids)})).all()
+    return {r.id: MessageState(r.id, r.addressee, r.database, r.state) for r in rows}
+
+
+_INSERT_PROCESS = P.insert().values(
+    id=bindparam("b_id"), addressee=bindparam("b_addressee"), database=bindparam("b_database"),
+    client_id=bindparam("b_client_id"), message_ids=bindparam("b_message_ids", type_=P.c.message_ids.type),
+    state="STARTED", started_at=bindparam("b_now"), deadline=bindparam("b_deadline"), updated_at=bindparam("b_now"),
+)
 
 
 async def insert_process(
@@ -366,19 +388,21 @@ async def insert_process(
 ) -> None:
     """A new STARTED process. The partial unique index on active processes refuses a second one for the
     mailbox (a unique violation): it decides between concurrent starts on any server."""
-    await tx.execute(
-        P.insert().values(
-            id=process_id, addressee=addressee, database=database, client_id=client_id,
-            message_ids=message_ids, state="STARTED", started_at=now, deadline=deadline, updated_at=now,
-        )
-    )
+    await tx.execute(_INSERT_PROCESS, {
+        "b_id": process_id, "b_addressee": addressee, "b_database": database, "b_client_id": client_id,
+        "b_message_ids": message_ids, "b_now": now, "b_deadline": deadline,
+    })
+
+
+_TAKE_MESSAGES = (
+    update(M).where(M.c.id.in_(bindparam("b_ids", expanding=True)), M.c.state == "AVAILABLE")
+    .values(state="TAKEN", process_id=bindparam("b_process_id"))
+)
 
 
 async def take_mailbox_messages(tx: Executor, message_ids: Sequence[str], process_id: str) -> int:
     """AVAILABLE → TAKEN by ``process_id`` for ``message_ids``; answers how many were still available."""
-    taken: Any = await tx.execute(
-        update(M).where(M.c.id.in_(message_ids), M.c.state == "AVAILABLE").values(state="TAKEN", process_id=process_id)
-    )
+    taken: Any = await tx.execute(_TAKE_MESSAGES, {"b_ids": list(message_ids), "b_process_id": process_id})
     return int(taken.rowcount)
 
 
@@ -387,11 +411,29 @@ async def extend_deadline(tx: Executor, process_id: str, deadline: int, now: int
     await tx.execute(update(P).where(P.c.id == process_id).values(deadline=deadline, updated_at=now))
 
 
+_MARK_READY = update(P).where(P.c.id == bindparam("b_id")).values(
+    state="READY_TO_COMMIT", deadline=bindparam("b_deadline"), updated_at=bindparam("b_now"))
+
+
 async def mark_process_ready(tx: Executor, process_id: str, deadline: int, now: int) -> None:
     """STARTED → READY_TO_COMMIT, with the commit deadline."""
-    await tx.execute(
-        update(P).where(P.c.id == process_id).values(state="READY_TO_COMMIT", deadline=deadline, updated_at=now)
-    )
+    await tx.execute(_MARK_READY, {"b_id": process_id, "b_deadline": deadline, "b_now": now})
+
+
+# By ``exchange.backup``: the committed files go to ``backup/`` (or are deleted: path NULL).
+_COMMIT_MESSAGES = {
+    backup: update(M)
+    .where(M.c.process_id == bindparam("b_process_id"), M.c.state.in_(("TAKEN", "QUARANTINED")))
+    .values(state="COMMITTED", prev_path=M.c.path, file_version=M.c.file_version + 1, synced=False,
+            next_sync_at=bindparam("b_now"), sync_attempts=0,
+            path=(literal("backup/") + M.c.addressee + "/" + M.c.database + "/" + M.c.id) if backup else None)
+    .returning(*M.c)
+    for backup in (False, True)
+}
+_PUBLISH_REPLIES = (
+    update(M).where(M.c.origin_process_id == bindparam("b_process_id"), M.c.state == "PENDING").values(state="AVAILABLE")
+    .returning(M.c.id, M.c.addressee, M.c.database, M.c.size, M.c.sha256)
+)
 
 
 async def commit_process_messages(
@@ -400,23 +442,9 @@ async def commit_process_messages(
     """The process's taken (or quarantined) messages are COMMITTED, their files to go to ``backup/`` (or be
     deleted), and its PENDING replies become AVAILABLE; answers those replies, and the committed messages as
     just written (the file moves API_4 does next: not read again)."""
-    target = (literal("backup/") + M.c.addressee + "/" + M.c.database + "/" + M.c.id) if backup else None
-    committed = (
-        await tx.execute(
-            update(M)
-            .where(M.c.process_id == process_id, M.c.state.in_(("TAKEN", "QUARANTINED")))
-            .values(state="COMMITTED", prev_path=M.c.path, path=target, file_version=M.c.file_version + 1,
-                    synced=False, next_sync_at=now, sync_attempts=0)
-            .returning(*M.c)
-        )
-    ).all()
+    committed = (await tx.execute(_COMMIT_MESSAGES[backup], {"b_process_id": process_id, "b_now": now})).all()
     # Published in the statement that reads them (one statement, not a SELECT and an UPDATE).
-    replies = (
-        await tx.execute(
-            update(M).where(M.c.origin_process_id == process_id, M.c.state == "PENDING").values(state="AVAILABLE")
-            .returning(M.c.id, M.c.addressee, M.c.database, M.c.size, M.c.sha256)
-        )
-    ).all()
+    replies = (await tx.execute(_PUBLISH_REPLIES, {"b_process_id": process_id})).all()
     return ([PublishedReply(r.id, r.addressee, r.database, r.size, r.sha256) for r in sorted(replies, key=_id_of)],
             [_message(r) for r in committed])
 
@@ -425,10 +453,13 @@ def _id_of(row: Any) -> str:
     return str(row.id)
 
 
+_MARK_COMMITTED = update(P).where(P.c.id == bindparam("b_id")).values(
+    state="CLEANUP", deadline=None, updated_at=bindparam("b_now"), next_attempt_at=bindparam("b_now"))
+
+
 async def mark_process_committed(tx: Executor, process_id: str, now: int) -> None:
     """→ CLEANUP: the client's database committed; the process is DONE once its message files are gone."""
-    await tx.execute(update(P).where(P.c.id == process_id).values(state="CLEANUP", deadline=None, updated_at=now,
-                                                                   next_attempt_at=now))
+    await tx.execute(_MARK_COMMITTED, {"b_id": process_id, "b_now": now})
 
 
 async def give_back_messages(tx: Executor, process_id: str, now: int) -> None:
@@ -591,19 +622,32 @@ async def postpone_cleanup(tx: Executor, process_id: str, attempts: int, next_at
         cleanup_attempts=attempts, next_attempt_at=next_at, updated_at=now))
 
 
+_STILL_COMMITTED = exists().where(M.c.process_id == P.c.id, M.c.state == "COMMITTED")
+_ONE_CLEANUP_DONE = (
+    update(P)
+    .where(P.c.id == bindparam("b_id"), P.c.state == "CLEANUP", ~_STILL_COMMITTED)
+    .values(state="DONE", updated_at=bindparam("b_now"), next_attempt_at=None)
+    .returning(*P.c)
+)
+
+
 async def mark_cleanups_done(tx: Transaction, process_ids: Sequence[str]) -> list[ProcessRow]:
     """CLEANUP → DONE for those of ``process_ids`` none of whose messages is still COMMITTED (their files are
     gone or in ``backup/``); answers them as they now are (DONE), in id order. One statement: the check and
     the change together."""
-    still_committed = exists().where(M.c.process_id == P.c.id, M.c.state == "COMMITTED")
-    rows = (
-        await tx.execute(
-            update(P)
-            .where(tx.store.dialect.any_of(P.c.id, list(process_ids)), P.c.state == "CLEANUP", ~still_committed)
-            .values(state="DONE", updated_at=tx.store.now_ms(), next_attempt_at=None)
-            .returning(*P.c)
-        )
-    ).all()
+    now = tx.store.now_ms()
+    if len(process_ids) == 1:
+        # API_4's own cleanup, every cycle: the statement built once.
+        rows = (await tx.execute(_ONE_CLEANUP_DONE, {"b_id": process_ids[0], "b_now": now})).all()
+    else:
+        rows = (
+            await tx.execute(
+                update(P)
+                .where(tx.store.dialect.any_of(P.c.id, list(process_ids)), P.c.state == "CLEANUP", ~_STILL_COMMITTED)
+                .values(state="DONE", updated_at=now, next_attempt_at=None)
+                .returning(*P.c)
+            )
+        ).all()
     return sorted((_process(r) for r in rows), key=_id_of)
 
 

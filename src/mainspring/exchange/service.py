@@ -173,14 +173,17 @@ async def heartbeat(ctx: Context, process_id: str) -> ProcessView:
 async def ready(ctx: Context, process_id: str, replies: list[Reply]) -> ProcessView:
     """API_3: STARTED → READY_TO_COMMIT, storing the replies unpublished. Again OK when already there."""
     store = ctx.store
-    async with store.read() as conn:
-        row = await data.get_process(conn, process_id)
-    if row is None:
-        raise Cancelled(f"no process {process_id}")
-    if row.state == "READY_TO_COMMIT":
-        return process_to_api(row)
-    if row.state != "STARTED":
-        raise Cancelled(f"process {process_id} is {row.state}", state=row.state)
+    sender: str | None = None
+    if replies:
+        # A first look before the reply files are written: none is written for a process that cannot take them.
+        # Without replies the transaction below looks, and answers, the same (a read less on every such API_3).
+        async with store.read() as conn:
+            row = await data.get_process(conn, process_id)
+        if row is None or row.state not in ("STARTED", "READY_TO_COMMIT"):
+            raise _not_ready(process_id, row)
+        if row.state == "READY_TO_COMMIT":
+            return process_to_api(row)
+        sender = row.client_id
     limit = ctx.settings.exchange.max_message_bytes
     now = store.now_ms()
     prepared: list[tuple[Reply, NewMessage]] = []
@@ -197,13 +200,13 @@ async def ready(ctx: Context, process_id: str, replies: list[Reply]) -> ProcessV
             prepared.append((reply, NewMessage(
                 id=reply_id, addressee=reply.addressee, database=reply.database, message_key=reply.message_id,
                 size=len(body), sha256=hashlib.sha256(body).hexdigest(), content_type=reply.media_type(),
-                sender=row.client_id, created_at=now, state="PENDING", path=relative, origin_process_id=process_id,
+                sender=sender, created_at=now, state="PENDING", path=relative, origin_process_id=process_id,
             )))
         outcome: MainspringError | None = None
         async with store.transaction() as tx:
             row = await data.lock_process(tx, process_id)
             if row is None or row.state not in ("STARTED", "READY_TO_COMMIT"):
-                outcome = Cancelled(f"process {process_id} is {row.state if row else 'gone'}")
+                outcome = _not_ready(process_id, row)
             elif row.state == "STARTED":
                 keys: set[tuple[str, str, str]] = set()
                 fresh: list[NewMessage] = []
@@ -237,6 +240,13 @@ async def ready(ctx: Context, process_id: str, replies: list[Reply]) -> ProcessV
         # Files of replies that did not make it into the store (refused, raced, duplicates).
         for relative in written:
             await discard_body(ctx, relative)
+
+
+def _not_ready(process_id: str, row: ProcessRow | None) -> Cancelled:
+    """API_3's answer for a process that is not STARTED (nor READY_TO_COMMIT already)."""
+    if row is None:
+        return Cancelled(f"no process {process_id}")
+    return Cancelled(f"process {process_id} is {row.state}", state=row.state)
 
 
 async def _alert(tx: Transaction, code: str, process_id: str, detail: str) -> None:
