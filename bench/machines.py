@@ -159,6 +159,7 @@ async def bench_calls(ctx: Context, namespace: str, machines_count: int, calls: 
     total = machines_count * calls
     errors.clear()
     pids = await backend_pids(ctx)
+    print(f"{namespace}: calls begin", file=sys.stderr, flush=True)  # a profiler attached now sees only the calls
     cpu_before = (process_cpu_s(), process_cpu_s(host_pid) if host_pid else 0.0, backends_cpu_s(pids))
     started = time.perf_counter()
     call_lat = await run_concurrently(total, concurrency, lambda i: service.call_machine(ctx, namespace, f"m{i % machines_count}", i))
