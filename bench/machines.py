@@ -38,7 +38,7 @@ from bench import ROOT
 from bench.pgcpu import backends_cpu_s
 from mainspring.app import App, Registration
 from mainspring.config import load_settings
-from mainspring.core.runtime import Context
+from mainspring.core.runtime import Context, settle_heap
 from mainspring.machines import service
 from mainspring.machines.background import machines_loop
 from mainspring.machines.namespaces import put_namespace
@@ -271,6 +271,7 @@ async def bench_engine(engine: str, args: argparse.Namespace, hosts: dict[str, t
         url, drop = await fresh_database(engine, tmp)
         processor = NoOp()
         ctx = await context(url, tmp, processor)
+        settle_heap()  # as `mainspring serve` does once started: this process is the server here
         try:
             result: dict[str, Any] = {"engine": engine}
             if args.only == "lateness":

@@ -25,6 +25,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from mainspring.core.runtime import settle_heap
 from mainspring.machines.processor import KINDS, LocalProcessor, Unprocessable
 
 log = logging.getLogger("mainspring.machines.host")
@@ -59,7 +60,10 @@ def processor_app(target: object, path: str = "/") -> Starlette:
 
 
 def serve_processor(target: object, host: str = "127.0.0.1", port: int = 9000, path: str = "/") -> None:
-    """Run ``target`` as an HTTP processor (blocks; uvicorn)."""
+    """Run ``target`` as an HTTP processor (blocks; uvicorn), in a process of its own: the heap start-up
+    made is settled before serving (``settle_heap``)."""
     import uvicorn
 
-    uvicorn.run(processor_app(target, path), host=host, port=port, log_level="warning")
+    app = processor_app(target, path)
+    settle_heap()
+    uvicorn.run(app, host=host, port=port, log_level="warning")
