@@ -38,7 +38,7 @@ from bench import ROOT
 from bench.pgcpu import backends_cpu_s
 from mainspring.app import App, Registration
 from mainspring.config import load_settings
-from mainspring.core.runtime import Context
+from mainspring.core.runtime import Context, settle_heap
 from mainspring.machines import service
 from mainspring.machines.background import machines_loop
 from mainspring.machines.namespaces import put_namespace
@@ -159,6 +159,7 @@ async def bench_calls(ctx: Context, namespace: str, machines_count: int, calls: 
     total = machines_count * calls
     errors.clear()
     pids = await backend_pids(ctx)
+    print(f"{namespace}: calls begin", file=sys.stderr, flush=True)  # a profiler attached now sees only the calls
     cpu_before = (process_cpu_s(), process_cpu_s(host_pid) if host_pid else 0.0, backends_cpu_s(pids))
     started = time.perf_counter()
     call_lat = await run_concurrently(total, concurrency, lambda i: service.call_machine(ctx, namespace, f"m{i % machines_count}", i))
@@ -270,6 +271,7 @@ async def bench_engine(engine: str, args: argparse.Namespace, hosts: dict[str, t
         url, drop = await fresh_database(engine, tmp)
         processor = NoOp()
         ctx = await context(url, tmp, processor)
+        settle_heap()  # as `mainspring serve` does once started: this process is the server here
         try:
             result: dict[str, Any] = {"engine": engine}
             if args.only == "lateness":

@@ -31,6 +31,7 @@ from mainspring.core.runtime import (
     log_failure,
     retry_while_unavailable,
     run_loop,
+    settle_heap,
 )
 from mainspring.core.tables import event_counts
 from mainspring.events_and_alerts import routes as core_routes
@@ -80,7 +81,7 @@ def serve_app() -> Server:
     transport.configure(settings.server)  # this process's connections
     configure_logging(settings.server.log_level, settings.server.log_format, access_log=settings.server.access_log)
     spec = os.environ.get(SERVE_APP_ENV)
-    server = create_app(settings, registry=load_app(spec) if spec else None)
+    server = create_app(settings, registry=load_app(spec) if spec else None, own_process=True)
     server.state.context.extras[SHARED_PORTS] = True
     return server
 
@@ -191,9 +192,11 @@ def create_app(
     clock: Clock | None = None,
     registry: App | None = None,
     run_background: bool = True,
+    own_process: bool = False,
 ) -> Server:
     """Build the server. Pass ``store`` (and a ``ManualClock``) in tests; ``run_background=False`` leaves
-    the loops to the test."""
+    the loops to the test. ``own_process``: the server is its process's whole work (``mainspring serve``), so
+    the heap start-up made is settled once it is up (``settle_heap``)."""
     store = store or Store(
         settings.server.database_url(),
         clock=clock,
@@ -219,6 +222,8 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Server) -> AsyncIterator[None]:
         await retry_while_unavailable("start-up", start_up, settings.server.startup_wait_ms)
+        if own_process:
+            settle_heap()
         tasks: list[asyncio.Task[None]] = []
         if run_background:
             tasks.append(asyncio.create_task(run_publishers(ctx), name="events-publishers"))

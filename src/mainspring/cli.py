@@ -235,7 +235,7 @@ def serve(
             os.environ[SERVE_APP_ENV] = app
     server_app: str | Starlette = "mainspring.api:serve_app"
     if workers == 1:
-        server_app = create_app(settings, registry=registry)
+        server_app = create_app(settings, registry=registry, own_process=True)
         if listener_socket is not None:
             from mainspring.machines.machinegun.listener import LISTENER_SOCKET
 

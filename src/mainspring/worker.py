@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import signal
 from collections.abc import Iterator
@@ -31,7 +30,7 @@ from mainspring.client._async.batching import AsyncBatchingClient
 from mainspring.client._async.interactions import AsyncInteractionsClient
 from mainspring.client.errors import NotFound, ServiceUnavailable
 from mainspring.config import Settings
-from mainspring.core.runtime import Context
+from mainspring.core.runtime import Context, settle_heap
 from mainspring.core.settings import ServerSettings
 from mainspring.interactions.face import periodic_loop, sync_app_schedules
 from mainspring.interactions.sources import LONG_POLL_MS, HttpQueues, QueueSource
@@ -116,16 +115,6 @@ class Remote:
     url: str
     token: str | None = None
     long_poll_ms: int = LONG_POLL_MS
-
-
-def settle_heap() -> None:
-    """Leave what start-up made (modules, classes, schemas, the app: ~115,000 objects, nearly all kept for the
-    process's life) out of the garbage collector's work: a full collection walks every tracked object, and a
-    busy worker's items trigger one every ~10,000 items — ~70 ms each, 3.5–7 µs of its CPU per item at best
-    settings (bench/history/2026-11-29-workerloop.md). Start-up's garbage is collected first, so none of it is
-    kept for ever. For a process of its own (``mainspring worker``), not for one that embeds a worker."""
-    gc.collect()
-    gc.freeze()
 
 
 async def run(settings: Settings, app: App, *, http_host: str = "127.0.0.1", http_port: int | None = None,

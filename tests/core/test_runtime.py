@@ -156,3 +156,17 @@ async def test_retry_while_unavailable_gives_up_after_its_window() -> None:
 
     with pytest.raises(ConnectionRefusedError):
         await retry_while_unavailable("writing", work, within_ms=300)
+
+
+async def test_a_server_of_its_own_process_settles_its_heap_once_started_and_an_embedded_one_does_not(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import mainspring.api
+
+    settled: list[bool] = []
+    monkeypatch.setattr(mainspring.api, "settle_heap", lambda: settled.append(True))
+    for own_process in (False, True):
+        app = mainspring.api.create_app(settings, run_background=False, own_process=own_process)  # its own store, closed with it
+        async with app.router.lifespan_context(app):
+            pass
+        assert settled == ([True] if own_process else []), own_process

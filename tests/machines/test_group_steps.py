@@ -130,3 +130,25 @@ async def test_a_keyed_call_that_removes_its_machine_answers_a_repeat_the_same(c
     assert (await client.get(f"{BASE}/m1")).status_code == 404
     repeat = await client.post(f"{BASE}/m1/call", json={"args": 1}, headers=headers)
     assert repeat.status_code == 200 and repeat.json() == {"response": "removed"}, repeat.text
+
+
+async def test_a_group_read_of_any_size_answers_each_machine_with_its_history_bounded_by_the_row_read(
+    store: Store, client: httpx.AsyncClient, fake: FakeProcessor
+) -> None:
+    """On PostgreSQL the group's keys are bound as arrays (one statement for every group size): each size, a
+    key repeated or absent, still answers each machine, and a history never past the row as it was read."""
+    for i in range(4):
+        assert (await client.post(BASE, json={"id": f"m{i}"})).status_code == 201
+    assert (await client.post(f"{BASE}/m1/call", json={"args": 1})).status_code == 200
+    read = {i: await _machine(store, f"m{i}") for i in range(4)}
+    assert (await client.post(f"{BASE}/m1/call", json={"args": 2})).status_code == 200  # after the row was read
+    for size in (1, 2, 4):
+        keys = [(NS, f"m{i}") for i in range(size)] + [(NS, "m0"), (NS, "absent")]
+        async with store.read() as conn:
+            found = await data.machines_and_namespaces(conn, keys)
+            histories = await data.whole_histories(conn, [read[i] for i in range(size)])
+        assert sorted(found) == [(NS, f"m{i}") for i in range(size)]
+        assert all(machine.id == key[1] for key, (machine, _stored) in found.items())
+        assert {uid: [e.data for e in events] for uid, events in histories.items()} == {
+            read[i].uid: [{"started": None}, {"called": 1}] if i == 1 else [{"started": None}] for i in range(size)
+        }

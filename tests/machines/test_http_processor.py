@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import httpx
+import pytest
 
-from mainspring.machines.processor import Unprocessable
+from mainspring.machines.processor import Unprocessable, encode_request
 from mainspring.store import ManualClock
 from tests.conftest import free_port
 from tests.machines.conftest import FakeProcessor, eventually
@@ -171,3 +173,12 @@ async def test_http_processor_is_reached_through_the_proxy_the_environment_names
         await use(client, "http://exempt.invalid:9/")
         assert (await client.post(BASE, json={"id": "m2"})).json()["code"] == "processor_failed"  # not sent to the proxy
     assert targets == ["processor.invalid:9"]
+
+
+def test_a_processor_request_is_compact_utf8_json_and_an_argument_json_cannot_carry_is_refused() -> None:
+    machine: Any = {"namespace": "ns", "id": "é", "status": "working", "history": [{"id": 1, "created_at": None, "data": {"n": 2**70}}], "aux_state": None}
+    body = encode_request("call", {"amount": 1.5, "note": "naïve"}, machine)
+    assert body == json.dumps({"kind": "call", "args": {"amount": 1.5, "note": "naïve"}, "machine": machine}, ensure_ascii=False, separators=(",", ":")).encode()
+    for bad in (float("nan"), [{"x": float("inf")}]):
+        with pytest.raises(ValueError, match="not JSON compliant"):
+            encode_request("call", bad, machine)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import socket
 from collections.abc import Awaitable, Callable, Sequence
@@ -42,6 +43,18 @@ def bind_address(host: str, port: int, *, reuse_port: bool = False) -> socket.so
         sock.close()
         raise CannotListen(f"cannot listen on {host}:{port}: {exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}") from None
     return sock
+
+
+def settle_heap() -> None:
+    """Leave what start-up made (modules, classes, schemas, the app: ~115,000 objects, nearly all kept for the
+    process's life) out of the garbage collector's work: a full collection walks every tracked object, and a
+    busy worker's items trigger one every ~10,000 items — ~70 ms each, 3.5–7 µs of its CPU per item at best
+    settings (bench/history/2026-11-29-workerloop.md); a server's Calls to remote processors spent ~15 % of
+    its CPU there (py-spy, bench/history/2026-11-29-calls5.md). Start-up's garbage is collected first, so none
+    of it is kept for ever. For a process of its own (``mainspring worker``, ``mainspring serve``), not for
+    one that embeds a worker or a server."""
+    gc.collect()
+    gc.freeze()
 
 
 @dataclass

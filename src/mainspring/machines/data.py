@@ -277,12 +277,33 @@ _MACHINES_AND_NAMESPACES = (
 )
 
 
+# PostgreSQL: the same read with the keys bound as two arrays. An IN list of n keys is a different statement
+# for every n (prepared again on every connection for every group size, and planned with 2n parameters).
+_MACHINES_AND_NAMESPACES_PG = text(
+    f"SELECT {', '.join(f'machines.{c.name}' for c in machines.c)}, {', '.join(f'ns.{c.name}' for c in namespaces.c)} "
+    "FROM unnest(CAST(:namespaces AS text[]), CAST(:ids AS text[])) AS k(namespace, id) "
+    "JOIN machines ON machines.namespace = k.namespace AND machines.id = k.id "
+    "LEFT JOIN machine_namespaces AS ns ON ns.name = machines.namespace"
+)
+
+
+async def _fetch_all(conn: Executor, pg: TextClause, pg_params: dict[str, object], portable: Executable, params: dict[str, object]) -> Sequence[Any]:
+    """The rows of ``pg`` (a plain textual statement, arrays bound whole) run straight on asyncpg when ``conn``
+    is a PostgreSQL read session; of ``portable`` otherwise (SQLite, or a transaction)."""
+    fetch = getattr(conn, "fetch_text", None)
+    if fetch is None:
+        return (await conn.execute(portable, params)).all()
+    return (await fetch(pg, pg_params)).all()  # type: ignore[no-any-return]
+
+
 async def machines_and_namespaces(conn: Executor, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], tuple[MachineRow, NamespaceRow | None]]:
     """``machine_and_namespace`` of many machines in one statement: per (namespace, id) found, the machine and
     its namespace's stored row (None: not stored)."""
-    rows = await conn.execute(_MACHINES_AND_NAMESPACES, {"keys": sorted(set(keys))})
+    unique = sorted(set(keys))
+    rows = await _fetch_all(conn, _MACHINES_AND_NAMESPACES_PG, {"namespaces": [k[0] for k in unique], "ids": [k[1] for k in unique]},
+                            _MACHINES_AND_NAMESPACES, {"keys": unique})
     found: dict[tuple[str, str], tuple[MachineRow, NamespaceRow | None]] = {}
-    for row in rows.all():
+    for row in rows:
         machine, stored = _machine(row), row[_MACHINE_WIDTH:]
         found[(machine.namespace, machine.id)] = (machine, None if stored[0] is None else _namespace(stored))
     return found
@@ -410,15 +431,25 @@ _WHOLE_HISTORIES = (
 )
 
 
+# PostgreSQL: the same with the machines bound as arrays (one statement for any number of them), each history
+# bounded by its row's ``last_event_id`` in the statement.
+_WHOLE_HISTORIES_PG = text(
+    "SELECT h.machine_uid, h.event_id, h.created_at, h.data FROM unnest(CAST(:uids AS bigint[]), CAST(:lasts AS integer[])) AS k(uid, last) "
+    "JOIN machine_history AS h ON h.machine_uid = k.uid AND h.event_id <= k.last ORDER BY h.machine_uid, h.event_id"
+)
+
+
 async def whole_histories(conn: Executor, batch: Sequence[MachineRow]) -> dict[int, list[HistoryRow]]:
     """The whole history of each machine of ``batch`` in one query, each bounded by the row as read."""
     bound = {m.uid: m.last_event_id for m in batch}
     found: dict[int, list[HistoryRow]] = {uid: [] for uid in bound}
     if not bound:
         return found
-    for row in (await conn.execute(_WHOLE_HISTORIES, {"uids": sorted(bound)})).all():
-        if row.event_id <= bound[row.machine_uid]:
-            found[row.machine_uid].append(HistoryRow(*row))
+    uids = sorted(bound)
+    rows = await _fetch_all(conn, _WHOLE_HISTORIES_PG, {"uids": uids, "lasts": [bound[u] for u in uids]}, _WHOLE_HISTORIES, {"uids": uids})
+    for row in rows:
+        if row[1] <= bound[row[0]]:
+            found[row[0]].append(HistoryRow(*row))
     return found
 
 
@@ -753,10 +784,11 @@ async def write_steps_with_events(
             params["e_data"].append(json.dumps(event))
             any_events = True
     channels = [SEQUENCER_CHANNEL, *wake] if any_events else list(wake)
+    # Straight on asyncpg (``fetch``): SQLAlchemy's execution and result layers cost about as much as the rest.
     if grouped and not more and tx.may_run_alone:
-        answer = await tx.execute_alone(_STEPS_SKIPPING_ALONE, {**params, "pg_channel": PG_CHANNEL, "channels": channels})
+        answer = await tx.fetch_alone(_STEPS_SKIPPING_ALONE, {**params, "pg_channel": PG_CHANNEL, "channels": channels})
     else:
-        answer = await tx.execute(_STEPS_SKIPPING if grouped else _STEPS_WAITING, params)
+        answer = await tx.fetch(_STEPS_SKIPPING if grouped else _STEPS_WAITING, params)
     outcomes = [Applied.LOCKED] * len(steps)
     for i, (taken, applied) in zip(sent, answer.all(), strict=True):
         outcomes[i] = Applied.APPLIED if applied else Applied.MOVED_ON if taken else Applied.LOCKED

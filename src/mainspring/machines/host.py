@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import logging
 
+import msgspec
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from mainspring.core.runtime import settle_heap
 from mainspring.machines.processor import KINDS, LocalProcessor, Unprocessable
 
 log = logging.getLogger("mainspring.machines.host")
@@ -33,9 +35,10 @@ def processor_app(target: object, path: str = "/") -> Starlette:
     """An ASGI app answering the processor protocol with ``target`` (a processor class, object or function)."""
     local = LocalProcessor(target)
 
-    async def process(request: Request) -> JSONResponse:
+    async def process(request: Request) -> Response:
         try:
-            body = await request.json()
+            # msgspec, not ``json``: the request carries the machine's history, decoded on every step.
+            body = msgspec.json.decode(await request.body())
         except ValueError:
             return JSONResponse({"code": "invalid_request", "detail": "body is not JSON"}, status_code=400)
         except ClientDisconnect:
@@ -51,13 +54,16 @@ def processor_app(target: object, path: str = "/") -> Starlette:
         except Exception as exc:
             log.exception("processor failed on %s", body["kind"])
             return JSONResponse({"code": "processor_error", "detail": f"{type(exc).__name__}: {exc}"}, status_code=500)
-        return JSONResponse(answer if answer is not None else {"events": []})
+        return Response(msgspec.json.encode(answer if answer is not None else {"events": []}), media_type="application/json")
 
     return Starlette(routes=[Route(path, process, methods=["POST"])])
 
 
 def serve_processor(target: object, host: str = "127.0.0.1", port: int = 9000, path: str = "/") -> None:
-    """Run ``target`` as an HTTP processor (blocks; uvicorn)."""
+    """Run ``target`` as an HTTP processor (blocks; uvicorn), in a process of its own: the heap start-up
+    made is settled before serving (``settle_heap``)."""
     import uvicorn
 
-    uvicorn.run(processor_app(target, path), host=host, port=port, log_level="warning")
+    app = processor_app(target, path)
+    settle_heap()
+    uvicorn.run(app, host=host, port=port, log_level="warning")
