@@ -239,6 +239,20 @@ async def test_an_owner_at_its_limit_gives_its_turns_to_the_others(client: httpx
     assert await lease(client, max=10) == []
 
 
+async def test_an_owner_at_its_limit_banks_no_turns_so_freed_it_takes_its_share_not_a_burst(store: Store, settings: Settings) -> None:
+    cfg = settings.interactions
+    await service.put_queue(store, cfg, "q", {"owner_by": "user", "fair": True, "per_owner": {"concurrency": 2}})
+    await service.create_many(store, cfg, "q", [{"user": "zoe"} for _ in range(4)])
+    held = (await leasing.lease(store, cfg, "q", "w", 2)).items
+    await service.create_many(store, cfg, "q", [{"user": u} for u in ("ann", "bob") for _ in range(10)])
+    for _ in range(5):  # zoe at her limit: ann and bob take the turns
+        taken = (await leasing.lease(store, cfg, "q", "w", 2)).items
+        assert sorted(owners_of(taken)) == ["ann", "bob"]
+        await leasing.release_many(store, "q", [(int(i["id"]), i["lease"]["token"], outcomes.Complete(None)) for i in taken])
+    await leasing.release_many(store, "q", [(int(i["id"]), i["lease"]["token"], outcomes.Complete(None)) for i in held])
+    assert owners_of((await leasing.lease(store, cfg, "q", "w", 3)).items).count("zoe") == 1
+
+
 async def test_a_lease_released_for_retry_comes_back_with_its_owner(client: httpx.AsyncClient) -> None:
     await put_queue(client, owner_by="user", fair=True, per_owner={"concurrency": 1}, error_delay_ms=0)
     await create(client, user="alice")

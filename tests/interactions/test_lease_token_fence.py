@@ -10,7 +10,7 @@ from sqlalchemy.exc import IntegrityError
 from mainspring.config import Settings
 from mainspring.interactions import leasing, service
 from mainspring.interactions.outcomes import Complete
-from mainspring.store import Store
+from mainspring.store import ManualClock, Store
 from mainspring.store.migrate import migrate
 from tests.conftest import upgrade_to
 
@@ -43,6 +43,27 @@ async def test_a_batch_release_completes_only_the_items_its_tokens_still_hold(st
     assert released == [True, False, False, True]
     states = {i["id"]: (await service.read(store, i["id"]))["status"] for i in leased.items}
     assert states == {first["id"]: "completed", second["id"]: "processing", third["id"]: "cancelled", fourth["id"]: "completed"}
+
+
+async def test_a_batch_release_of_an_expired_lease_completes_nothing_even_before_a_lease_sweeps_it(
+    store: Store, settings: Settings, clock: ManualClock
+) -> None:
+    # An expired lease keeps its token until a lease sweeps it, so the token alone does not fence it: the
+    # one-statement completion checks the expiry too.
+    cfg = settings.interactions
+    await service.create_many(store, cfg, "q", [{"data": {"n": n}} for n in range(2)])
+    (expired,) = (await leasing.lease(store, cfg, "q", "w", 1, lease_ms=1_000)).items
+    (held,) = (await leasing.lease(store, cfg, "q", "w", 1, lease_ms=60_000)).items
+    clock.advance(2_000)
+    released = await leasing.release_many(store, "q", [
+        (int(expired["id"]), expired["lease"]["token"], Complete(1)),
+        (int(held["id"]), held["lease"]["token"], Complete(2)),
+    ])
+    assert released == [False, True]
+    await leasing.lease(store, cfg, "q", "w", 1)
+    swept = await service.read(store, expired["id"])
+    assert swept["status"] in ("scheduled", "ready") and swept["error"] == leasing.LEASE_EXPIRED
+    assert (await service.read(store, held["id"]))["status"] == "completed"
 
 
 async def test_a_store_whose_finished_items_kept_their_tokens_upgrades_with_them_cleared(blank_database_url: str, engine: str) -> None:

@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import insert
 
 from mainspring.config import Settings
+from mainspring.core.outbox import SEQUENCER_CHANNEL
 from mainspring.interactions import leasing, service
 from mainspring.interactions.errors import InteractionNotFound
 from mainspring.interactions.outcomes import Complete
@@ -366,3 +367,26 @@ async def test_a_lease_takes_no_more_than_asked_after_its_statement_ran_many_tim
         await service.create(store, cfg, "q", {"data": i})
     assert len((await leasing.lease(store, cfg, "q", "w", 1)).items) == 1
     assert len((await leasing.lease(store, cfg, "q", "w", 2)).items) == 2
+
+
+@pytest.mark.parametrize("limits", [{}, {"concurrency": 5}], ids=["unlimited", "limited"])
+async def test_a_lease_wakes_the_event_sequencer_when_it_took_items_and_not_when_it_took_none(
+    database_url: str, limits: dict[str, Any]
+) -> None:
+    """A lease's ``interaction.changed`` events are numbered by the sequencer, which this server wakes at the
+    commit; an empty lease wakes nothing. The store never listens, so only its own signals reach its waiters."""
+    store = Store(database_url)
+    try:
+        cfg = InteractionsSettings()
+        await service.put_queue(store, cfg, "q", limits)
+        for _ in range(2):  # the first lease of an unlimited queue learns it is unlimited; the second is one statement
+            sequencer = store.notifier.waiter(SEQUENCER_CHANNEL)
+            assert (await leasing.lease(store, cfg, "q", "w", 1)).items == []
+            assert not sequencer.signalled
+        for _ in range(2):
+            await service.create(store, cfg, "q", {"data": 1})
+            sequencer = store.notifier.waiter(SEQUENCER_CHANNEL)
+            assert len((await leasing.lease(store, cfg, "q", "w", 1)).items) == 1
+            assert sequencer.signalled
+    finally:
+        await store.close()

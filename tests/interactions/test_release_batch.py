@@ -90,3 +90,22 @@ async def test_a_child_and_its_parent_completed_in_one_batch_both_complete(store
     assert answers == [True, True]
     assert await status(store, child) == "completed"
     assert await status(store, parent) == "completed"
+
+
+async def test_a_batch_completion_wakes_this_servers_waiters_at_its_commit_and_none_when_it_completed_nothing(
+    database_url: str, settings: Settings
+) -> None:
+    # A store that never listens: only its own signals reach its waiters (on PostgreSQL the one-statement
+    # completion's NOTIFY would reach them too, later, through the listener).
+    store = Store(database_url)
+    try:
+        cfg = settings.interactions
+        item_id = await made(store, cfg, "q")
+        (item,) = (await leasing.lease(store, cfg, "q", "w", 1)).items
+        finished = store.notifier.waiter(service.finished_channel("q"))
+        assert await leasing.release_many(store, "q", [(int(item_id), "not-" + item["lease"]["token"], Complete())]) == [False]
+        assert not finished.signalled
+        assert await leasing.release_many(store, "q", [(int(item_id), item["lease"]["token"], Complete())]) == [True]
+        assert finished.signalled
+    finally:
+        await store.close()

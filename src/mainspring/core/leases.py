@@ -47,11 +47,6 @@ def free(table: Table, now: int | ColumnElement[int]) -> ColumnElement[bool]:
     return or_(table.c.lease_token.is_(None), table.c.lease_expires_at.is_(None), table.c.lease_expires_at <= now)
 
 
-def expired(table: Table, now: int) -> ColumnElement[bool]:
-    """A lease was taken and has passed its expiry without being released."""
-    return and_(table.c.lease_token.is_not(None), table.c.lease_expires_at <= now)
-
-
 def released() -> dict[str, None]:
     """The values that end a lease."""
     return {"lease_token": None, "lease_expires_at": None}
