@@ -44,6 +44,9 @@ def test_a_worker_says_where_the_apps_processors_run() -> None:
     assert "processors invoices run in the server (mainspring serve --app), not here" in said
 
 
+# The app in this process sweeps expired leases: on the tests' manual clock (months ahead) it would take back
+# the package the worker (on the real clock) holds, and the worker would run it twice.
+@pytest.mark.parametrize("clock", [Clock()], ids=["real-clock"])
 async def test_a_worker_runs_the_batchers_of_an_app_that_has_no_queue(client: httpx.AsyncClient, settings: Settings) -> None:
     seen: list[list[str]] = []
     app = App()
@@ -68,6 +71,53 @@ async def test_a_worker_runs_the_batchers_of_an_app_that_has_no_queue(client: ht
         await eventually(done, 30, "the worker finished the package")
         assert seen == [["79-en", "79-ru"]]
         assert (await client.get("/v1/batchers/books/tasks/79-en")).json()["result"] == {"by": "worker"}
+    finally:
+        stop.set()
+        await asyncio.wait_for(worker, 30)
+
+
+# The app in this process sweeps expired leases: on the tests' manual clock (months ahead) it would take back
+# the package the worker (on the real clock) holds, and the worker would run it twice.
+@pytest.mark.parametrize("clock", [Clock()], ids=["real-clock"])
+async def test_a_completion_the_store_could_not_take_is_sent_again_and_the_package_runs_once(
+    client: httpx.AsyncClient, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store that drops the connection as a batch worker completes its package (a restart, a failover) must
+    not make the worker give the package back: its work is done, and doing it again is a second effect."""
+    from mainspring.batching import cafe
+
+    seen: list[list[str]] = []
+    app = App()
+
+    @app.batcher("books", max_size=2)
+    async def translate(package: Package) -> dict[str, Any]:
+        seen.append(sorted(t.id for t in package.tasks))
+        return {t.id: {"by": "worker"} for t in package.tasks}
+
+    complete, failures = cafe.complete_package, [ConnectionResetError("the store went away"), OSError("no route to host")]
+
+    async def flaky_complete(*args: Any) -> Any:
+        if failures:
+            raise failures.pop(0)
+        return await complete(*args)
+
+    monkeypatch.setattr(cafe, "complete_package", flaky_complete)
+    stop, started = asyncio.Event(), asyncio.Event()
+    worker = asyncio.create_task(run(settings, app, stop=stop, started=started))
+    await asyncio.wait_for(started.wait(), 30)
+    try:
+        for member in ("en", "ru"):
+            reply = await client.post("/v1/batchers/books/tasks", json={"id": f"80-{member}", "group": "80", "member": member, "content": member})
+            assert reply.status_code == 202, reply.text
+
+        async def done() -> bool:
+            tasks = [(await client.get(f"/v1/batchers/books/tasks/80-{m}")).json() for m in ("en", "ru")]
+            return all(t["status"] == "done" for t in tasks)
+
+        await eventually(done, 30, "the worker finished the package")
+        assert seen == [["80-en", "80-ru"]] and not failures
+        package = (await client.get("/v1/batchers/books/tasks/80-en")).json()
+        assert package["result"] == {"by": "worker"}
     finally:
         stop.set()
         await asyncio.wait_for(worker, 30)

@@ -19,7 +19,7 @@ import inspect
 import logging
 import os
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -29,6 +29,7 @@ from mainspring.client._async.batching import AsyncBatchingClient
 from mainspring.client.errors import ServiceUnavailable
 from mainspring.core.errors import LeaseLost
 from mainspring.core.runtime import Context, log_failure
+from mainspring.store.errors import is_unavailable
 from mainspring.types import JsonData
 
 log = logging.getLogger("mainspring.batching.worker")
@@ -113,7 +114,7 @@ class StoreCafe:
         await cafe.heartbeat_package(self.ctx.store, package_id, token, lease_ms)
 
     async def complete(self, package_id: str, token: str, results: object) -> None:
-        await cafe.complete_package(self.ctx.store, package_id, token, results)
+        await _until_sent(lambda: cafe.complete_package(self.ctx.store, package_id, token, results), is_unavailable, package_id)
 
     async def fail(self, package_id: str, token: str, error: str, retry: bool) -> None:
         await cafe.fail_package(self.ctx.store, package_id, token, error, retry)
@@ -140,20 +141,29 @@ class HttpCafe:
         await self.client.heartbeat(package_id, token, lease_ms)
 
     async def complete(self, package_id: str, token: str, results: object) -> None:
-        # Sent again while the server cannot be reached: a repeat of a stored completion answers the same.
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                # The handler's answer, sent as it is: the server checks its shape.
-                await self.client.complete(package_id, token, results)  # type: ignore[arg-type]
-                return
-            except ServiceUnavailable as exc:
-                log_failure(log, exc, "completing package %s failed (attempt %d); retrying", package_id, attempt)
-                await asyncio.sleep(min(FINISH_RETRY_MAX_S, 0.05 * 2**attempt))
+        # The handler's answer, sent as it is: the server checks its shape.
+        await _until_sent(lambda: self.client.complete(package_id, token, results),  # type: ignore[arg-type]
+                          lambda exc: isinstance(exc, ServiceUnavailable), package_id)
 
     async def fail(self, package_id: str, token: str, error: str, retry: bool) -> None:
         await self.client.fail(package_id, token, error, retry)
+
+
+async def _until_sent(send: Callable[[], Awaitable[object]], unreachable: Callable[[Exception], bool], package_id: str) -> None:
+    """Send a completion again while the store (or the server) cannot be reached: a repeat of a stored completion
+    answers the same, and a completion that failed on the way must not give back a package whose work is done,
+    to be done again."""
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            await send()
+            return
+        except Exception as exc:
+            if not unreachable(exc):
+                raise
+            log_failure(log, exc, "completing package %s failed (attempt %d); retrying", package_id, attempt)
+            await asyncio.sleep(min(FINISH_RETRY_MAX_S, 0.05 * 2**attempt))
 
 
 async def _keep_alive(source: PackageSource, package_id: str, token: str, lease_ms: int) -> None:
