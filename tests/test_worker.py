@@ -44,10 +44,9 @@ def test_a_worker_says_where_the_apps_processors_run() -> None:
     assert "processors invoices run in the server (mainspring serve --app), not here" in said
 
 
-# The app in this process sweeps expired leases: on the tests' manual clock (months ahead) it would take back
-# the package the worker (on the real clock) holds, and the worker would run it twice.
-@pytest.mark.parametrize("clock", [Clock()], ids=["real-clock"])
-async def test_a_worker_runs_the_batchers_of_an_app_that_has_no_queue(client: httpx.AsyncClient, settings: Settings) -> None:
+async def translate_a_pair(client: httpx.AsyncClient, settings: Settings, group: str) -> list[list[str]]:
+    """Run a worker whose app has only a batcher, submit a pair of tasks, wait until both are done: answers the
+    packages its handler ran, each as its tasks' ids."""
     seen: list[list[str]] = []
     app = App()
 
@@ -61,16 +60,16 @@ async def test_a_worker_runs_the_batchers_of_an_app_that_has_no_queue(client: ht
     await asyncio.wait_for(started.wait(), 30)
     try:
         for member in ("en", "ru"):
-            reply = await client.post("/v1/batchers/books/tasks", json={"id": f"79-{member}", "group": "79", "member": member, "content": member})
+            reply = await client.post("/v1/batchers/books/tasks", json={"id": f"{group}-{member}", "group": group, "member": member, "content": member})
             assert reply.status_code == 202, reply.text
 
         async def done() -> bool:
-            tasks = [(await client.get(f"/v1/batchers/books/tasks/79-{m}")).json() for m in ("en", "ru")]
+            tasks = [(await client.get(f"/v1/batchers/books/tasks/{group}-{m}")).json() for m in ("en", "ru")]
             return all(t["status"] == "done" for t in tasks)
 
         await eventually(done, 30, "the worker finished the package")
-        assert seen == [["79-en", "79-ru"]]
-        assert (await client.get("/v1/batchers/books/tasks/79-en")).json()["result"] == {"by": "worker"}
+        assert (await client.get(f"/v1/batchers/books/tasks/{group}-en")).json()["result"] == {"by": "worker"}
+        return seen
     finally:
         stop.set()
         await asyncio.wait_for(worker, 30)
@@ -79,20 +78,17 @@ async def test_a_worker_runs_the_batchers_of_an_app_that_has_no_queue(client: ht
 # The app in this process sweeps expired leases: on the tests' manual clock (months ahead) it would take back
 # the package the worker (on the real clock) holds, and the worker would run it twice.
 @pytest.mark.parametrize("clock", [Clock()], ids=["real-clock"])
+async def test_a_worker_runs_the_batchers_of_an_app_that_has_no_queue(client: httpx.AsyncClient, settings: Settings) -> None:
+    assert await translate_a_pair(client, settings, "79") == [["79-en", "79-ru"]]
+
+
+@pytest.mark.parametrize("clock", [Clock()], ids=["real-clock"])
 async def test_a_completion_the_store_could_not_take_is_sent_again_and_the_package_runs_once(
     client: httpx.AsyncClient, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A store that drops the connection as a batch worker completes its package (a restart, a failover) must
     not make the worker give the package back: its work is done, and doing it again is a second effect."""
     from mainspring.batching import cafe
-
-    seen: list[list[str]] = []
-    app = App()
-
-    @app.batcher("books", max_size=2)
-    async def translate(package: Package) -> dict[str, Any]:
-        seen.append(sorted(t.id for t in package.tasks))
-        return {t.id: {"by": "worker"} for t in package.tasks}
 
     complete, failures = cafe.complete_package, [ConnectionResetError("the store went away"), OSError("no route to host")]
 
@@ -102,25 +98,8 @@ async def test_a_completion_the_store_could_not_take_is_sent_again_and_the_packa
         return await complete(*args)
 
     monkeypatch.setattr(cafe, "complete_package", flaky_complete)
-    stop, started = asyncio.Event(), asyncio.Event()
-    worker = asyncio.create_task(run(settings, app, stop=stop, started=started))
-    await asyncio.wait_for(started.wait(), 30)
-    try:
-        for member in ("en", "ru"):
-            reply = await client.post("/v1/batchers/books/tasks", json={"id": f"80-{member}", "group": "80", "member": member, "content": member})
-            assert reply.status_code == 202, reply.text
-
-        async def done() -> bool:
-            tasks = [(await client.get(f"/v1/batchers/books/tasks/80-{m}")).json() for m in ("en", "ru")]
-            return all(t["status"] == "done" for t in tasks)
-
-        await eventually(done, 30, "the worker finished the package")
-        assert seen == [["80-en", "80-ru"]] and not failures
-        package = (await client.get("/v1/batchers/books/tasks/80-en")).json()
-        assert package["result"] == {"by": "worker"}
-    finally:
-        stop.set()
-        await asyncio.wait_for(worker, 30)
+    assert await translate_a_pair(client, settings, "80") == [["80-en", "80-ru"]]
+    assert not failures
 
 
 async def test_a_worker_serves_healthz_and_metrics_on_its_port(client: httpx.AsyncClient, settings: Settings) -> None:
