@@ -106,7 +106,9 @@ async def create(tx: Transaction, namespace: str, machine_id: str, events: Seque
     await data.insert_history(tx, machine.uid, 1, events, now)
     await outbox.emit_many(tx, [outbox.Event("machine.created", SUBJECT, machine.subject, {"namespace": namespace, "id": machine_id}),
                                 *event_of_each(machine, events, 1)])
-    if timer_at is not None:
+    if timer_at is not None and lease is None:
+        # A machine created with its lease (a workflow run its server advances at once) is no work for the
+        # background loop until the lease runs out: waking it would only cost it a look at nothing due.
         tx.notify(CHANNEL)
     return machine
 
