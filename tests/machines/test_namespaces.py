@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -153,6 +155,19 @@ async def test_due_machines_are_leased_with_their_namespaces_in_one_round_trip_f
         assert trips == 1, trips
 
 
+@contextlib.asynccontextmanager
+async def _due_now(settings: Settings, fake: FakeProcessor, on_timeout: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """A server without its background loop, 8 machine workers, whose new machines of ``orders`` are due at once
+    and answer ``timeout`` with ``on_timeout``."""
+    fake.on("init", lambda args, machine: {"events": [], "action": {"timer": {"in_ms": 0}}})
+    fake.on("timeout", on_timeout)
+    registry = App()
+    registry.processors["orders"] = Registration(fake)
+    busy = settings.model_copy(update={"machines": settings.machines.model_copy(update={"concurrency": 8, "timer_lookahead_ms": 0})})
+    async with server_app(busy, registry, background=False) as client:
+        yield client
+
+
 async def test_a_burst_of_due_timers_is_leased_half_the_workers_at_a_time_so_the_next_batch_is_leased_while_one_runs(settings: Settings) -> None:
     import asyncio
 
@@ -167,12 +182,7 @@ async def test_a_burst_of_due_timers_is_leased_half_the_workers_at_a_time_so_the
         await release.wait()
         return {"events": ["fired"]}
 
-    fake.on("init", lambda args, machine: {"events": [], "action": {"timer": {"in_ms": 0}}})
-    fake.on("timeout", timeout)
-    registry = App()
-    registry.processors["orders"] = Registration(fake)
-    busy = settings.model_copy(update={"machines": settings.machines.model_copy(update={"concurrency": 8, "timer_lookahead_ms": 0})})
-    async with server_app(busy, registry, background=False) as client:
+    async with _due_now(settings, fake, timeout) as client:
         ctx = client._transport.app.state.context  # type: ignore[attr-defined]
         for i in range(12):
             assert (await client.post("/v1/namespaces/orders/machines", json={"id": f"m{i}"})).status_code == 201
@@ -205,12 +215,7 @@ async def test_a_due_machine_gives_its_worker_back_when_its_own_step_ends_not_wh
         fired.append(machine["id"])
         return {"events": ["fired"]}
 
-    fake.on("init", lambda args, machine: {"events": [], "action": {"timer": {"in_ms": 0}}})
-    fake.on("timeout", timeout)
-    registry = App()
-    registry.processors["orders"] = Registration(fake)
-    busy = settings.model_copy(update={"machines": settings.machines.model_copy(update={"concurrency": 8, "timer_lookahead_ms": 0})})
-    async with server_app(busy, registry, background=False) as client:
+    async with _due_now(settings, fake, timeout) as client:
         ctx = client._transport.app.state.context  # type: ignore[attr-defined]
         for i in range(6):
             assert (await client.post("/v1/namespaces/orders/machines", json={"id": f"m{i}"})).status_code == 201
