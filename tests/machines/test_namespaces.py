@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -153,6 +155,19 @@ async def test_due_machines_are_leased_with_their_namespaces_in_one_round_trip_f
         assert trips == 1, trips
 
 
+@contextlib.asynccontextmanager
+async def _due_now(settings: Settings, fake: FakeProcessor, on_timeout: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """A server without its background loop, 8 machine workers, whose new machines of ``orders`` are due at once
+    and answer ``timeout`` with ``on_timeout``."""
+    fake.on("init", lambda args, machine: {"events": [], "action": {"timer": {"in_ms": 0}}})
+    fake.on("timeout", on_timeout)
+    registry = App()
+    registry.processors["orders"] = Registration(fake)
+    busy = settings.model_copy(update={"machines": settings.machines.model_copy(update={"concurrency": 8, "timer_lookahead_ms": 0})})
+    async with server_app(busy, registry, background=False) as client:
+        yield client
+
+
 async def test_a_burst_of_due_timers_is_leased_half_the_workers_at_a_time_so_the_next_batch_is_leased_while_one_runs(settings: Settings) -> None:
     import asyncio
 
@@ -167,12 +182,7 @@ async def test_a_burst_of_due_timers_is_leased_half_the_workers_at_a_time_so_the
         await release.wait()
         return {"events": ["fired"]}
 
-    fake.on("init", lambda args, machine: {"events": [], "action": {"timer": {"in_ms": 0}}})
-    fake.on("timeout", timeout)
-    registry = App()
-    registry.processors["orders"] = Registration(fake)
-    busy = settings.model_copy(update={"machines": settings.machines.model_copy(update={"concurrency": 8, "timer_lookahead_ms": 0})})
-    async with server_app(busy, registry, background=False) as client:
+    async with _due_now(settings, fake, timeout) as client:
         ctx = client._transport.app.state.context  # type: ignore[attr-defined]
         for i in range(12):
             assert (await client.post("/v1/namespaces/orders/machines", json={"id": f"m{i}"})).status_code == 201
@@ -188,6 +198,37 @@ async def test_a_burst_of_due_timers_is_leased_half_the_workers_at_a_time_so_the
             if len(fired) == 12:
                 break
     assert sorted(fired) == sorted(f"m{i}" for i in range(12))
+
+
+async def test_a_due_machine_gives_its_worker_back_when_its_own_step_ends_not_when_the_slowest_of_its_batch_does(settings: Settings) -> None:
+    import asyncio
+
+    from mainspring.machines.background import INFLIGHT, INFLIGHT_COUNT, take_due_timers
+
+    fake = FakeProcessor()
+    release = asyncio.Event()
+    fired: list[str] = []
+
+    async def timeout(args: Any, machine: Any) -> Any:
+        if machine["id"] == "m0":
+            await release.wait()  # the slowest step of the first batch
+        fired.append(machine["id"])
+        return {"events": ["fired"]}
+
+    async with _due_now(settings, fake, timeout) as client:
+        ctx = client._transport.app.state.context  # type: ignore[attr-defined]
+        for i in range(6):
+            assert (await client.post("/v1/namespaces/orders/machines", json={"id": f"m{i}"})).status_code == 201
+        await take_due_timers(ctx)  # a batch of 4, m0 among them
+        for _ in range(500):
+            if ctx.extras[INFLIGHT_COUNT]["rows"] == 1:
+                break
+            await asyncio.sleep(0.01)
+        # Only the step still running holds a worker: the other three gave theirs back as they ended.
+        assert ctx.extras[INFLIGHT_COUNT]["rows"] == 1 and len(fired) == 3 and "m0" not in fired
+        release.set()
+        await asyncio.gather(*ctx.extras[INFLIGHT])
+        assert ctx.extras[INFLIGHT_COUNT]["rows"] == 0
 
 
 async def test_an_in_process_namespace_that_is_not_stored_is_built_once_not_on_every_step(settings: Settings) -> None:

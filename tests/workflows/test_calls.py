@@ -10,6 +10,7 @@ import pytest
 
 from mainspring import App, ChildFailed, Complete, Fail, Interaction, StepFailed, TaskFailed, Workflow
 from mainspring.config import Settings
+from mainspring.machines import data as machines_data
 from mainspring.store import ManualClock
 from tests.workflows.conftest import finished, run_of, until_status
 
@@ -317,3 +318,34 @@ async def test_a_cancelled_run_cancels_its_unfinished_task(registry: App, client
             break
         await asyncio.sleep(0.05)
     assert item["status"] == "cancelled"
+
+
+async def test_runs_woken_together_read_their_pending_signals_in_one_query_each_getting_its_own_in_order(
+        registry: App, client: httpx.AsyncClient, clock: ManualClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    read_at_once: list[int] = []
+    many = machines_data.notifications_of_many
+
+    async def counted(conn: Any, uids: Any, limit: int) -> Any:
+        read_at_once.append(len(uids))
+        return await many(conn, uids, limit)
+
+    monkeypatch.setattr(machines_data, "notifications_of_many", counted)
+
+    @registry.workflow("choirs")
+    async def choir(wf: Workflow, args: Any) -> list[Any]:
+        await wf.sleep(1000)
+        return [await wf.wait("note"), await wf.wait("note")]
+
+    ids = [f"c{i}" for i in range(4)]
+    for run_id in ids:
+        await start(client, "choirs", run_id)
+    for run_id in ids:
+        await until_status(client, "choirs", run_id, "sleeping")
+        for note in ("do", "re"):
+            assert (await client.post(f"/v1/workflows/choirs/runs/{run_id}/signals/note", json={"payload": f"{run_id}-{note}"})).status_code == 202
+    read_at_once.clear()
+    clock.advance(1000)
+    for run_id in ids:
+        run = await finished(client, "choirs", run_id)
+        assert run["result"] == [f"{run_id}-do", f"{run_id}-re"]
+    assert max(read_at_once) > 1

@@ -226,15 +226,9 @@ async def take_due_timers(ctx: Context) -> int | None:
         leased = batch.machines
         if leased:
             counts["rows"] += len(leased)
-            task = asyncio.create_task(_guarded(ctx, batch))
+            task = asyncio.create_task(_guarded(ctx, batch, counts))
             inflight.add(task)
-
-            def finished(t: asyncio.Task[None], n: int = len(leased)) -> None:
-                inflight.discard(t)
-                counts["rows"] -= n
-                ctx.store.notifier.signal(CHANNEL)
-
-            task.add_done_callback(finished)
+            task.add_done_callback(inflight.discard)
         if len(leased) == free:
             return None  # every worker is busy; a finishing batch wakes the loop
         if leased:
@@ -243,22 +237,34 @@ async def take_due_timers(ctx: Context) -> int | None:
     return None if due is None else due - ctx.settings.machines.timer_lookahead_ms
 
 
-async def _guarded(ctx: Context, batch: LeasedBatch) -> None:
+def _free(ctx: Context, counts: dict[str, int], n: int) -> None:
+    counts["rows"] -= n
+    ctx.store.notifier.signal(CHANNEL)
+
+
+async def _guarded(ctx: Context, batch: LeasedBatch, counts: dict[str, int]) -> None:
     try:
         prepared = await read_due(ctx, batch)
-    except Exception as exc:
+    except BaseException as exc:
+        _free(ctx, counts, len(batch.machines))
+        if not isinstance(exc, Exception):
+            raise
         log_failure(log, exc, "reading %d due machines failed; their leases will expire and they will be retried", len(batch.machines))
         return
-    await asyncio.gather(*(_fire_guarded(ctx, due) for due in prepared))
+    await asyncio.gather(*(_fire_guarded(ctx, due, counts) for due in prepared))
 
 
-async def _fire_guarded(ctx: Context, due: Due) -> None:
+async def _fire_guarded(ctx: Context, due: Due, counts: dict[str, int]) -> None:
+    # Each machine gives its worker back as its own step ends, not when the slowest of its batch does: a driven
+    # machine (a workflow run) is handed over at its due millisecond, and the next due ones are leased at once.
     try:
         await fire(ctx, due)
     except asyncio.CancelledError:
         raise
     except Exception as exc:
         log_failure(log, exc, "background step of machine %s/%s failed; its lease will expire and it will be retried", due.machine.namespace, due.machine.id)
+    finally:
+        _free(ctx, counts, 1)
 
 
 async def machines_loop(ctx: Context) -> None:

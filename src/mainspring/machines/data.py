@@ -982,12 +982,23 @@ async def take_at_version(tx: Transaction, uid: int, version: int, token: str, n
     return bool((await tx.execute(_TAKE_AT_VERSION, params)).rowcount)
 
 
-_NOTIFICATIONS_OF = select(notifications).where(notifications.c.machine_uid == bindparam("uid")).order_by(notifications.c.seq).limit(bindparam("limit"))
+_RANKED_NOTIFICATIONS = select(
+    notifications, func.row_number().over(partition_by=notifications.c.machine_uid, order_by=notifications.c.seq).label("rank")
+).where(notifications.c.machine_uid.in_(bindparam("uids", expanding=True))).subquery()
+_NOTIFICATIONS_OF_MANY = (
+    select(*(_RANKED_NOTIFICATIONS.c[c.name] for c in notifications.c))
+    .where(_RANKED_NOTIFICATIONS.c.rank <= bindparam("limit"))
+    .order_by(_RANKED_NOTIFICATIONS.c.machine_uid, _RANKED_NOTIFICATIONS.c.seq)
+)
 
 
-async def notifications_of(conn: Executor, uid: int, limit: int) -> list[NotificationRow]:
-    """The oldest ``limit`` pending notifications of a machine, in order."""
-    return [NotificationRow(*r) for r in (await conn.execute(_NOTIFICATIONS_OF, {"uid": uid, "limit": limit})).all()]
+async def notifications_of_many(conn: Executor, uids: Sequence[int], limit: int) -> dict[int, list[NotificationRow]]:
+    """The oldest ``limit`` pending notifications of each of these machines, in order, in one query."""
+    found: dict[int, list[NotificationRow]] = {uid: [] for uid in uids}
+    if found:
+        for r in (await conn.execute(_NOTIFICATIONS_OF_MANY, {"uids": sorted(found), "limit": limit})).all():
+            found[r.machine_uid].append(NotificationRow(*r))
+    return found
 
 
 async def delete_notifications(tx: Transaction, uid: int, seqs: Sequence[int]) -> None:

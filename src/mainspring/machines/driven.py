@@ -30,6 +30,7 @@ from mainspring.machines.steps import (
     write_steps,
 )
 from mainspring.store import Store, Transaction
+from mainspring.store.dialect import Executor
 from mainspring.types import JsonData, JsonObject
 
 __all__ = [
@@ -106,7 +107,9 @@ async def create(tx: Transaction, namespace: str, machine_id: str, events: Seque
     await data.insert_history(tx, machine.uid, 1, events, now)
     await outbox.emit_many(tx, [outbox.Event("machine.created", SUBJECT, machine.subject, {"namespace": namespace, "id": machine_id}),
                                 *event_of_each(machine, events, 1)])
-    if timer_at is not None:
+    if timer_at is not None and lease is None:
+        # A machine created with its lease (a workflow run its server advances at once) is no work for the
+        # background loop until the lease runs out: waking it would only cost it a look at nothing due.
         tx.notify(CHANNEL)
     return machine
 
@@ -162,9 +165,18 @@ async def history(store: Store, machine: MachineRow, after: int | None = None) -
         return await data.read_history(conn, machine, after, None, False)
 
 
-async def notifications(store: Store, uid: int, limit: int = 1000) -> list[NotificationRow]:
-    async with store.read() as conn:
-        return await data.notifications_of(conn, uid, limit)
+NOTIFICATIONS_LIMIT = 1000
+
+
+async def notifications(store: Store, uid: int) -> list[NotificationRow]:
+    """The machine's oldest pending notifications, in order. Reads that arrive together (many runs woken by
+    their timers at once) share one query: a wake costs a share of a read, not a read of its own."""
+    return await store.read_batched("driven.notifications", _notifications_of_all, uid)
+
+
+async def _notifications_of_all(conn: Executor, uids: list[int]) -> list[list[NotificationRow]]:
+    found = await data.notifications_of_many(conn, uids, NOTIFICATIONS_LIMIT)
+    return [found[uid] for uid in uids]
 
 
 async def extend_leases(store: Store, leased: Sequence[tuple[int, str, int]]) -> set[int]:

@@ -78,9 +78,8 @@ async def start_or_join(ctx: Context, name: str, run_id: str, args: JsonData, wa
 
 async def _start(ctx: Context, name: str, run_id: str, args: JsonData, watcher: list[JsonData] | None) -> tuple[MachineRow, bool]:
     _known(ctx, name)
-    existing = await driven.machine(ctx.store, name, run_id)
-    if existing is not None:
-        return existing, False
+    # No look first: a new run costs its insert alone, and a start of an existing run (a client's retry, a child
+    # joined again) meets the unique id and reads it then (its group commit is rerun one write at a time).
     lease_ms = ctx.settings.workflows.lease_ms
     aux: JsonObject = {"status": "running", "waiting_for": None, "result": None, "error": None, **({"watchers": [watcher]} if watcher else {})}
 
