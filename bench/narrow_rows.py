@@ -112,6 +112,67 @@ SELECT count(*) FROM recorded, (SELECT count(*) FROM wake) AS w
 """
 
 
+# The record stays the truth (written at the lease as today, so no reader changes), but nothing of it is indexed
+# by what a lease changes beyond the expiry: the pick order lives in ``proto_ready`` only, the status lists of
+# queued items come from there, failed and cancelled ones from a partial index on those states.
+READY_APART_SCHEMA = [
+    "CREATE TABLE proto_items (LIKE interactions INCLUDING DEFAULTS)",
+    "CREATE SEQUENCE proto_items_id_seq OWNED BY proto_items.id",
+    "ALTER TABLE proto_items ALTER COLUMN id SET DEFAULT nextval('proto_items_id_seq'), ADD PRIMARY KEY (id)",
+    "CREATE UNIQUE INDEX uq_proto_items_queue_message_id ON proto_items (queue, message_id)",
+    "CREATE INDEX ix_proto_items_children ON proto_items (parent_id, name, id) WHERE parent_id IS NOT NULL",
+    "CREATE INDEX ix_proto_items_queue_id ON proto_items (queue, id)",
+    "CREATE INDEX ix_proto_items_finished ON proto_items (queue, finished_at) WHERE finished_at IS NOT NULL",
+    "CREATE INDEX ix_proto_items_leased ON proto_items (queue, lease_expires_at) WHERE state = 'processing'",
+    "CREATE INDEX ix_proto_items_few ON proto_items (queue, state, id) WHERE state IN ('failed', 'cancelled')",
+    "CREATE TABLE proto_ready (queue text NOT NULL, owner text NOT NULL, priority integer NOT NULL, due bigint, "
+    "id bigint PRIMARY KEY)",
+    "CREATE INDEX ix_proto_ready_pick ON proto_ready (queue, priority DESC, due, id)",
+    "CREATE TABLE proto_counts (queue text NOT NULL, status text NOT NULL, n bigint NOT NULL, PRIMARY KEY (queue, status))",
+]
+
+READY_APART_LEASE = """
+WITH picked AS (
+    DELETE FROM proto_ready AS r WHERE r.id IN (
+        SELECT id FROM proto_ready WHERE queue = $1 AND due <= $2 ORDER BY priority DESC, due, id LIMIT $3 FOR UPDATE SKIP LOCKED)
+    RETURNING r.id),
+leased AS (
+    UPDATE proto_items AS i SET state = 'processing', lease_token = $4, lease_expires_at = $5, leased_at = $2, worker = $6,
+                                wake = false, attempts = i.attempts + 1, updated_at = $2
+    FROM picked AS p WHERE i.id = p.id RETURNING i.*),
+ev AS (
+    INSERT INTO events (type, at, subject_kind, subject_id, data)
+    SELECT 'interaction.changed', $2, 'interaction', l.id::text,
+           jsonb_build_object('queue', $1::text, 'status', 'processing', 'worker', $6::text) FROM leased AS l ORDER BY l.id),
+counted AS (
+    INSERT INTO proto_counts AS c (queue, status, n)
+    SELECT $1, s.status, s.n FROM (SELECT 'queued' AS status, -count(*) AS n FROM leased
+                                   UNION ALL SELECT 'processing', count(*) FROM leased) AS s WHERE s.n <> 0
+    ON CONFLICT (queue, status) DO UPDATE SET n = c.n + excluded.n)
+SELECT * FROM leased ORDER BY id
+"""
+
+READY_APART_COMPLETE = """
+WITH done AS (
+    UPDATE proto_items AS i SET state = 'completed', result = 'null'::jsonb, next_processing = NULL, lease_token = NULL,
+                                lease_expires_at = NULL, finished_at = $3, updated_at = $3
+    FROM unnest($1::bigint[], $2::text[]) AS f(id, token)
+    WHERE i.id = f.id AND i.lease_token = f.token AND i.lease_expires_at > $3
+    RETURNING i.id, i.queue),
+ev AS (
+    INSERT INTO events (type, at, subject_kind, subject_id, data)
+    SELECT 'interaction.completed', $3, 'interaction', d.id::text,
+           jsonb_build_object('queue', d.queue, 'status', 'completed', 'failed', false) FROM done AS d ORDER BY d.id),
+counted AS (
+    INSERT INTO proto_counts AS c (queue, status, n)
+    SELECT d.queue, s.status, s.n * count(*) FROM done AS d CROSS JOIN (VALUES ('processing', -1), ('completed', 1)) AS s(status, n)
+    GROUP BY d.queue, s.status, s.n
+    ON CONFLICT (queue, status) DO UPDATE SET n = c.n + excluded.n),
+wake AS (SELECT pg_notify('mainspring', 'events') WHERE EXISTS (SELECT 1 FROM done))
+SELECT count(*) FROM done, (SELECT count(*) FROM wake) AS w
+"""
+
+
 async def fresh(admin: str) -> tuple[str, str]:
     name = f"msbench_narrow_{uuid.uuid4().hex[:8]}"
     conn = await asyncpg.connect(admin)
@@ -161,7 +222,7 @@ async def cycle(store: Store, batch: int) -> int:
     return len(ids)
 
 
-async def narrow(url: str, items: int, batch: int, *, record_at_lease: bool = False) -> float:
+async def narrow(url: str, items: int, batch: int, *, record_at_lease: bool = False, ready_apart: bool = False) -> float:
     """PostgreSQL CPU µs per item: the same transitions on the prototype's narrow rows (``record_at_lease``: the
     record written at the lease as well, as today, to see what leaving it alone saves)."""
     store = Store(url, pool_size=1)
@@ -169,7 +230,7 @@ async def narrow(url: str, items: int, batch: int, *, record_at_lease: bool = Fa
     await store.close()
     conn = await asyncpg.connect(url)
     try:
-        for statement in NARROW_SCHEMA:
+        for statement in READY_APART_SCHEMA if ready_apart else NARROW_SCHEMA:
             await conn.execute(statement)
         now = int(time.time() * 1000)
         for start in range(0, items + batch, 1000):
@@ -183,8 +244,12 @@ async def narrow(url: str, items: int, batch: int, *, record_at_lease: bool = Fa
                 "ins.id::text, jsonb_build_object('queue', ins.queue, 'status', 'ready') FROM ins ORDER BY ins.id) "
                 "INSERT INTO proto_counts AS c (queue, status, n) SELECT 'bench', 'queued', count(*) FROM ins "
                 "ON CONFLICT (queue, status) DO UPDATE SET n = c.n + excluded.n", now, start, start + n - 1)
-        lease = await conn.prepare(NARROW_LEASE_WRITING_RECORD if record_at_lease else NARROW_LEASE)
-        complete = await conn.prepare(NARROW_COMPLETE)
+        if ready_apart:
+            lease = await conn.prepare(READY_APART_LEASE)
+            complete = await conn.prepare(READY_APART_COMPLETE)
+        else:
+            lease = await conn.prepare(NARROW_LEASE_WRITING_RECORD if record_at_lease else NARROW_LEASE)
+            complete = await conn.prepare(NARROW_COMPLETE)
 
         async def one() -> int:
             at = int(time.time() * 1000)
@@ -215,12 +280,15 @@ async def main() -> None:
     parser.add_argument("--items", type=int, default=10_000)
     parser.add_argument("--batch", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--ready-apart", action="store_true", help="also the record kept as the truth, the pick order apart")
     parser.add_argument("--parts", action="store_true", help="also today without its triggers, and narrow writing the record at the lease")
     args = parser.parse_args()
     sides: list[tuple[str, Any]] = [("today", today), ("narrow", narrow)]
     if args.parts:
         sides += [("today_no_triggers", functools.partial(today, triggers=False)),
                   ("narrow_record_at_lease", functools.partial(narrow, record_at_lease=True))]
+    if args.ready_apart:
+        sides.append(("ready_apart", functools.partial(narrow, ready_apart=True)))
     results: list[dict[str, Any]] = []
     for n in range(args.rounds):
         row: dict[str, Any] = {"round": n + 1}
