@@ -386,9 +386,12 @@ async def test_an_idle_server_with_handlers_stops_without_waiting_out_its_grace(
 
 async def test_a_handler_that_returned_frees_its_slot_while_its_outcome_is_stored(store: Store, cfg: Any, monkeypatch: Any) -> None:
     """The next item's handler starts while the last one's release is still on its way to the store (the lease
-    overlaps the release); with every outcome held up, leasing stops at twice the concurrency."""
+    overlaps the release); with every outcome held up, leasing stops at twice the concurrency. (Where a source
+    stores outcomes with the next lease in one round trip, the release is that lease: see
+    test_a_busy_workers_outcomes_go_with_its_next_lease_in_one_statement.)"""
     from mainspring.interactions import leasing
 
+    monkeypatch.setattr(leasing, "releases_with_lease", lambda store, queue: False)
     store_outcomes = asyncio.Event()
     original = leasing.release_many
 
@@ -477,3 +480,53 @@ async def test_an_item_given_up_before_its_handler_ran_is_forgotten_and_never_ru
         assert ran == [other.id]
     finally:
         await worker.stop(False)
+
+
+async def _completed_events(store: Store) -> dict[str, int]:
+    from sqlalchemy import text
+
+    async with store.read() as conn:
+        rows = (await conn.execute(text("SELECT subject_id, count(*) FROM events WHERE type = 'interaction.completed' GROUP BY subject_id"))).all()
+    return {str(s): int(n) for s, n in rows}
+
+
+async def test_a_busy_workers_outcomes_go_with_its_next_lease_in_one_statement(store: Store, cfg: Any, engine: str, monkeypatch: Any) -> None:
+    """On PostgreSQL a worker of an unlimited queue sends the outcomes that wait with its next lease, one statement
+    for both (one round trip, one commit); each item is completed once, with one event. A combined call that fails
+    leaves its outcomes to be sent again."""
+    if engine != "postgres":
+        pytest.skip("SQLite's one writer has no round trip to save")
+    from mainspring.interactions import data
+
+    combined = data.complete_then_take_alone
+    completed_together: list[int] = []
+    failed_once = False
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        nonlocal failed_once
+        if not failed_once and completed_together:
+            failed_once = True
+            raise ConnectionResetError("the store went away mid-call")
+        done, got = await combined(*args, **kwargs)
+        completed_together.extend(done)
+        return done, got
+
+    monkeypatch.setattr(data, "complete_then_take_alone", counted)
+    app = App()
+
+    @app.queue("q", concurrency=4, batch=4)
+    async def handle(item: Any) -> Any:
+        await asyncio.sleep(0.001)
+        return {"n": item.data}
+
+    made = [(await service.create(store, cfg, "q", {"data": i}))[0]["id"] for i in range(40)]
+    worker = await started(store, app, cfg)
+    try:
+        for item_id in made:
+            await eventually(lambda item_id=item_id: _is(store, item_id, "completed"))
+    finally:
+        await worker.stop()
+    assert failed_once and len(completed_together) > len(made) // 2
+    assert await _completed_events(store) == dict.fromkeys(made, 1)
+    for item_id in made:
+        assert (await service.read(store, item_id))["attempts"] == 1

@@ -363,12 +363,64 @@ def _known_unlimited(store: Store, queue: str) -> bool:
     return limited.get(queue) is False and queue in store.extras.get("interactions:queues", ())
 
 
+def releases_with_lease(store: Store, queue: str) -> bool:
+    """Whether ``release_and_lease`` is one statement for ``queue`` now (PostgreSQL, an unlimited queue)."""
+    return data.leases_alone(store) and _known_unlimited(store, queue)
+
+
+async def release_and_lease(
+    store: Store, cfg: InteractionsSettings, queue: str, worker: str, releases: Sequence[tuple[int, str, outcomes.Outcome]],
+    max_items: int, lease_ms: int | None = None,
+) -> tuple[list[bool], Leased]:
+    """``release_many(releases)`` and then ``lease(max_items)``, as a busy worker does between two batches: on
+    PostgreSQL, for an unlimited queue, the plain completions and the lease are one statement (one round trip, one
+    commit); what that statement leaves is released and leased as the two calls would."""
+    completed: set[int] = set()
+    leased: Leased | None = None
+    plain = _plain_completions(releases) if releases_with_lease(store, queue) else []
+    if plain:
+        async with store.transaction(alone=True) as tx:
+            now = store.now_ms()
+            channels = [finished_channel(queue), queue_channel(queue)]
+            completed, got = await data.complete_then_take_alone(tx, plain, channels, queue, now, max_items, new_token(), lease_ms, worker)
+        if completed:
+            metrics.PROCESSED.labels(queue, "completed").inc(len(completed))
+        leased = _leased_alone(store, queue, got, now, max_items, lease_ms)
+    rest = [r for r in releases if r[0] not in completed]
+    held = dict.fromkeys(completed, True)
+    if rest:
+        held.update(zip((i for i, _, _ in rest), await release_many(store, queue, rest), strict=True))
+    if leased is None:
+        leased = await lease(store, cfg, queue, worker, max_items, lease_ms)
+    return [held[i] for i, _, _ in releases], leased
+
+
+def _plain_completions(releases: Sequence[tuple[int, str, outcomes.Outcome]]) -> list[tuple[int, str, str]]:
+    """The releases that are completions, as (id, token, result as JSON text); a result that cannot be stored is
+    left for the slow way, which reports it."""
+    plain = []
+    for item_id, token, outcome in releases:
+        if isinstance(outcome, outcomes.Complete):
+            try:
+                result = outcome.result
+                # A no-op handler's None is most completions: its JSON needs no encoder.
+                plain.append((item_id, token, "null" if result is None else json.dumps(result, allow_nan=False)))
+            except (TypeError, ValueError):
+                continue
+    return plain
+
+
 async def _lease_alone(store: Store, queue: str, worker: str, max_items: int, lease_ms: int | None) -> Leased | None:
     """The lease of an unlimited queue as one statement (PostgreSQL); None when the queue needs the whole
     transaction instead: expired leases to sweep first, or a limit set since its last lease."""
     async with store.transaction(alone=True) as tx:
         now = store.now_ms()
         got = await data.take_due_alone(tx, queue, now, max_items, new_token(), lease_ms, worker)
+    return _leased_alone(store, queue, got, now, max_items, lease_ms)
+
+
+def _leased_alone(store: Store, queue: str, got: data.TakenAlone | None, now: int, max_items: int, lease_ms: int | None) -> Leased | None:
+    """What a one-statement lease took, as ``lease`` answers it; None when the queue needs the whole transaction."""
     if got is None:
         return None
     q = got.queue
@@ -551,15 +603,7 @@ def _split(entries: Sequence[tuple[Any, ...]], mine: dict[str, int], done: set[i
 async def _complete_held_alone(store: Store, queue: str, releases: Sequence[tuple[int, str, outcomes.Outcome]]) -> set[int]:
     """The hot path of a busy queue on PostgreSQL: plain completions in one statement that is its own
     transaction. What it leaves (anything else, or an item with a parent or children) is released as before."""
-    plain = []
-    for item_id, token, outcome in releases:
-        if isinstance(outcome, outcomes.Complete):
-            try:
-                result = outcome.result
-                # A no-op handler's None is most completions: its JSON needs no encoder.
-                plain.append((item_id, token, "null" if result is None else json.dumps(result, allow_nan=False)))
-            except (TypeError, ValueError):
-                continue  # released the slow way, which reports what cannot be stored
+    plain = _plain_completions(releases)
     if not plain:
         return set()
     async with store.transaction(alone=True) as tx:

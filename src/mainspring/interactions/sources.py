@@ -58,6 +58,15 @@ class QueueSource(Protocol):
     async def release_many(self, queue: str, releases: Sequence[Release]) -> list[bool]:
         """Store each outcome; per release, whether its lease was still held (a lost one changed nothing)."""
 
+    def releases_with_lease(self, queue: str) -> bool:
+        """Whether ``release_and_lease`` stores outcomes and leases in one round trip now: the runner then sends
+        the outcomes waiting with its next lease instead of on their own."""
+
+    async def release_and_lease(
+        self, queue: str, worker: str, releases: Sequence[Release], max_items: int, lease_ms: int | None
+    ) -> tuple[list[bool], Leased]:
+        """``release_many`` then ``lease``, in one call where the source can."""
+
     async def heartbeat_many(self, leases: Sequence[tuple[int, str]], lease_ms: int) -> set[int]:
         """Extend the leases; the ids still held."""
 
@@ -133,6 +142,14 @@ class StoreQueues:
 
     async def release_many(self, queue: str, releases: Sequence[Release]) -> list[bool]:
         return await leasing.release_many(self.store, queue, releases)
+
+    def releases_with_lease(self, queue: str) -> bool:
+        return leasing.releases_with_lease(self.store, queue)
+
+    async def release_and_lease(
+        self, queue: str, worker: str, releases: Sequence[Release], max_items: int, lease_ms: int | None
+    ) -> tuple[list[bool], Leased]:
+        return await leasing.release_and_lease(self.store, self.cfg, queue, worker, releases, max_items, lease_ms)
 
     async def heartbeat_many(self, leases: Sequence[tuple[int, str]], lease_ms: int) -> set[int]:
         return await leasing.heartbeat_many(self.store, leases, lease_ms)
@@ -221,6 +238,16 @@ class HttpQueues:
         items = [dict(i) for i in page["interactions"]]
         self._queue_of_leases.update((int(i["id"]), queue) for i in page["interactions"])
         return Leased(items, None, settings.get("processing_timeout_ms"), lease_ms or settings.get("lease_ms"))
+
+    def releases_with_lease(self, queue: str) -> bool:
+        return False  # the API has no route that does both: releases go on their own, beside the long polls
+
+    async def release_and_lease(
+        self, queue: str, worker: str, releases: Sequence[Release], max_items: int, lease_ms: int | None
+    ) -> tuple[list[bool], Leased]:
+        """Two calls: the API has no route that does both."""
+        held = await self.release_many(queue, releases)
+        return held, await self.lease(queue, worker, max_items, lease_ms)
 
     async def release_many(self, queue: str, releases: Sequence[Release]) -> list[bool]:
         """The batch in one call (``POST /v1/queues/{queue}/release``), sent again while the server cannot be

@@ -50,6 +50,8 @@ from mainspring.store import Store
 log = logging.getLogger("mainspring.interactions.worker")
 
 RELEASE_BATCH = 500
+LEASE_SOON_S = 0.005
+"""How long the release loop leaves outcomes to a lease about to be sent (which stores them in the same call)."""
 QUEUE_SETTINGS = ("error_delay_ms", *data.RETRY_SETTINGS, "max_attempts", "priority_aging_ms", "owner_by", "per_owner", "fair", "weights")
 """The options of ``@app.queue`` that are the queue's settings (stored when a worker starts), not the worker's own."""
 
@@ -220,6 +222,9 @@ class QueueRunner:
         self._outcomes: list[_InFlight] = []
         """Items whose outcome is to be stored, in the order their handlers returned."""
         self._outcome_ready = asyncio.Event()
+        self._lease_soon = False
+        """The lease loop waits for slots to free and will lease as soon as they do: it then sends the outcomes
+        waiting with that lease (one call), so the release loop leaves them to it for a moment."""
         self._tasks: list[asyncio.Task[None]] = []
         # Handler loops start from the context the runner was made in, whichever loop or handler makes them.
         self._context = contextvars.copy_context()
@@ -247,13 +252,29 @@ class QueueRunner:
             if free <= 0 or (busy and free < min(self.options.batch, self.options.concurrency) // 2):
                 # While the queue is busy, lease in large batches rather than one freed slot at a time.
                 self._slot.clear()
+                self._lease_soon = self.source.releases_with_lease(self.name)
                 await self._until(self._slot.wait(), None if free <= 0 else 0.005)
                 continue
+            self._lease_soon = False
             waiter = self.source.waiter(queue_channel(self.name))
+            sending: list[_InFlight] = []
+            if self._outcomes and self.source.releases_with_lease(self.name):
+                sending, self._outcomes = self._outcomes[:RELEASE_BATCH], self._outcomes[RELEASE_BATCH:]
             try:
-                leased = await self.source.lease(self.name, self.worker.id, min(free, self.options.batch), self.options.lease_ms)
+                room = min(free, self.options.batch)
+                if sending:
+                    releases = [(e.id, e.token, e.outcome) for e in sending if e.outcome is not None]
+                    held, leased = await self.source.release_and_lease(self.name, self.worker.id, releases, room, self.options.lease_ms)
+                    self._released(sending, held)
+                else:
+                    leased = await self.source.lease(self.name, self.worker.id, room, self.options.lease_ms)
                 failures = 0
             except Exception as exc:
+                if sending and sending[0].id in self.inflight:
+                    # Not stored (or not known to be: a release is fenced, sending it again changes nothing twice):
+                    # the release loop sends them again.
+                    self._outcomes[:0] = sending
+                    self._outcome_ready.set()
                 failures += 1
                 log_failure(log, exc, "leasing from queue %s failed (attempt %d)", self.name, failures)
                 await self._until(asyncio.sleep(min(poll_s, 0.05 * 2**failures)), None)
@@ -270,6 +291,7 @@ class QueueRunner:
                 continue
             timeout = min(poll_s, self.source.until_next(leased.next_due))
             await self._until(waiter.wait(timeout), timeout)
+        self._lease_soon = False
 
     def _free_slots(self) -> int:
         """Handlers this runner may start now. A handler that has returned no longer holds a slot while its
@@ -427,6 +449,9 @@ class QueueRunner:
     async def _release_loop(self) -> None:
         while True:
             await self._outcome_ready.wait()
+            if self._lease_soon:
+                # The lease loop is about to lease: it sends these with it. Whatever it leaves is sent after.
+                await asyncio.sleep(LEASE_SOON_S)
             self._outcome_ready.clear()
             pending, self._outcomes = self._outcomes, []
             for start in range(0, len(pending), RELEASE_BATCH):
@@ -444,6 +469,10 @@ class QueueRunner:
             except Exception as exc:
                 log_failure(log, exc, "releasing %d items of %s failed (attempt %d)", len(batch), self.name, attempt)
                 await asyncio.sleep(min(5.0, 0.05 * 2**attempt))
+        self._released(batch, answers)
+
+    def _released(self, batch: list[_InFlight], answers: list[bool]) -> None:
+        """The outcomes of ``batch`` are stored (``answers``: whether each lease was still held): forget them."""
         for entry, held in zip(batch, answers, strict=True):
             if not held:
                 log.info("the lease on %s #%s was lost before its outcome was stored", self.name, entry.id)

@@ -18,6 +18,12 @@ from mainspring.interactions.data.owners import (
     owner_state_params,
     save_owner_states,
 )
+from mainspring.interactions.data.release import (
+    COMPLETE_HELD_CTES,
+    DONE_WOKEN,
+    complete_held_params,
+    notify_completed,
+)
 from mainspring.interactions.data.rows import InteractionRow, QueueRow, item_row, queue_row
 from mainspring.interactions.tables import interaction_queues as queues
 from mainspring.interactions.tables import interactions as items
@@ -111,8 +117,8 @@ async def take_due_with_events(tx: Transaction, queue: str, now: int, room: int,
 # unlimited, their events, the sequencer's wake-up and what is due next. The queue's row comes back with it,
 # so the caller knows which of those held.
 _QUEUE_COLUMNS = ", ".join(f"q.{c.name} AS q_{c.name}" for c in queues.c)
-_TAKE_DUE_ALONE = text(
-    "WITH q AS (SELECT interaction_queues.*, EXISTS (SELECT 1 FROM interactions WHERE queue = :queue AND state = 'processing' "
+_TAKE_DUE_ALONE_CTES = (
+    "q AS (SELECT interaction_queues.*, EXISTS (SELECT 1 FROM interactions WHERE queue = :queue AND state = 'processing' "
     "AND lease_expires_at <= :now) AS has_expired FROM interaction_queues WHERE name = :queue FOR SHARE), "
     "go AS (SELECT q.lease_ms, q.processing_timeout_ms FROM q WHERE NOT q.paused AND NOT q.has_expired "
     "AND q.concurrency IS NULL AND q.rate_limit_count IS NULL AND q.owner_by IS NULL AND q.priority_aging_ms IS NULL), "
@@ -133,12 +139,28 @@ _TAKE_DUE_ALONE = text(
     "(SELECT min(next_processing) FROM interactions WHERE queue = :queue AND state = 'queued' "
     "AND id NOT IN (SELECT id FROM taken)) AS upcoming_due, "
     "(SELECT min(lease_expires_at) FROM interactions WHERE queue = :queue AND state = 'processing') AS upcoming_expiry) "
-    f"SELECT {_QUEUE_COLUMNS}, q.has_expired, taken.*, upcoming.upcoming_due, upcoming.upcoming_expiry "
-    "FROM q CROSS JOIN upcoming LEFT JOIN taken ON true WHERE (SELECT count(*) FROM wake) >= 0"
-).columns(
+)
+_TAKEN_ALONE_COLUMNS = (
     *(column(f"q_{c.name}", c.type) for c in queues.c), column("has_expired"), *items.c,
     column("upcoming_due", Millis), column("upcoming_expiry", Millis),
 )
+_TAKE_DUE_ALONE = text(
+    "WITH " + _TAKE_DUE_ALONE_CTES
+    + f"SELECT {_QUEUE_COLUMNS}, q.has_expired, taken.*, upcoming.upcoming_due, upcoming.upcoming_expiry "
+    "FROM q CROSS JOIN upcoming LEFT JOIN taken ON true WHERE (SELECT count(*) FROM wake) >= 0"
+).columns(*_TAKEN_ALONE_COLUMNS)
+
+# The same after the completions of the last items taken (``release.COMPLETE_HELD_CTES``), in one statement: a
+# busy worker's release and its next lease are one round trip and one commit. The completions do not depend on
+# the queue's row (a row of their answer stands even when the queue has none); the items they finish were
+# processing, so no row is both completed and taken.
+_COMPLETE_THEN_TAKE_ALONE = text(
+    "WITH " + COMPLETE_HELD_CTES + ", " + _TAKE_DUE_ALONE_CTES
+    + f"SELECT {_QUEUE_COLUMNS}, q.has_expired, taken.*, upcoming.upcoming_due, upcoming.upcoming_expiry, "
+    "(SELECT array_agg(done.id) FROM done) AS completed "
+    "FROM (SELECT 1) AS one LEFT JOIN q ON true CROSS JOIN upcoming LEFT JOIN taken ON true "
+    "WHERE (SELECT count(*) FROM wake) >= 0 AND " + DONE_WOKEN
+).columns(*_TAKEN_ALONE_COLUMNS, column("completed"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,8 +182,12 @@ async def take_due_alone(
         "queue": queue, "now": now, "room": room, "token": token, "lease_ms": lease_ms, "worker": worker,
         "pg_channel": PG_CHANNEL, "sequencer": SEQUENCER_CHANNEL,
     }
-    result = (await tx.fetch_alone(_TAKE_DUE_ALONE, params)).all()
-    if not result:
+    return _taken_alone(tx, (await tx.fetch_alone(_TAKE_DUE_ALONE, params)).all())
+
+
+def _taken_alone(tx: Transaction, result: Sequence[Any]) -> TakenAlone | None:
+    """Read a one-statement lease's rows (None: the queue has no row)."""
+    if not result or result[0].q_name is None:
         return None
     width = len(queues.c)
     first = result[0]
@@ -230,6 +256,22 @@ async def take_due(tx: Transaction, queue: str, now: int, room: int, token: str,
 # Each read walks an index in its own order and stops early, so a lease costs the same beside a backlog of a
 # million: owners are found by skipping from one to the next in ix_interactions_owner_ready (one probe each),
 # priority levels the same way, and each owner's (or level's) items come in index order.
+
+
+async def complete_then_take_alone(
+    tx: Transaction, held: Sequence[tuple[int, str, str]], channels: Sequence[str], queue: str, now: int, room: int, token: str,
+    lease_ms: int | None, worker: str,
+) -> tuple[set[int], TakenAlone | None]:
+    """``release.complete_held_alone(held, channels)`` and then ``take_due_alone`` in one statement, the whole of
+    ``tx`` (PostgreSQL, ``tx.may_run_alone``): the ids completed, and the lease as ``take_due_alone`` answers it."""
+    params = {
+        **complete_held_params(held, now, channels),
+        "queue": queue, "room": room, "token": token, "lease_ms": lease_ms, "worker": worker, "sequencer": SEQUENCER_CHANNEL,
+    }
+    result = (await tx.fetch_alone(_COMPLETE_THEN_TAKE_ALONE, params)).all()
+    done = {int(i) for i in result[0].completed or ()}
+    notify_completed(tx, done, channels)
+    return done, _taken_alone(tx, result)
 
 
 @dataclass(frozen=True, slots=True)

@@ -81,8 +81,8 @@ async def complete_with_results(tx: Executor, results: Sequence[tuple[int, Any]]
 # lease period still lie ahead of ``now``, and ``id = ANY(:ids)`` was then a filter searching the array for each
 # of them: PostgreSQL spent 122–127 µs per item on a lease and its completion, 53–56 µs without them
 # (bench/narrow_rows.py). The join on id is a nested loop over the primary key on a big table.
-_COMPLETE_HELD_ALONE = text(
-    "WITH fence AS (SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS text[]), CAST(:results AS text[])) "
+COMPLETE_HELD_CTES = (
+    "fence AS (SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS text[]), CAST(:results AS text[])) "
     "AS f(id, token, result)), "
     "done AS (UPDATE interactions AS i SET state = 'completed', result = CAST(fence.result AS jsonb), next_processing = NULL, "
     "lease_token = NULL, lease_expires_at = NULL, finished_at = :now, updated_at = :now FROM fence "
@@ -91,28 +91,40 @@ _COMPLETE_HELD_ALONE = text(
     "AND i.parent_id IS NULL AND (i.message_id IS NULL OR NOT (i.message_id LIKE ANY(CAST(:watched AS text[])))) "
     "AND NOT EXISTS (SELECT 1 FROM interactions AS c WHERE c.parent_id = i.id AND c.state IN ('queued', 'processing')) "
     "RETURNING i.id, i.queue), "
-    "ev AS (INSERT INTO events (type, at, subject_kind, subject_id, data) "
+    "done_ev AS (INSERT INTO events (type, at, subject_kind, subject_id, data) "
     "SELECT 'interaction.completed', :now, 'interaction', done.id::text, "
     "jsonb_build_object('queue', done.queue, 'status', 'completed', 'failed', false) FROM done ORDER BY done.id), "
-    "wake AS (SELECT pg_notify(:pg_channel, channel) FROM unnest(CAST(:channels AS text[])) AS channel "
+    "done_wake AS (SELECT pg_notify(:pg_channel, channel) FROM unnest(CAST(:channels AS text[])) AS channel "
     "WHERE EXISTS (SELECT 1 FROM done)) "
-    "SELECT done.id FROM done WHERE (SELECT count(*) FROM wake) >= 0"
 )
+"""The completions' common table expressions: ``done`` answers the ids completed; ``done_wake`` must be read
+by the statement (a CTE nobody reads is not run). ``data.lease`` puts them before its one-statement lease."""
+DONE_WOKEN = "(SELECT count(*) FROM done_wake) >= 0"
+_COMPLETE_HELD_ALONE = text("WITH " + COMPLETE_HELD_CTES + "SELECT done.id FROM done WHERE " + DONE_WOKEN)
+
+
+def complete_held_params(held: Sequence[tuple[int, str, str]], now: int, channels: Sequence[str]) -> dict[str, Any]:
+    """The parameters of ``COMPLETE_HELD_CTES``."""
+    return {
+        "ids": [i for i, _, _ in held], "tokens": [t for _, t, _ in held], "results": [r for _, _, r in held], "now": now,
+        "pg_channel": PG_CHANNEL, "channels": [SEQUENCER_CHANNEL, *channels], "watched": finishes.like_patterns(),
+    }
+
+
+def notify_completed(tx: Transaction, done: set[int], channels: Sequence[str]) -> None:
+    """This process's own wake-ups for completions a statement made (the statement sent the other servers')."""
+    if done:
+        tx.notify(SEQUENCER_CHANNEL)
+        for channel in channels:
+            tx.notify(channel)
 
 
 async def complete_held_alone(tx: Transaction, held: Sequence[tuple[int, str, str]], now: int, channels: Sequence[str]) -> set[int]:
     """Complete each (id, token, result as JSON text) whose lease ``token`` still holds, if the item has no
     parent and no unfinished children, as the whole of ``tx`` (PostgreSQL, ``tx.may_run_alone``); answers the
     ids completed. ``channels`` are woken if any was."""
-    params = {
-        "ids": [i for i, _, _ in held], "tokens": [t for _, t, _ in held], "results": [r for _, _, r in held], "now": now,
-        "pg_channel": PG_CHANNEL, "channels": [SEQUENCER_CHANNEL, *channels], "watched": finishes.like_patterns(),
-    }
-    done = {int(r.id) for r in (await tx.fetch_alone(_COMPLETE_HELD_ALONE, params)).all()}
-    if done:
-        tx.notify(SEQUENCER_CHANNEL)
-        for channel in channels:
-            tx.notify(channel)
+    done = {int(r.id) for r in (await tx.fetch_alone(_COMPLETE_HELD_ALONE, complete_held_params(held, now, channels))).all()}
+    notify_completed(tx, done, channels)
     return done
 
 
