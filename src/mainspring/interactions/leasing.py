@@ -171,57 +171,63 @@ async def _lease_once(store: Store, cfg: InteractionsSettings, queue: str, worke
         if leased is not None:
             return leased
     async with store.transaction() as tx:
-        now = store.now_ms()
-        locked = await _queue_for_lease(tx, cfg, queue, now)
-        if locked is None:
-            return None
-        q, has_expired = locked
-        _fair_here(store)[queue] = q.owned and q.fair and q.priority_aging_ms is None
-        now = max(now, store.now_ms())
-        if has_expired:
-            await expire_leases(tx, q, now)
-        if q.paused:
-            # Nothing is due for a paused queue: resuming it wakes the waiters (NOTIFY on its channel).
-            return Leased([], None, q.processing_timeout_ms, lease_ms or q.lease_ms)
-        room = max_items
-        limited_until: int | None = None
-        slots: int | None = None
-        leased_now = await data.count_processing(tx, queue) if q.concurrency is not None else 0
-        busy = await data.processing_by_owner(tx, queue) if q.owned and q.per_owner_concurrency is not None else {}
-        # The time of the lease is read after what is processing was counted (waiting for the queue's lock, or
-        # for those reads, takes a while): a release that committed before the count finished before it, and
-        # the rate windows are those of that moment.
-        now = max(now, store.now_ms())
-        if q.concurrency is not None:
-            slots = q.concurrency - leased_now
-            room = min(room, slots)
+        return await _lease_in(tx, cfg, queue, worker, max_items, lease_ms)
+
+
+async def _lease_in(tx: Transaction, cfg: InteractionsSettings, queue: str, worker: str, max_items: int, lease_ms: int | None) -> Leased | None:
+    """The lease in ``tx``, its queue's row locked first (None: the queue's row was made meanwhile, lease again)."""
+    store = tx.store
+    now = store.now_ms()
+    locked = await _queue_for_lease(tx, cfg, queue, now)
+    if locked is None:
+        return None
+    q, has_expired = locked
+    _fair_here(store)[queue] = q.owned and q.fair and q.priority_aging_ms is None
+    now = max(now, store.now_ms())
+    if has_expired:
+        await expire_leases(tx, q, now)
+    if q.paused:
+        # Nothing is due for a paused queue: resuming it wakes the waiters (NOTIFY on its channel).
+        return Leased([], None, q.processing_timeout_ms, lease_ms or q.lease_ms)
+    room = max_items
+    limited_until: int | None = None
+    slots: int | None = None
+    leased_now = await data.count_processing(tx, queue) if q.concurrency is not None else 0
+    busy = await data.processing_by_owner(tx, queue) if q.owned and q.per_owner_concurrency is not None else {}
+    # The time of the lease is read after what is processing was counted (waiting for the queue's lock, or
+    # for those reads, takes a while): a release that committed before the count finished before it, and
+    # the rate windows are those of that moment.
+    now = max(now, store.now_ms())
+    if q.concurrency is not None:
+        slots = q.concurrency - leased_now
+        room = min(room, slots)
+    if q.rate_limit_count is not None and q.rate_limit_per_ms is not None:
+        left = rate_left(q.rate_starts, now, q.rate_limit_per_ms, q.rate_limit_count)
+        if left < room:
+            limited_until = rate_free_at(q.rate_starts, now, q.rate_limit_per_ms)
+        room = min(room, left)
+    rows: list[InteractionRow] = []
+    upcoming: tuple[int | None, int | None] | None = None
+    if room > 0:
+        expires = _lease_end(q, now, now, lease_ms or q.lease_ms)
+        if q.owned or q.priority_aging_ms is not None:
+            picked, exhausted, served, clock = await _pick(tx, q, now, room, busy)
+            took = await data.take_ids_with_events(tx, queue, picked, now, new_token(), expires, worker, served, clock)
+            if exhausted:
+                # After the take: what it took is no longer queued.
+                await data.settle_owner_dues(tx, queue, exhausted, now)
+        else:
+            took = await data.take_due_with_events(tx, queue, now, room, new_token(), expires, worker)
+        rows, upcoming = took.rows, (took.next_due, took.next_expiry)
+    taken: list[dict[str, Any]] = []
+    if rows:
         if q.rate_limit_count is not None and q.rate_limit_per_ms is not None:
-            left = rate_left(q.rate_starts, now, q.rate_limit_per_ms, q.rate_limit_count)
-            if left < room:
-                limited_until = rate_free_at(q.rate_starts, now, q.rate_limit_per_ms)
-            room = min(room, left)
-        rows: list[InteractionRow] = []
-        upcoming: tuple[int | None, int | None] | None = None
-        if room > 0:
-            expires = _lease_end(q, now, now, lease_ms or q.lease_ms)
-            if q.owned or q.priority_aging_ms is not None:
-                picked, exhausted, served, clock = await _pick(tx, q, now, room, busy)
-                took = await data.take_ids_with_events(tx, queue, picked, now, new_token(), expires, worker, served, clock)
-                if exhausted:
-                    # After the take: what it took is no longer queued.
-                    await data.settle_owner_dues(tx, queue, exhausted, now)
-            else:
-                took = await data.take_due_with_events(tx, queue, now, room, new_token(), expires, worker)
-            rows, upcoming = took.rows, (took.next_due, took.next_expiry)
-        taken: list[dict[str, Any]] = []
-        if rows:
-            if q.rate_limit_count is not None and q.rate_limit_per_ms is not None:
-                await data.set_rate_starts(tx, queue, rate_started(q.rate_starts, now, len(rows), q.rate_limit_per_ms))
-            taken = [to_api(r, now, with_lease=True) for r in rows]
-        next_due = None
-        if len(rows) < max_items:
-            due, expiry = upcoming if upcoming is not None else await data.next_due_and_expiry(tx, queue)
-            next_due = _next_look(due, expiry, len(rows) >= slots if slots is not None else False, limited_until)
+            await data.set_rate_starts(tx, queue, rate_started(q.rate_starts, now, len(rows), q.rate_limit_per_ms))
+        taken = [to_api(r, now, with_lease=True) for r in rows]
+    next_due = None
+    if len(rows) < max_items:
+        due, expiry = upcoming if upcoming is not None else await data.next_due_and_expiry(tx, queue)
+        next_due = _next_look(due, expiry, len(rows) >= slots if slots is not None else False, limited_until)
     return Leased(taken, next_due, q.processing_timeout_ms, lease_ms or q.lease_ms)
 
 
@@ -364,8 +370,9 @@ def _known_unlimited(store: Store, queue: str) -> bool:
 
 
 def releases_with_lease(store: Store, queue: str) -> bool:
-    """Whether ``release_and_lease`` is one statement for ``queue`` now (PostgreSQL, an unlimited queue)."""
-    return data.leases_alone(store) and _known_unlimited(store, queue)
+    """Whether ``release_and_lease`` is one round trip for ``queue`` now: one statement on PostgreSQL (an
+    unlimited queue), one transaction on SQLite (whose one writer runs the two calls one after the other anyway)."""
+    return not data.leases_alone(store) or _known_unlimited(store, queue)
 
 
 async def release_and_lease(
@@ -374,7 +381,13 @@ async def release_and_lease(
 ) -> tuple[list[bool], Leased]:
     """``release_many(releases)`` and then ``lease(max_items)``, as a busy worker does between two batches: on
     PostgreSQL, for an unlimited queue, the plain completions and the lease are one statement (one round trip, one
-    commit); what that statement leaves is released and leased as the two calls would."""
+    commit), and what that statement leaves is released and leased as the two calls would; on SQLite both are one
+    transaction."""
+    if not data.leases_alone(store):
+        async with store.transaction() as tx:
+            held_in = await _release_in(tx, releases)
+            leased_in = await _lease_in(tx, cfg, queue, worker, max_items, lease_ms)
+        return held_in, leased_in if leased_in is not None else await lease(store, cfg, queue, worker, max_items, lease_ms)
     completed: set[int] = set()
     leased: Leased | None = None
     plain = _plain_completions(releases) if releases_with_lease(store, queue) else []
@@ -615,20 +628,26 @@ async def _complete_held_alone(store: Store, queue: str, releases: Sequence[tupl
 
 async def _release_in_transaction(store: Store, releases: Sequence[tuple[int, str, outcomes.Outcome]]) -> list[bool]:
     async with store.transaction() as tx:
-        fences = await data.lock_fences(tx, (i for i, _, _ in releases))
-        now = store.now_ms()
-        answers = [i in fences and fences[i].held_by(token, now) for i, token, _ in releases]
-        held = [(fences[i], token, outcome) for (i, token, outcome), ok in zip(releases, answers, strict=True) if ok]
-        plain: list[tuple[data.Fence, Any]] = []
-        for fence, token, outcome in held:
-            if isinstance(outcome, outcomes.Complete) and fence.parent_id is None and not finishes.watched(fence.message_id):
-                plain.append((fence, outcome.result))
-            else:
-                # Before the plain completions: a child finishing here must not be cancelled first by its
-                # parent completing in the same batch.
-                await apply_outcome(tx, await locked(tx, fence.id), token, outcome)
-        if plain:
-            await _complete_plain(tx, plain, now)
+        return await _release_in(tx, releases)
+
+
+async def _release_in(tx: Transaction, releases: Sequence[tuple[int, str, outcomes.Outcome]]) -> list[bool]:
+    """Store each outcome whose lease still holds, in ``tx``; per release, whether it held."""
+    store = tx.store
+    fences = await data.lock_fences(tx, (i for i, _, _ in releases))
+    now = store.now_ms()
+    answers = [i in fences and fences[i].held_by(token, now) for i, token, _ in releases]
+    held = [(fences[i], token, outcome) for (i, token, outcome), ok in zip(releases, answers, strict=True) if ok]
+    plain: list[tuple[data.Fence, Any]] = []
+    for fence, token, outcome in held:
+        if isinstance(outcome, outcomes.Complete) and fence.parent_id is None and not finishes.watched(fence.message_id):
+            plain.append((fence, outcome.result))
+        else:
+            # Before the plain completions: a child finishing here must not be cancelled first by its
+            # parent completing in the same batch.
+            await apply_outcome(tx, await locked(tx, fence.id), token, outcome)
+    if plain:
+        await _complete_plain(tx, plain, now)
     return answers
 
 
