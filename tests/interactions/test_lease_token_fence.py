@@ -87,3 +87,44 @@ async def test_a_store_whose_finished_items_kept_their_tokens_upgrades_with_them
         assert valid is True
     finally:
         await store.close()
+
+
+async def test_outcomes_sent_with_the_next_lease_complete_only_the_items_their_tokens_still_hold(
+    store: Store, settings: Settings, clock: ManualClock, engine: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``release_and_lease`` (a busy worker's outcomes with its next lease: one statement on PostgreSQL, one
+    transaction on SQLite) fences each completion as a release alone does: a wrong token, a cancelled item and an
+    expired lease change nothing; then it leases what is due."""
+    from mainspring.interactions import data
+
+    combined = data.complete_then_take_alone
+    calls: list[int] = []
+
+    async def counted(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        return await combined(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(data, "complete_then_take_alone", counted)
+    cfg = settings.interactions
+    await service.create_many(store, cfg, "q", [{"data": {"n": n}} for n in range(4)])
+    (expired,) = (await leasing.lease(store, cfg, "q", "w", 1, lease_ms=1_000)).items
+    first, second, third = (await leasing.lease(store, cfg, "q", "w", 3, lease_ms=60_000)).items
+    await service.cancel(store, third["id"])
+    later = [(await service.create(store, cfg, "q", {"data": {"n": n}}))[0]["id"] for n in (4, 5)]
+    clock.advance(2_000)
+    held, leased = await leasing.release_and_lease(store, cfg, "q", "w", [
+        (int(first["id"]), first["lease"]["token"], Complete(1)),
+        (int(second["id"]), "not-" + second["lease"]["token"], Complete(2)),
+        (int(third["id"]), third["lease"]["token"], Complete(3)),
+        (int(expired["id"]), expired["lease"]["token"], Complete(0)),
+    ], 10)
+    assert held == [True, False, False, False]
+    assert calls == ([1] if engine == "postgres" else [])
+    states = {i["id"]: (await service.read(store, i["id"]))["status"] for i in (first, second, third)}
+    assert states == {first["id"]: "completed", second["id"]: "processing", third["id"]: "cancelled"}
+    assert (await service.read(store, first["id"]))["result"] == 1
+    # The lease took what was due, and swept the expired lease into a retry (on PostgreSQL the lease the statement
+    # handed over to: a sweep needs the whole transaction).
+    assert {i["id"] for i in leased.items} == set(later)
+    swept = await service.read(store, expired["id"])
+    assert swept["status"] == "scheduled" and swept["error"] == leasing.LEASE_EXPIRED
