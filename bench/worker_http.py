@@ -9,7 +9,8 @@ store worker has it beside it too, as in production, so both pay for its backgro
 bulk-creates ``--jobs`` items in a queue of their own, then runs one worker in this process with a no-op
 async handler (``concurrency`` 100, ``batch`` 100) until every item is completed, alternating store, HTTP,
 store, HTTP. Per run: processed/s, this process's CPU per item (the worker), the server process's CPU per
-item, and on PostgreSQL the database's CPU per item (``pgcpu.py``; meaningful on an otherwise idle machine).
+item, and on PostgreSQL the CPU per item of the bench database's own backends (``pgcpu.DatabaseCpu``: other
+databases of the same PostgreSQL, busy on a shared machine, are not counted).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any
 import httpx
 
 from bench.interactions import drop_database, fresh_database
-from bench.pgcpu import postgres_cpu_s
+from bench.pgcpu import DatabaseCpu
 from mainspring.app import App
 from mainspring.config import load_settings
 from mainspring.interactions import service
@@ -84,7 +85,10 @@ async def one_run(store: Store, url: str, server: subprocess.Popen[bytes], port:
     settings = load_settings(None, server={"database": url, "log_level": "WARNING"})
     stop, started = asyncio.Event(), asyncio.Event()
     remote = Remote(f"http://127.0.0.1:{port}") if over_http else None
-    began, cpu, server_cpu, pg_cpu = time.perf_counter(), time.process_time(), process_cpu_s(server.pid), postgres_cpu_s()
+    pg_cpu = DatabaseCpu(url) if url.startswith("postgresql") else None
+    if pg_cpu is not None:
+        await pg_cpu.start()
+    began, cpu, server_cpu = time.perf_counter(), time.process_time(), process_cpu_s(server.pid)
     worker = asyncio.create_task(run(settings, app, stop=stop, started=started, remote=remote))
     await asyncio.wait_for(done.wait(), 900)
     while (await service.get_queue(store, CFG, queue))["counts"]["completed"] < jobs:  # noqa: ASYNC110 (polls the store)
@@ -95,8 +99,8 @@ async def one_run(store: Store, url: str, server: subprocess.Popen[bytes], port:
         "worker_cpu_us_per_item": (time.process_time() - cpu) / jobs * 1e6,
         "server_cpu_us_per_item": (process_cpu_s(server.pid) - server_cpu) / jobs * 1e6,
     }
-    if url.startswith("postgresql"):
-        measured["postgres_cpu_us_per_item"] = (postgres_cpu_s() - pg_cpu) / jobs * 1e6
+    if pg_cpu is not None:
+        measured["postgres_cpu_us_per_item"] = await pg_cpu.stop() / jobs * 1e6
     stop.set()
     await worker
     return measured

@@ -66,10 +66,9 @@ async def test_a_claim_and_a_complete_cost_the_same_statements_for_two_tasks_as_
     assert small == large, (small, large)
     if store.is_postgres:
         # claim: one autocommit statement (pick + lease, the tasks, the event, the readers' wake-up);
-        # complete: BEGIN, the package locked with its tasks, one statement writing the outcomes and the
-        # package, the events as the shared transaction's last statement (their numbering lock held for the
-        # commit only), NOTIFY + COMMIT.
-        assert large == (1, 5), large
+        # complete: BEGIN, the package locked with its tasks, one statement writing the outcomes, the package
+        # and, as its last step, the events (their numbering lock held for the commit only), NOTIFY + COMMIT.
+        assert large == (1, 4), large
 
 
 async def test_complete_answers_the_package_and_its_tasks_as_stored(store: Store) -> None:
@@ -248,3 +247,24 @@ async def test_submits_arriving_together_answer_as_submitted_one_by_one(store: S
     rejected = next(e for e in events if e["type"] == "batch.task.rejected")
     assert rejected["data"] == {"batcher": "books", "id": "a-en-2", "group": "a", "member": "en", "reason": "duplicate",
                                  "version": 1, "sha256": answers[3][0]["sha256"]}
+
+
+async def test_a_completions_events_are_numbered_in_order_after_the_claims_and_carry_what_the_package_did(store: Store) -> None:
+    await _stored_pairs(store, "books", 1, max_size=2)
+    await dispatch_batcher(store, "books")
+    package = await cafe.claim_once(store, "books", "w1", None)
+    assert package is not None
+    first, second = (t["id"] for t in package["tasks"])
+    await cafe.complete_package(store, package["id"], package["lease"]["token"],
+                                [{"task_id": first, "result": {"n": 1}}, {"task_id": second, "status": "failed", "error": "torn page"}])
+    await outbox.wait_numbered(store)
+    events, _ = await outbox.read_events(store, 0, 100, ["batch.*"])
+    kinds = [e["type"] for e in events]
+    # Numbered in commit order: the claim's event first, then the completion's in the order it wrote them.
+    assert kinds[-4:] == ["batch.package.claimed", "batch.task.done", "batch.task.failed", "batch.package.done"], kinds
+    positions = [int(e["id"]) for e in events]
+    assert positions == sorted(positions) and len(set(positions)) == len(positions)
+    done, failed, finished = events[-3:]
+    assert done["subject"]["id"].endswith(first) and done["data"] == {"batcher": "books", "id": first, "package_id": package["id"]}
+    assert failed["data"] == {"batcher": "books", "id": second, "package_id": package["id"], "error": "torn page"}
+    assert finished["subject"]["id"] == package["id"] and finished["data"]["size"] == 2 and finished["data"]["worker"] == "w1"

@@ -221,8 +221,12 @@ async def _complete_all(tx: Transaction, completions: list[_Completion]) -> list
         # the answers are what was written, not read back. The events go through the outbox, written as the
         # shared transaction's last statement: inserted here, their numbering lock would be held while the
         # group's later writes wait for rows other transactions hold.
-        await data.complete_packages(tx, package_seqs, outcome_rows, now)
-        await outbox.emit_many(tx, events)
+        # This is the transaction's last statement: alone in it (no other kind of write in the group), on PostgreSQL
+        # it writes the events as well.
+        if await data.complete_packages(tx, package_seqs, outcome_rows, now, events):
+            tx.notify(outbox.EVENTS_CHANNEL)
+        else:
+            await outbox.emit_many(tx, events)
     return answers
 
 

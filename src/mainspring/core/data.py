@@ -128,7 +128,7 @@ async def insert_numbered_events(tx: Transaction, batch: Sequence[tuple[Event, i
     """Insert each (event, at) of ``batch`` in order, numbered by the store as it writes them (PostgreSQL):
     the numbering lock is held from here until the transaction ends, so this is its last statement."""
     # Every write with events runs this: prepared once on the connection, without SQLAlchemy's per-call work.
-    await tx.fetch(_INSERT_EVENTS, _event_columns(batch))
+    await tx.fetch(_INSERT_EVENTS, event_columns(batch))
 
 
 _INSERT_EVENTS_AT_COMMIT = text(str(_INSERT_EVENTS).replace("INSERT INTO events ", "INSERT INTO events_at_commit ", 1))
@@ -137,10 +137,12 @@ _INSERT_EVENTS_AT_COMMIT = text(str(_INSERT_EVENTS).replace("INSERT INTO events 
 async def insert_events_at_commit(tx: Executor, batch: Sequence[tuple[Event, int]]) -> None:
     """Stage each (event, at) of ``batch``, in order, to be moved into ``events`` and numbered when the
     transaction commits (PostgreSQL, a caller's own transaction: migration interactions_0017)."""
-    await tx.execute(_INSERT_EVENTS_AT_COMMIT, _event_columns(batch))
+    await tx.execute(_INSERT_EVENTS_AT_COMMIT, event_columns(batch))
 
 
-def _event_columns(batch: Sequence[tuple[Event, int]]) -> dict[str, list[object]]:
+def event_columns(batch: Sequence[tuple[Event, int]]) -> dict[str, list[object]]:
+    """The parameters ``types``, ``ats``, ``kinds``, ``subjects`` and ``data`` of an events insert (``_INSERT_EVENTS``, or a
+    face's statement that writes its events as part of its last statement)."""
     return {
         "types": [e.type for e, _ in batch], "ats": [at for _, at in batch], "kinds": [e.subject_kind for e, _ in batch],
         "subjects": [e.subject_id for e, _ in batch], "data": [json.dumps(e.data) for e, _ in batch],

@@ -157,8 +157,9 @@ def exactly_one(*names: str) -> Callable[[JsonDict], None]:
 
 def check_exactly_one(model: BaseModel, *names: str) -> None:
     """ValueError unless exactly one of ``names`` was given, and not as null (``exactly_one``'s rule)."""
-    given_names = [name for name in names if name in model.model_fields_set]
-    if len(given_names) != 1 or getattr(model, given_names[0]) is None:
+    # One set operation (this runs for each outcome of a 1,000-entry release batch).
+    given_names = model.model_fields_set.intersection(names)
+    if len(given_names) != 1 or getattr(model, next(iter(given_names))) is None:
         raise ValueError(f"give exactly one of {', '.join(names)}, not null")
 
 

@@ -503,6 +503,7 @@ async def lease_wait(
         result = await lease(store, cfg, queue, worker, max_items, lease_ms)
         left = deadline - time.monotonic()
         if result.items or left <= 0:
+            _remember_tokens(store, queue, result.items)
             return result
         timeout = min(left, poll_ms / 1000, until_next(store, result.next_due))
         await waiter.wait(timeout)
@@ -581,7 +582,7 @@ async def release_many(store: Store, queue: str, releases: Sequence[tuple[int, s
 async def release_in_queue(store: Store, queue: str, releases: Sequence[tuple[str, str, outcomes.Outcome]]) -> tuple[list[str], list[str]]:
     """``release_many`` for the API (``POST /v1/queues/{queue}/release``): answers (released ids, ids whose
     lease was not held). An id that names no item of ``queue`` is answered as not held and changes nothing."""
-    mine = await _of_queue(store, queue, [raw for raw, _, _ in releases])
+    mine = await _of_queue(store, queue, [(raw, token) for raw, token, _ in releases])
     chosen = [(mine[raw], token, outcome) for raw, token, outcome in releases if raw in mine]
     held = await release_many(store, queue, chosen)
     done = {item_id for (item_id, _, _), ok in zip(chosen, held, strict=True) if ok}
@@ -591,7 +592,7 @@ async def release_in_queue(store: Store, queue: str, releases: Sequence[tuple[st
 async def heartbeat_in_queue(store: Store, queue: str, leases: Sequence[tuple[str, str]], lease_ms: int | None) -> tuple[list[str], list[str]]:
     """``heartbeat_many`` for the API (``POST /v1/queues/{queue}/heartbeat``): answers (ids still held, ids
     not held). ``lease_ms`` defaults to the queue's."""
-    mine = await _of_queue(store, queue, [raw for raw, _ in leases])
+    mine = await _of_queue(store, queue, leases)
     if lease_ms is None:
         async with store.read() as conn:
             q = await data.get_queue(conn, queue)
@@ -600,12 +601,51 @@ async def heartbeat_in_queue(store: Store, queue: str, leases: Sequence[tuple[st
     return _split(leases, mine, kept)
 
 
-async def _of_queue(store: Store, queue: str, raw_ids: Sequence[str]) -> dict[str, int]:
-    """The given API ids that name items of ``queue`` (an item never moves between queues), by API id."""
-    parsed = {raw: key for raw in raw_ids if (key := parse_id(raw)) is not None}
-    async with store.read() as conn:
-        queues = await data.queues_of(conn, parsed.values())
-    return {raw: key for raw, key in parsed.items() if queues.get(key) == queue}
+TOKENS_REMEMBERED = 4096
+"""Lease tokens this process answered over the API, with their queue (the newest kept): ~1 per lease call."""
+
+
+def _tokens_here(store: Store) -> dict[str, str]:
+    """The queue of each lease token the lease route of this process answered lately, oldest first."""
+    tokens: dict[str, str] = store.extras.setdefault("interactions:lease-tokens", {})
+    return tokens
+
+
+def _remember_tokens(store: Store, queue: str, items: Sequence[dict[str, Any]]) -> None:
+    """Keep the tokens of a lease answered over the API (one per lease call), so that their releases and
+    heartbeats need not read their items' queue (``_of_queue``)."""
+    if not items:
+        return
+    tokens = _tokens_here(store)
+    for token in {item["lease"]["token"] for item in items}:
+        tokens[token] = queue
+    while len(tokens) > TOKENS_REMEMBERED:
+        del tokens[next(iter(tokens))]
+
+
+async def _of_queue(store: Store, queue: str, entries: Sequence[tuple[Any, ...]]) -> dict[str, int]:
+    """The API ids of ``entries`` (id, token, …) that may name items of ``queue`` (an item never moves between
+    queues), by API id. An entry whose token this process handed out for a lease of ``queue`` is taken without
+    reading: its write is fenced by that token, and every item holding it was leased in that lease, from
+    ``queue`` (a token is made fresh for each lease call: ``new_token``); an id that is not one of those items
+    fails the fence, is answered as not held and changes nothing, as an item of another queue is. Any other
+    entry's item is read."""
+    known = _tokens_here(store)
+    parsed: dict[str, int] = {}
+    unknown: dict[str, int] = {}
+    for raw, token, *_ in entries:
+        key = parse_id(raw)
+        if key is None:
+            continue
+        if known.get(token) == queue:
+            parsed[raw] = key
+        else:
+            unknown[raw] = key
+    if unknown:
+        async with store.read() as conn:
+            queues = await data.queues_of(conn, unknown.values())
+        parsed.update((raw, key) for raw, key in unknown.items() if queues.get(key) == queue)
+    return parsed
 
 
 def _split(entries: Sequence[tuple[Any, ...]], mine: dict[str, int], done: set[int]) -> tuple[list[str], list[str]]:

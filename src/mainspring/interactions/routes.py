@@ -261,6 +261,12 @@ async def in_turn(entries: list[E], run: Callable[[list[E]], Awaitable[tuple[lis
     one round is not tried again (a lease has one token). A repeat of an entry is answered as done when
     ``repeat_done`` (a heartbeat again) and otherwise as not held (a release finds the lease gone), without a
     round of its own: a list of one entry a thousand times costs one round."""
+    ids = [entry[0] for entry in entries]
+    if len(set(ids)) == len(ids):
+        # Each id once (a worker's batch): one round, answered in the entries' order.
+        yes, _ = await run(entries)
+        held = set(yes)
+        return [i for i in ids if i in held], [i for i in ids if i not in held]
     firsts: dict[tuple[object, object], int] = {}
     for index, entry in enumerate(entries):
         firsts.setdefault((entry[0], entry[1]), index)
