@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import resource
@@ -56,6 +57,18 @@ async def mainspring(workload: str, url: str, size: int) -> dict[str, Any]:
     from mainspring.store.migrate import migrate
     from mainspring.workflows import service
 
+    full_collections: list[float] = []
+    collecting = [0.0]
+
+    def timed_collection(phase: str, info: dict[str, int]) -> None:
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            collecting[0] = time.perf_counter()
+        else:
+            full_collections.append((time.perf_counter() - collecting[0]) * 1000)
+
+    gc.callbacks.append(timed_collection)
     app = App()
     done: dict[str, asyncio.Future[Any]] = {}
     step_times: list[float] = []
@@ -96,10 +109,15 @@ async def mainspring(workload: str, url: str, size: int) -> dict[str, Any]:
     store = Store(url, pool_size=10)
     await migrate(store)
     settings = load_settings(None, server={"database": url})
-    server = create_app(settings, store=store, registry=app)
+    # As ``mainspring serve`` runs it (``own_process``: start-up's heap frozen out of the collector). Embedded
+    # (MAINSPRING_BENCH_EMBEDDED=1, what this bench did before 2026-11-29-wflat), a full collection walks the
+    # ~160,000 objects of start-up every few hundred runs: 100–250 ms, the lone runs' p99.
+    embedded = os.environ.get("MAINSPRING_BENCH_EMBEDDED") == "1"
+    server = create_app(settings, store=store, registry=app, own_process=not embedded)
     ctx = server.state.context
     async with server.router.lifespan_context(server):
         cpu0 = time.process_time()
+        full_collections.clear()
 
         async def run(name: str, args: Any = None) -> None:
             run_id = uuid.uuid4().hex
@@ -125,7 +143,8 @@ async def mainspring(workload: str, url: str, size: int) -> dict[str, Any]:
                 await run("ten")
                 times.append((time.perf_counter() - began) * 1000)
             return {"p50_ms": statistics.median(times), "p99_ms": quantile(times, 0.99),
-                    "cpu_us_per_workflow": (time.process_time() - cpu0) / size * 1e6, "round_trips_per_run": (store.backend.round_trips - trips0) / size}
+                    "cpu_us_per_workflow": (time.process_time() - cpu0) / size * 1e6, "round_trips_per_run": (store.backend.round_trips - trips0) / size,
+                    "full_gcs": len(full_collections), "full_gc_max_ms": max(full_collections, default=0.0)}
         if workload == "long":
             await run("long", size)
             # Wall time per step is the machine's load as much as ours; CPU per step (this process, one run) is not.
@@ -140,6 +159,7 @@ async def mainspring(workload: str, url: str, size: int) -> dict[str, Any]:
             await asyncio.gather(*(run("sleeper") for _ in range(size)))
             # Each run writes 4 records besides its start (now + sleep, woke, end) in 3 steps of its machine.
             return {"completed": len(lateness), "lateness_p50_ms": quantile(lateness, 0.5), "lateness_p99_ms": quantile(lateness, 0.99),
+                    "full_gcs": len(full_collections), "full_gc_max_ms": max(full_collections, default=0.0),
                     "cpu_us_per_workflow": (time.process_time() - cpu0) / size * 1e6, "round_trips_per_run": (store.backend.round_trips - trips0) / size,
                     "kept_coroutines": len(service.runner_of(ctx).parked)}
         if workload == "waiters":

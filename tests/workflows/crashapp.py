@@ -25,6 +25,11 @@ class FreezesWhenRecorded(dict):  # type: ignore[type-arg]
         return super().items()
 
 
+def freeze() -> None:
+    """Stop the event loop (the test kills the process meanwhile)."""
+    time.sleep(120)
+
+
 def call(name: str, key: str) -> None:
     with CALLS.open("a") as f:
         f.write(f"{name} {key}\n")
@@ -45,3 +50,21 @@ async def crashy(wf: Workflow, args: Any) -> Any:
         return "three"
 
     return [await wf.step(first), await wf.step(second), await wf.step(third)]
+
+
+STARTED = Path(os.environ.get("CRASH_DIR", ".")) / "started"
+
+
+@app.workflow("frozen_at_start")
+async def frozen_at_start(wf: Workflow, args: Any) -> Any:
+    if not STARTED.exists():
+        # The run is created (with this server's lease, in one round trip on PostgreSQL) and its function has
+        # begun, but no step has run: the event loop stops here and the test kills the process.
+        STARTED.write_text("created, no step yet")
+        freeze()
+
+    async def only() -> str:
+        call("only", wf.key)
+        return "done"
+
+    return await wf.step(only)

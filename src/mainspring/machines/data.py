@@ -683,6 +683,11 @@ class StepRows:
     step: StepWrite
     events: Sequence[JsonData]
     operation: OperationRow | None = None
+    announce: Sequence[tuple[str, str, str, object]] = ()
+    """(type, subject kind, subject id, data) of each event of the step besides its ``machine.event`` ones (a
+    workflow's end), written after them in the same statement."""
+    channels: Sequence[str] = ()
+    """Wake-ups the step sends once applied, besides the machines' own."""
 
 
 # Per step, one element of each array (the machine row, its operation); per event, one of each ``e_`` array.
@@ -694,6 +699,7 @@ _STEPS_UNNEST = (
     ("lease_token", "text"), ("lease_expires_at", "bigint"),
 )
 _EVENTS_UNNEST = (("e_uid", "bigint"), ("e_event_id", "integer"), ("e_data", "jsonb"))
+_ANNOUNCE_UNNEST = (("x_uid", "bigint"), ("x_type", "text"), ("x_kind", "text"), ("x_subject", "text"), ("x_data", "jsonb"))
 
 
 def _unnest(columns: Sequence[tuple[str, str]], alias: str) -> str:
@@ -727,10 +733,14 @@ def _steps_cte(lock: str, alone: bool) -> TextClause:
         f"e AS ({_unnest(_EVENTS_UNNEST, 'e')}), "
         "h AS (INSERT INTO machine_history (machine_uid, event_id, created_at, data) "
         "SELECT e.e_uid, e.e_event_id, s.now, e.e_data FROM e JOIN m ON m.uid = e.e_uid JOIN s ON s.uid = e.e_uid), "
+        f"xs AS ({_unnest(_ANNOUNCE_UNNEST, 'xs')}), "
         "ev AS (INSERT INTO events (type, at, subject_kind, subject_id, data) "
-        "SELECT 'machine.event', s.now, 'machine', s.subject, jsonb_build_object("
-        "'namespace', s.namespace, 'id', s.id, 'event_id', e.e_event_id, 'data', e.e_data) "
-        "FROM e JOIN m ON m.uid = e.e_uid JOIN s ON s.uid = e.e_uid ORDER BY e.ord), "
+        "SELECT q.type, q.at, q.kind, q.subject, q.data FROM ("
+        "SELECT 'machine.event' AS type, s.now AS at, 'machine' AS kind, s.subject AS subject, jsonb_build_object("
+        "'namespace', s.namespace, 'id', s.id, 'event_id', e.e_event_id, 'data', e.e_data) AS data, s.ord AS so, 0 AS part, e.ord AS eo "
+        "FROM e JOIN m ON m.uid = e.e_uid JOIN s ON s.uid = e.e_uid "
+        "UNION ALL SELECT xs.x_type, s.now, xs.x_kind, xs.x_subject, xs.x_data, s.ord, 1, xs.ord "
+        "FROM xs JOIN m ON m.uid = xs.x_uid JOIN s ON s.uid = xs.x_uid) AS q ORDER BY q.so, q.part, q.eo), "
         "o AS (INSERT INTO machine_operations (namespace, machine_id, key, kind, status_code, body, created_at) "
         "SELECT s.namespace, s.id, s.op_key, s.op_kind, s.op_status, s.op_body, s.now FROM s JOIN m ON m.uid = s.uid "
         "WHERE s.op_key IS NOT NULL)"
@@ -763,8 +773,9 @@ async def write_steps_with_events(
     for i, rows in enumerate(steps):
         first_of.setdefault(rows.step.uid, i)
     sent = sorted(first_of.values())
-    params: dict[str, list[object]] = {name: [] for name, _ in (*_STEPS_UNNEST, *_EVENTS_UNNEST)}
+    params: dict[str, list[object]] = {name: [] for name, _ in (*_STEPS_UNNEST, *_EVENTS_UNNEST, *_ANNOUNCE_UNNEST)}
     any_events = False
+    extra: list[str] = []
     for i in sent:
         rows, step = steps[i], steps[i].step
         machine, op = rows.machine, rows.operation
@@ -783,7 +794,15 @@ async def write_steps_with_events(
             params["e_event_id"].append(machine.last_event_id + 1 + n)
             params["e_data"].append(json.dumps(event))
             any_events = True
-    channels = [SEQUENCER_CHANNEL, *wake] if any_events else list(wake)
+        for kind, subject_kind, subject_id, data in rows.announce:
+            params["x_uid"].append(step.uid)
+            params["x_type"].append(kind)
+            params["x_kind"].append(subject_kind)
+            params["x_subject"].append(subject_id)
+            params["x_data"].append(json.dumps(data))
+            any_events = True
+        extra.extend(c for c in rows.channels if c not in extra and c not in wake)
+    channels = [SEQUENCER_CHANNEL, *wake, *extra] if any_events else [*wake, *extra]
     # Straight on asyncpg (``fetch``): SQLAlchemy's execution and result layers cost about as much as the rest.
     if grouped and not more and tx.may_run_alone:
         answer = await tx.fetch_alone(_STEPS_SKIPPING_ALONE, {**params, "pg_channel": PG_CHANNEL, "channels": channels})
@@ -796,6 +815,115 @@ async def write_steps_with_events(
         for channel in channels:
             tx.notify(channel)
     return outcomes
+
+
+@dataclass(frozen=True, slots=True)
+class NewMachine:
+    """A driven machine to create with its first history events and the outbox events of its creation
+    (``machine.created``, one ``machine.event`` per history event, then ``announce``: a face's own)."""
+
+    namespace: str
+    id: str
+    aux_state: JsonData
+    timer_at: int | None
+    lease: tuple[str, int] | None
+    events: Sequence[JsonData]
+    now: int
+    announce: Sequence[tuple[str, str, str, object]] = ()
+    """(type, subject kind, subject id, data) of each further event, written after the machine's own."""
+
+
+_NEW_UNNEST = (
+    ("namespace", "text"), ("id", "text"), ("aux_state", "jsonb"), ("timer_at", "bigint"), ("lease_token", "text"),
+    ("lease_expires_at", "bigint"), ("now", "bigint"), ("last_event_id", "integer"),
+)
+_NEW_HISTORY_UNNEST = (("h_of", "bigint"), ("h_event_id", "integer"), ("h_data", "jsonb"))
+_NEW_EVENTS_UNNEST = (("x_of", "bigint"), ("x_type", "text"), ("x_kind", "text"), ("x_subject", "text"), ("x_data", "jsonb"))
+
+
+def _create_cte(alone: bool) -> TextClause:
+    """PostgreSQL: new machines with their history rows and outbox events in one statement. A (namespace, id)
+    that exists is skipped (``ON CONFLICT DO NOTHING``): the answer gives per new machine, in order, its uid or
+    NULL. ``alone``: the statement is its whole transaction (autocommit) and sends its wake-ups itself."""
+    wake = (
+        ", wake AS (SELECT pg_notify(:pg_channel, channel) FROM unnest(CAST(:channels AS text[])) AS channel "
+        "WHERE EXISTS (SELECT 1 FROM m)) "
+        if alone else " "
+    )
+    return text(
+        f"WITH r AS ({_unnest(_NEW_UNNEST, 'r')}), "
+        "m AS (INSERT INTO machines (namespace, id, status, version, last_event_id, aux_state, timer_at, notify_at, wake_at, "
+        "retry_attempt, retry_since, lease_token, lease_expires_at, error, created_at, updated_at, timer_range, timer_timeout_ms) "
+        "SELECT r.namespace, r.id, 'working', 1, r.last_event_id, r.aux_state, r.timer_at, NULL, r.timer_at, 0, NULL, "
+        "r.lease_token, r.lease_expires_at, NULL, r.now, r.now, NULL, NULL FROM r ORDER BY r.ord "
+        "ON CONFLICT (namespace, id) DO NOTHING RETURNING uid, namespace, id), "
+        "k AS (SELECT r.ord, r.now, m.uid FROM r JOIN m ON m.namespace = r.namespace AND m.id = r.id), "
+        f"hs AS ({_unnest(_NEW_HISTORY_UNNEST, 'hs')}), "
+        "h AS (INSERT INTO machine_history (machine_uid, event_id, created_at, data) "
+        "SELECT k.uid, hs.h_event_id, k.now, hs.h_data FROM hs JOIN k ON k.ord = hs.h_of), "
+        f"xs AS ({_unnest(_NEW_EVENTS_UNNEST, 'xs')}), "
+        "ev AS (INSERT INTO events (type, at, subject_kind, subject_id, data) "
+        "SELECT xs.x_type, k.now, xs.x_kind, xs.x_subject, xs.x_data FROM xs JOIN k ON k.ord = xs.x_of ORDER BY xs.ord)"
+        f"{wake}"
+        "SELECT k.uid FROM r LEFT JOIN k ON k.ord = r.ord"
+        + (" WHERE (SELECT count(*) FROM wake) >= 0" if alone else "")
+        + " ORDER BY r.ord"
+    )
+
+
+_CREATE = _create_cte(alone=False)
+_CREATE_ALONE = _create_cte(alone=True)
+
+
+async def create_machines_with_events(tx: Transaction, new: Sequence[NewMachine], wake: Sequence[str] = ()) -> list[MachineRow | None]:
+    """PostgreSQL: ``new`` machines, each with its history rows and events, in one statement (the whole
+    transaction when it may run alone: one round trip); per machine, in order, the row created or None when its
+    (namespace, id) was taken (by an earlier machine of ``new`` too). ``wake``: channels to notify once created."""
+    first: dict[tuple[str, str], int] = {}
+    for i, machine in enumerate(new):
+        first.setdefault((machine.namespace, machine.id), i)
+    sent = sorted(first.values())
+    params: dict[str, list[object]] = {name: [] for name, _ in (*_NEW_UNNEST, *_NEW_HISTORY_UNNEST, *_NEW_EVENTS_UNNEST)}
+    for ord_, i in enumerate(sent, start=1):
+        m = new[i]
+        subject = machine_subject(m.namespace, m.id)
+        for name, value in (
+            ("namespace", m.namespace), ("id", m.id), ("aux_state", _json(m.aux_state)), ("timer_at", m.timer_at),
+            ("lease_token", None if m.lease is None else m.lease[0]), ("lease_expires_at", None if m.lease is None else m.lease[1]),
+            ("now", m.now), ("last_event_id", len(m.events)),
+        ):
+            params[name].append(value)
+        outbox_rows: list[tuple[str, str, str, object]] = [("machine.created", "machine", subject, {"namespace": m.namespace, "id": m.id})]
+        for n, event in enumerate(m.events, start=1):
+            params["h_of"].append(ord_)
+            params["h_event_id"].append(n)
+            params["h_data"].append(json.dumps(event))
+            outbox_rows.append(("machine.event", "machine", subject, {"namespace": m.namespace, "id": m.id, "event_id": n, "data": event}))
+        outbox_rows.extend(m.announce)
+        for kind, subject_kind, subject_id, data in outbox_rows:
+            params["x_of"].append(ord_)
+            params["x_type"].append(kind)
+            params["x_kind"].append(subject_kind)
+            params["x_subject"].append(subject_id)
+            params["x_data"].append(json.dumps(data))
+    channels = [SEQUENCER_CHANNEL, *wake]
+    if tx.may_run_alone:
+        answer = await tx.fetch_alone(_CREATE_ALONE, {**params, "pg_channel": PG_CHANNEL, "channels": channels})
+    else:
+        answer = await tx.fetch(_CREATE, params)
+    created: list[MachineRow | None] = [None] * len(new)
+    for i, (uid,) in zip(sent, answer.all(), strict=True):
+        if uid is None:
+            continue
+        m = new[i]
+        created[i] = MachineRow(
+            uid, m.namespace, m.id, "working", 1, len(m.events), m.aux_state, m.timer_at, None, m.timer_at, 0, None,
+            None if m.lease is None else m.lease[0], None if m.lease is None else m.lease[1], None, m.now, m.now, None, None,
+        )
+    if any(c is not None for c in created):
+        for channel in channels:
+            tx.notify(channel)
+    return created
 
 
 async def write_step(tx: Transaction, step: StepWrite) -> Applied:

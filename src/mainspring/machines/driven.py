@@ -17,7 +17,15 @@ from dataclasses import dataclass
 from mainspring.core import outbox
 from mainspring.core.alerts import raise_alert
 from mainspring.machines import data
-from mainspring.machines.data import Applied, HistoryRow, MachineRow, NotificationRow, StepRows, StepWrite
+from mainspring.machines.data import (
+    Applied,
+    HistoryRow,
+    MachineRow,
+    NewMachine,
+    NotificationRow,
+    StepRows,
+    StepWrite,
+)
 from mainspring.machines.namespaces import save_namespace
 from mainspring.machines.settings import NamespaceConfig, ProcessorConfig
 from mainspring.machines.steps import (
@@ -34,7 +42,8 @@ from mainspring.store.dialect import Executor
 from mainspring.types import JsonData, JsonObject
 
 __all__ = [
-    "CHANNEL", "SUBJECT", "Applied", "Change", "HistoryRow", "MachineRow", "NotificationRow", "apply", "create", "extend_leases",
+    "CHANNEL", "SUBJECT", "Applied", "Change", "HistoryRow", "MachineRow", "NewMachine", "NotificationRow", "apply", "create", "create_at_once",
+    "extend_leases",
     "history", "lock", "machine", "notifications", "notify_in", "take",
 ]
 
@@ -54,6 +63,11 @@ class Change:
     """Notifications (seqs) this step delivered: deleted with it."""
     then: Callable[[Transaction], Awaitable[None]] | None = None
     """More work in the step's transaction, once it applied."""
+    announce: Sequence[tuple[str, str, str, object]] = ()
+    """Events of the step besides its ``machine.event`` ones: (type, subject kind, subject id, data), written in
+    the step's own statement on PostgreSQL (no transaction of several round trips for them)."""
+    channels: Sequence[str] = ()
+    """Wake-ups the step sends once applied."""
 
 
 def _step(machine: MachineRow, change: Change, now: int) -> PendingStep:
@@ -64,7 +78,7 @@ def _step(machine: MachineRow, change: Change, now: int) -> PendingStep:
     )
     failed = change.status == "failed" and machine.status != "failed"
     if not change.delivered and change.then is None and not failed:
-        return PendingStep(StepRows(machine, write, change.events))
+        return PendingStep(StepRows(machine, write, change.events, announce=change.announce, channels=change.channels))
 
     async def then(tx: Transaction) -> None:
         if change.delivered:
@@ -78,7 +92,7 @@ def _step(machine: MachineRow, change: Change, now: int) -> PendingStep:
         if change.then is not None:
             await change.then(tx)
 
-    return PendingStep(StepRows(machine, write, change.events), then)
+    return PendingStep(StepRows(machine, write, change.events, announce=change.announce, channels=change.channels), then)
 
 
 def advanced(machine: MachineRow, change: Change, now: int) -> MachineRow:
@@ -100,18 +114,34 @@ async def apply(store: Store, machine: MachineRow, change: Change) -> tuple[Appl
 
 
 async def create(tx: Transaction, namespace: str, machine_id: str, events: Sequence[JsonData], aux_state: JsonData, timer_at: int | None,
-                 lease: tuple[str, int] | None) -> MachineRow:
-    """A new driven machine with its first events (a taken id is a unique violation)."""
+                 lease: tuple[str, int] | None, announce: Sequence[outbox.Event] = ()) -> MachineRow:
+    """A new driven machine with its first events, then the events of ``announce`` (a taken id is a unique
+    violation)."""
     now = tx.store.now_ms()
     machine = await data.insert_machine(tx, namespace, machine_id, aux_state, timer_at, len(events), now, lease=lease)
     await data.insert_history(tx, machine.uid, 1, events, now)
     await outbox.emit_many(tx, [outbox.Event("machine.created", SUBJECT, machine.subject, {"namespace": namespace, "id": machine_id}),
-                                *event_of_each(machine, events, 1)])
+                                *event_of_each(machine, events, 1), *announce])
     if timer_at is not None and lease is None:
         # A machine created with its lease (a workflow run its server advances at once) is no work for the
         # background loop until the lease runs out: waking it would only cost it a look at nothing due.
         tx.notify(CHANNEL)
     return machine
+
+
+CREATE_KEY = "machines.driven.create"
+
+
+async def create_at_once(store: Store, new: NewMachine) -> MachineRow | None:
+    """PostgreSQL: ``new`` created in one statement with the creates arriving at the same moment — the whole
+    transaction when nothing else shares it, one round trip; the machine, or None when its id is taken."""
+    return await store.grouped_batch(CREATE_KEY, _create_all, new)
+
+
+async def _create_all(tx: Transaction, new: list[NewMachine]) -> list[MachineRow | None]:
+    # As ``create``: a machine created with its lease is no work for the background loop until the lease ends.
+    wake = [CHANNEL] if any(m.timer_at is not None and m.lease is None for m in new) else []
+    return await data.create_machines_with_events(tx, new, wake)
 
 
 async def store_namespace(store: Store, name: str, timeout_ms: int) -> None:

@@ -93,7 +93,10 @@ async def write_steps(tx: Transaction, steps: Sequence[PendingStep], *, grouped:
                 await append_history(tx, rows.machine, rows.events, rows.step.updated_at, rows.machine.last_event_id + 1)
                 if rows.operation is not None:
                     await data.insert_operation(tx, rows.operation)
-                for channel in wake:
+                if rows.announce:
+                    await outbox.emit_many(tx, [outbox.Event(kind, subject_kind, subject_id, data)  # type: ignore[arg-type]
+                                                for kind, subject_kind, subject_id, data in rows.announce])
+                for channel in (*wake, *rows.channels):
                     tx.notify(channel)
             outcomes.append(outcome)
     for s, outcome in zip(steps, outcomes, strict=True):

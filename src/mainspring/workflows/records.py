@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Required, TypedDict, cast
 
-from mainspring.core import outbox
 from mainspring.machines.data import HistoryRow, MachineRow, machine_subject
-from mainspring.store import Transaction, format_time
+from mainspring.store import format_time
 from mainspring.types import JsonData, JsonObject
 
 if TYPE_CHECKING:
@@ -115,22 +114,17 @@ def child_done(n: int, child: RunView) -> Record:
     return {"wf": "child_done", "n": n, "status": child["status"], "result": child.get("result"), "error": child.get("error")}
 
 
-def announce(run: Run, aux: RunAux) -> Callable[[Transaction], Awaitable[None]]:
-    """What a run's last step writes besides its records: ``workflow.<status>`` (a cancelled run said so when it was
-    cancelled) and the wake-up of readers waiting for it."""
-    from mainspring.workflows.runner import FINISHED
-
-    async def then(tx: Transaction) -> None:
-        status = aux["status"]
-        if status != "cancelled":
-            data: JsonObject = {"name": run.name, "id": run.run_id, "status": status}
-            error = aux.get("error")
-            if error is not None:
-                data["error"] = {"type": error["type"], "message": error["message"]}
-            await outbox.emit(tx, f"workflow.{status}", SUBJECT, machine_subject(run.name, run.run_id), data)
-        tx.notify(FINISHED)
-
-    return then
+def announce(run: Run, aux: RunAux) -> list[tuple[str, str, str, object]]:
+    """The event a run's last step writes besides its records: ``workflow.<status>`` (a cancelled run said so
+    when it was cancelled), as (type, subject kind, subject id, data)."""
+    status = aux["status"]
+    if status == "cancelled":
+        return []
+    data: JsonObject = {"name": run.name, "id": run.run_id, "status": status}
+    error = aux.get("error")
+    if error is not None:
+        data["error"] = {"type": error["type"], "message": error["message"]}
+    return [(f"workflow.{status}", SUBJECT, machine_subject(run.name, run.run_id), data)]
 
 
 def steps_of(history: Sequence[HistoryRow]) -> list[JsonObject]:

@@ -316,7 +316,8 @@ class Runner:
         error = cast(JsonObject, aux.get("error"))  # a failed run's error is set
         change = driven.Change(records.as_json_all(written), records.as_json(aux), timer, lease, status="failed" if failed else "working",
                                error={"type": error["type"], "message": error["message"]} if failed else None,
-                               delivered=delivered, then=records.announce(run, aux) if finished else None)
+                               delivered=delivered, announce=records.announce(run, aux) if finished else (),
+                               channels=(FINISHED,) if finished else ())
         async with run.lock:
             run.writing = True
             try:

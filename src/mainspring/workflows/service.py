@@ -83,23 +83,39 @@ async def _start(ctx: Context, name: str, run_id: str, args: JsonData, watcher: 
     lease_ms = ctx.settings.workflows.lease_ms
     aux: JsonObject = {"status": "running", "waiting_for": None, "result": None, "error": None, **({"watchers": [watcher]} if watcher else {})}
 
+    started = outbox.Event("workflow.started", SUBJECT, subject_of(name, run_id), {"name": name, "id": run_id})
+    events: list[JsonData] = [{"wf": "start", "args": args}]
+
     async def create(tx: Transaction) -> MachineRow:
         now = tx.store.now_ms()
-        machine = await driven.create(tx, name, run_id, [{"wf": "start", "args": args}], aux, now, (new_token(), now + lease_ms))
-        await outbox.emit(tx, "workflow.started", SUBJECT, machine.subject, {"name": name, "id": run_id})
-        return machine
+        return await driven.create(tx, name, run_id, events, aux, now, (new_token(), now + lease_ms), announce=[started])
 
-    try:
-        machine = await ctx.store.grouped(create)
-    except Exception as exc:
-        if not ctx.store.dialect.is_unique_violation(exc):
-            raise
-        existing = await driven.machine(ctx.store, name, run_id)
-        if existing is None:
-            raise
-        return existing, False
+    if ctx.store.dialect.one_statement_writes:
+        # PostgreSQL: the machine, its start record, its events and this server's lease in one statement — a
+        # start is one round trip (shared with the starts arriving at the same moment).
+        now = ctx.store.now_ms()
+        new = driven.NewMachine(name, run_id, aux, now, (new_token(), now + lease_ms), events, now,
+                                announce=[(started.type, started.subject_kind, started.subject_id, started.data)])
+        created = await driven.create_at_once(ctx.store, new)
+        if created is None:
+            return await _existing(ctx, name, run_id), False
+        machine = created
+    else:
+        try:
+            machine = await ctx.store.grouped(create)
+        except Exception as exc:
+            if not ctx.store.dialect.is_unique_violation(exc):
+                raise
+            return await _existing(ctx, name, run_id), False
     runner_of(ctx).launch(machine, args)
     return machine, True
+
+
+async def _existing(ctx: Context, name: str, run_id: str) -> MachineRow:
+    existing = await driven.machine(ctx.store, name, run_id)
+    if existing is None:
+        raise RunNotFound(f"no run {run_id!r} of workflow {name!r}")  # removed between the start and this read
+    return existing
 
 
 # --- read and list --------------------------------------------------------------------------------------------------
